@@ -1,0 +1,180 @@
+"""Label images with their geometry, geometry checks and nearest-neighbour resampling.
+
+Axis-order convention (read this once, it matters everywhere)
+-------------------------------------------------------------
+``LabelImage.array`` is a NumPy array in **NumPy/SimpleITK array order**: for a 3-D image the
+axes are ``(k, j, i)`` = ``(slice, row, column)`` = ``(z, y, x)``, exactly what
+``SimpleITK.GetArrayFromImage`` returns; a 2-D image is ``(row, column)``.
+
+``LabelImage.spacing`` is given **in the same array-axis order**, in millimetres, e.g.
+``(2.5, 0.8, 0.8)`` for 2.5 mm slices of 0.8 mm pixels. Every metric function of this package
+that takes a ``spacing`` argument uses this order. SimpleITK's ``GetSpacing()`` is in the opposite
+(x, y, z) order; :meth:`LabelImage.from_sitk` reverses it for you.
+
+``origin`` and ``direction`` are kept in ITK physical order (x, y, z), as SimpleITK reports
+them, because they only serve to place voxels in physical (LPS) space.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import SimpleITK as sitk
+
+#: Relative/absolute tolerance used when comparing spacing, origin and direction.
+GEOMETRY_TOLERANCE = 1e-4
+
+
+class GeometryMismatchError(ValueError):
+    """Reference and test images do not share one voxel grid."""
+
+
+@dataclass
+class LabelImage:
+    """An integer label map (or binary mask) together with its voxel geometry.
+
+    Parameters
+    ----------
+    array : ndarray
+        Labels in array order ``(z, y, x)`` for 3-D, ``(row, col)`` for 2-D.
+    spacing : tuple of float
+        Voxel size in mm **in array-axis order** (same order as ``array.shape``).
+    origin : tuple of float
+        Physical position (mm, ITK x, y, z order) of the centre of the first voxel.
+    direction : tuple of float
+        Row-major direction cosine matrix in ITK order (``ndim * ndim`` values).
+    names : dict
+        Optional label value -> structure name (e.g. from a ``.seg.nrrd``).
+    segment_masks : dict
+        Optional label value -> boolean mask for structures that overlap others and so cannot
+        live in ``array`` (multi-layer ``.seg.nrrd``); :meth:`mask` prefers these.
+    """
+
+    array: np.ndarray
+    spacing: tuple
+    origin: tuple = None
+    direction: tuple = None
+    names: dict = field(default_factory=dict)
+    segment_masks: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.array = np.asarray(self.array)
+        ndim = self.array.ndim
+        if ndim not in (2, 3):
+            raise ValueError(f"label images must be 2-D or 3-D, got {ndim}-D array of shape {self.array.shape}")
+        self.spacing = tuple(float(s) for s in self.spacing)
+        if len(self.spacing) != ndim:
+            raise ValueError(f"spacing {self.spacing} has {len(self.spacing)} values for a {ndim}-D array")
+        if any(not np.isfinite(s) or s <= 0 for s in self.spacing):
+            raise ValueError(f"spacing must be positive and finite, got {self.spacing}")
+        self.origin = tuple(float(o) for o in (self.origin if self.origin is not None else (0.0,) * ndim))
+        self.direction = tuple(
+            float(d) for d in (self.direction if self.direction is not None else np.eye(ndim).ravel())
+        )
+
+    @property
+    def ndim(self) -> int:
+        return self.array.ndim
+
+    def mask(self, label) -> np.ndarray:
+        """Boolean mask of one label value (array-axis order)."""
+        if label in self.segment_masks:
+            return np.asarray(self.segment_masks[label], dtype=bool)
+        return self.array == label
+
+    def labels(self) -> list:
+        """Sorted non-zero label values present in the image (and in ``segment_masks``)."""
+        present = {v.item() for v in np.unique(self.array) if v != 0}
+        present |= {k for k, m in self.segment_masks.items() if np.any(m)}
+        return sorted(present)
+
+    @property
+    def voxel_volume_mm3(self) -> float:
+        """Volume of one voxel in mm³ (area in mm² for 2-D images)."""
+        return float(np.prod(self.spacing))
+
+    @classmethod
+    def from_sitk(cls, image: sitk.Image, names: dict | None = None) -> "LabelImage":
+        """Wrap a SimpleITK image; spacing is reversed into array-axis order."""
+        if image.GetNumberOfComponentsPerPixel() != 1:
+            raise ValueError("label images must have one component per pixel")
+        return cls(
+            array=sitk.GetArrayFromImage(image),
+            spacing=tuple(reversed(image.GetSpacing())),
+            origin=image.GetOrigin(),
+            direction=image.GetDirection(),
+            names=dict(names or {}),
+        )
+
+    def to_sitk(self) -> sitk.Image:
+        """Return a SimpleITK image with this geometry (spacing back in x, y, z order)."""
+        image = sitk.GetImageFromArray(self.array)
+        image.SetSpacing(tuple(reversed(self.spacing)))
+        image.SetOrigin(self.origin)
+        image.SetDirection(self.direction)
+        return image
+
+    def with_array(self, array: np.ndarray) -> "LabelImage":
+        """A new image on the same grid holding ``array``."""
+        return LabelImage(array, self.spacing, self.origin, self.direction, dict(self.names))
+
+    def index_to_physical(self, index) -> np.ndarray:
+        """Physical (x, y, z) position in mm of array-order indices ``(..., ndim)``."""
+        ijk = np.asarray(index, dtype=float)[..., ::-1]  # array order -> ITK (i, j, k)
+        direction = np.asarray(self.direction).reshape(self.ndim, self.ndim)
+        scaled = ijk * np.asarray(self.spacing[::-1])
+        return np.asarray(self.origin) + scaled @ direction.T
+
+
+def as_label_image(image, spacing=None) -> LabelImage:
+    """Accept a :class:`LabelImage`, a SimpleITK image or a NumPy array (with ``spacing``).
+
+    A NumPy array without ``spacing`` is rejected: guessing 1 mm silently gives wrong mm values.
+    """
+    if isinstance(image, LabelImage):
+        return image
+    if isinstance(image, sitk.Image):
+        return LabelImage.from_sitk(image)
+    array = np.asarray(image)
+    if spacing is None:
+        raise ValueError(
+            "a NumPy array needs an explicit spacing in array-axis order (e.g. spacing=(2.5, 0.8, 0.8) "
+            "for (z, y, x)); pass spacing=(1,)*ndim to work in voxel units"
+        )
+    return LabelImage(array, spacing)
+
+
+def geometry_differences(reference: LabelImage, test: LabelImage, tolerance: float = GEOMETRY_TOLERANCE) -> list:
+    """Human-readable list of the ways two images' grids differ (empty when they agree)."""
+    problems = []
+    if reference.array.shape != test.array.shape:
+        problems.append(f"size differs: reference {reference.array.shape[::-1]} vs test {test.array.shape[::-1]} (x, y, z)")
+    for name in ("spacing", "origin", "direction"):
+        a, b = np.asarray(getattr(reference, name)), np.asarray(getattr(test, name))
+        if a.shape != b.shape or not np.allclose(a, b, rtol=tolerance, atol=tolerance):
+            if name == "spacing":
+                a, b = a[::-1], b[::-1]  # report in the (x, y, z) order users see in viewers
+            problems.append(f"{name} differs: reference {np.round(a, 6).tolist()} vs test {np.round(b, 6).tolist()}")
+    return problems
+
+
+def check_same_geometry(reference: LabelImage, test: LabelImage, tolerance: float = GEOMETRY_TOLERANCE) -> None:
+    """Raise :class:`GeometryMismatchError` naming every difference between the two grids."""
+    problems = geometry_differences(reference, test, tolerance)
+    if problems:
+        raise GeometryMismatchError(
+            "reference and test are on different grids: " + "; ".join(problems)
+            + ". Resample on purpose with resample_to='reference' (CLI: --resample-to reference)."
+        )
+
+
+def resample_nearest(moving: LabelImage, target: LabelImage) -> LabelImage:
+    """Resample ``moving`` onto ``target``'s grid with nearest-neighbour interpolation (labels kept).
+
+    Voxels of the target grid outside ``moving``'s extent become 0.
+    """
+    resampled = sitk.Resample(
+        moving.to_sitk(), target.to_sitk(), sitk.Transform(), sitk.sitkNearestNeighbor, 0,
+        sitk.GetImageFromArray(moving.array).GetPixelID(),
+    )
+    return LabelImage.from_sitk(resampled, moving.names)

@@ -1,0 +1,175 @@
+"""One list of metrics shared by the Python API, the CLI, the Slicer module and the reports.
+
+A *metric group* computes several related metrics from one expensive intermediate (e.g. the
+surface distances of a structure pair feed HD, HD95, ASSD and NSD). Each group lives in its own
+module and registers itself with :func:`register_group`; :func:`all_groups` imports the built-in
+group modules on first use.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+
+class Status:
+    """Status strings carried by every metric value."""
+
+    OK = "ok"
+    REFERENCE_EMPTY = "reference_empty"
+    TEST_EMPTY = "test_empty"
+    BOTH_EMPTY = "both_empty"
+    REFERENCE_SMOOTH = "reference_smooth"
+    ERROR = "error"
+
+
+@dataclass
+class MetricValue:
+    """One computed value: ``value`` is NaN when undefined and ``inf`` for a missing structure's HD."""
+
+    metric: str
+    value: float
+    unit: str
+    status: str = Status.OK
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """Static description of a metric: output name, unit, which direction is better."""
+
+    name: str
+    unit: str
+    better: str  # "higher" or "lower"
+    description: str
+
+
+@dataclass
+class Parameters:
+    """Every tunable of every metric group, with the documented defaults.
+
+    Distances are in mm; ``msi_axis`` is an array axis index (0 = first array axis = z/slice axis
+    of a SimpleITK-ordered 3-D array).
+    """
+
+    hd_percentile: float = 95.0
+    hd_percentile_variant: str = "max_of_directed"  # or "pooled", "mean_of_directed"
+    nsd_tolerance_mm: float = 2.0
+    surface_mode: str = "exact"  # or "deepmind"
+    msi_il: float = 1.0
+    msi_ol: float = 1.0
+    msi_axis: int = 0
+    msi_convention: str = "default"  # or "fda"
+    msi_units: str = "mm"  # or "pixel"
+    msi_align: str = "none"  # or "com"
+    roughness_window_mm: float | None = None  # None = the convention's default
+    roughness_convention: str = "default"  # or "paper"
+
+
+@dataclass
+class StructurePair:
+    """A reference/test pair of binary masks of one structure on one grid.
+
+    ``reference`` and ``test`` are boolean arrays in array-axis order; ``spacing`` is in mm in the
+    same order. ``image`` is the :class:`~segmetrics.geometry.LabelImage` the masks came from
+    (for physical positions); ``cache`` lets groups share expensive intermediates;
+    ``extras`` collects non-scalar outputs (per-slice tables, VTK polydata) by name.
+    """
+
+    name: str
+    reference: np.ndarray
+    test: np.ndarray
+    spacing: tuple
+    image: object = None
+    cache: dict = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def emptiness(self) -> str:
+        """The status implied by which masks are empty (``ok`` when both have voxels)."""
+        return emptiness_status(bool(self.reference.any()), bool(self.test.any()))
+
+
+def emptiness_status(reference_present: bool, test_present: bool) -> str:
+    """Status for a pair given whether each side has any foreground."""
+    if reference_present and test_present:
+        return Status.OK
+    if reference_present:
+        return Status.TEST_EMPTY
+    if test_present:
+        return Status.REFERENCE_EMPTY
+    return Status.BOTH_EMPTY
+
+
+@dataclass
+class MetricGroup:
+    """Metrics computed together. ``compute(pair, params)`` returns a list of :class:`MetricValue`."""
+
+    name: str
+    metrics: tuple
+    compute: Callable
+    description: str = ""
+
+    def spec(self, metric_name: str) -> MetricSpec:
+        return next(m for m in self.metrics if m.name == metric_name)
+
+
+_GROUPS: dict = {}
+_GROUP_MODULES = (
+    "segmetrics.overlap",
+    "segmetrics.distance",
+)
+
+
+def register_group(group: MetricGroup) -> MetricGroup:
+    """Add a group to the registry (module import time); names must be unique."""
+    _GROUPS[group.name] = group
+    return group
+
+
+def all_groups() -> dict:
+    """All registered groups by name, in registration order."""
+    for module in _GROUP_MODULES:
+        importlib.import_module(module)
+    return dict(_GROUPS)
+
+
+def metric_specs() -> dict:
+    """Every metric spec by name."""
+    return {spec.name: spec for group in all_groups().values() for spec in group.metrics}
+
+
+def resolve_selection(selection=None) -> dict:
+    """Map a user's metric/group names to ``{group_name: set(metric names)}``.
+
+    ``None`` or ``"all"`` selects every group; a group name selects all its metrics.
+    Raises ``ValueError`` naming unknown metrics.
+    """
+    groups = all_groups()
+    if selection is None or selection == "all" or selection == ["all"]:
+        return {name: {m.name for m in g.metrics} for name, g in groups.items()}
+    if isinstance(selection, str):
+        selection = [s.strip() for s in selection.split(",") if s.strip()]
+    chosen: dict = {}
+    unknown = []
+    for item in selection:
+        if item in groups:
+            chosen.setdefault(item, set()).update(m.name for m in groups[item].metrics)
+            continue
+        owner = next((g for g in groups.values() if any(m.name == item for m in g.metrics)), None)
+        if owner is None:
+            unknown.append(item)
+        else:
+            chosen.setdefault(owner.name, set()).add(item)
+    if unknown:
+        known = ", ".join(list(groups) + sorted(metric_specs()))
+        raise ValueError(f"unknown metric(s) {', '.join(unknown)}; known: {known}")
+    return chosen
+
+
+def undefined(metric: MetricSpec, status: str, params: dict | None = None, value: float = math.nan) -> MetricValue:
+    """A value that cannot be computed for this pair (NaN unless a value such as ``inf`` is given)."""
+    return MetricValue(metric.name, value, metric.unit, status, dict(params or {}))
