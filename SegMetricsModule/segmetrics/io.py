@@ -1,0 +1,137 @@
+"""Read label maps and masks with their geometry: NRRD, NIfTI, MHA/MHD, ``.seg.nrrd``, PNG/JPEG.
+
+Everything returns a :class:`~segmetrics.geometry.LabelImage` (array in ``(z, y, x)`` order,
+spacing in mm in the same order). 2-D pictures (PNG, JPEG, BMP, TIFF) carry no spacing and get
+1 mm pixels, i.e. results are in pixel units.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import SimpleITK as sitk
+
+from .geometry import LabelImage, as_label_image
+
+PICTURE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
+
+
+class ReadError(Exception):
+    """A file is missing, unreadable or does not hold a label map."""
+
+
+def load_label_image(source, spacing=None, threshold: float | None = None) -> LabelImage:
+    """Return a :class:`LabelImage` from a path, a LabelImage, a SimpleITK image or an array.
+
+    Parameters
+    ----------
+    source : str, Path, LabelImage, SimpleITK.Image or ndarray
+    spacing : tuple of float, optional
+        Voxel size in mm in array-axis order; required for NumPy arrays, ignored otherwise.
+    threshold : float, optional
+        Binarise (``value >= threshold`` → 1) instead of requiring integer labels, e.g. 0.5 for
+        probability maps.
+    """
+    if isinstance(source, (str, Path)):
+        image = read_label_image(source)
+    else:
+        image = as_label_image(source, spacing)
+    return _as_labels(image, threshold, str(source) if isinstance(source, (str, Path)) else "array")
+
+
+def read_label_image(path) -> LabelImage:
+    """Read one file into a :class:`LabelImage` (labels unchanged; see :func:`load_label_image`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ReadError(f"{path}: no such file")
+    name = path.name.lower()
+    try:
+        if name.endswith(".seg.nrrd"):
+            return _read_seg_nrrd(path)
+        if path.suffix.lower() in PICTURE_SUFFIXES:
+            return _read_picture(path)
+        image = sitk.ReadImage(str(path))
+    except ReadError:
+        raise
+    except Exception as error:  # SimpleITK, PIL and slicerio raise many types for one cause
+        raise ReadError(f"{path}: cannot be read as an image ({str(error).strip().splitlines()[0]})") from error
+    if image.GetNumberOfComponentsPerPixel() != 1:
+        raise ReadError(f"{path}: has {image.GetNumberOfComponentsPerPixel()} components per voxel, not a label map")
+    return LabelImage.from_sitk(image)
+
+
+def read_name_map(path) -> dict:
+    """Read a JSON object mapping label values to structure names, e.g. ``{"1": "liver"}``."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text())
+        return {int(float(key)): str(value) for key, value in raw.items()}
+    except FileNotFoundError as error:
+        raise ReadError(f"{path}: no such file") from error
+    except (ValueError, AttributeError) as error:
+        raise ReadError(f'{path}: expected a JSON object like {{"1": "liver"}} ({error})') from error
+
+
+def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
+    """Binarise at ``threshold`` or make sure the labels are integers (float files are accepted)."""
+    array = image.array
+    if threshold is not None:
+        return image.with_array((array >= threshold).astype(np.uint8))
+    if array.dtype == bool:
+        return image.with_array(array.astype(np.uint8))
+    if np.issubdtype(array.dtype, np.floating):
+        if not np.all(np.isfinite(array)) or not np.array_equal(array, np.round(array)):
+            raise ReadError(f"{source}: holds non-integer values (a probability map?); give a threshold, e.g. 0.5")
+        return image.with_array(array.astype(np.int64))
+    if not np.issubdtype(array.dtype, np.integer):
+        raise ReadError(f"{source}: pixel type {array.dtype} is not a label type")
+    return image
+
+
+def _read_picture(path: Path) -> LabelImage:
+    """A 2-D picture; colour pictures are reduced to their grey value. Pixels are 1 × 1 mm."""
+    from PIL import Image
+
+    with Image.open(path) as picture:
+        if picture.mode not in ("L", "I", "I;16", "1", "P"):
+            picture = picture.convert("L")
+        array = np.asarray(picture)
+    return LabelImage(array, (1.0, 1.0))
+
+
+def _read_seg_nrrd(path: Path) -> LabelImage:
+    """A Slicer ``.seg.nrrd``: segment names kept; label values kept for single-layer files.
+
+    Segments of a multi-layer file are numbered 1..N in file order (their label values repeat
+    across layers); a segment overlapping an earlier one is kept in ``segment_masks``.
+    """
+    import slicerio
+
+    segmentation = slicerio.read_segmentation(str(path))
+    voxels = np.asarray(segmentation["voxels"])
+    ijk_to_lps = np.asarray(segmentation["ijkToLPS"], dtype=float)
+    axes = ijk_to_lps[:3, :3]
+    spacing_ijk = np.linalg.norm(axes, axis=0)
+    direction = (axes / spacing_ijk).ravel()
+    segments = segmentation["segments"]
+    layered = voxels.ndim == 4
+    # slicerio arrays are (i, j, k[, layer]); ours are (k, j, i).
+    if layered:
+        layers = np.transpose(voxels, (3, 2, 1, 0))
+    else:
+        layers = np.transpose(voxels, (2, 1, 0))[np.newaxis]
+    names, masks = {}, {}
+    array = np.zeros(layers.shape[1:], dtype=np.int32)
+    for number, segment in enumerate(segments, start=1):
+        layer = int(segment.get("layer", 0) or 0)
+        mask = layers[layer] == int(segment["labelValue"])
+        label = number if layered else int(segment["labelValue"])
+        names[label] = segment.get("name", segment.get("id", str(number)))
+        if np.any(array[mask] != 0):
+            masks[label] = mask  # overlaps an earlier segment: keep it separately
+        else:
+            array[mask] = label
+    image = LabelImage(array, tuple(spacing_ijk[::-1]), tuple(ijk_to_lps[:3, 3]), tuple(direction), names)
+    image.segment_masks = masks
+    return image
