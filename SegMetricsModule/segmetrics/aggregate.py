@@ -1,0 +1,179 @@
+"""Dataset statistics of batch records: per class and overall, with bootstrap CIs and worst cases.
+
+UKBOB-style: every metric is summarised per class (structure) and then over all classes and
+subjects together. The empty-mask penalty (what a missed structure's infinite Hausdorff distance
+counts as) is applied here, at aggregation only; the per-case records keep ``inf`` and their status.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .registry import Status
+
+#: Structure name of the rows that pool every class and subject.
+OVERALL = "(all classes)"
+#: Statuses whose non-finite distances the penalty replaces (exactly one side is empty).
+PENALISED_STATUSES = (Status.TEST_EMPTY, Status.REFERENCE_EMPTY)
+
+
+def _metric_info() -> dict:
+    """``{metric: (unit, better)}`` from the registry; empty if the registry cannot load."""
+    try:
+        from .registry import metric_specs
+
+        return {name: (spec.unit, spec.better) for name, spec in metric_specs().items()}
+    except Exception:  # a metric group module under construction must not stop a report
+        return {}
+
+
+def describe_penalty(penalty) -> str:
+    """One sentence naming the empty-mask penalty policy, for reports."""
+    if penalty in (None, "none"):
+        return ("No empty-mask penalty: infinite or undefined distances of missed structures are left out of "
+                "the statistics and only counted by status.")
+    what = "the diagonal of that case's reference image (mm)" if penalty == "diagonal" else f"{float(penalty):g} mm"
+    return ("Empty-mask penalty: a distance metric (mm, lower is better) that is infinite or undefined because "
+            f"exactly one mask is empty (status {' / '.join(PENALISED_STATUSES)}) counts as {what}. "
+            "Both-empty pairs stay undefined and are left out.")
+
+
+def apply_penalty(records, penalty="diagonal", diagonals=None, info=None) -> list:
+    """Return copies of ``records`` with ``value`` penalised where the policy says so.
+
+    Parameters
+    ----------
+    records : list of dict
+        Batch records (``case_id``, ``structure``, ``metric``, ``value``, ``unit``, ``status``).
+    penalty : {"diagonal", "none"} or float
+        ``"diagonal"``: the case's reference image diagonal in mm (from ``diagonals``);
+        a number: that many mm; ``"none"``: no change.
+    diagonals : dict, optional
+        ``{case_id: diagonal in mm}``; needed for ``"diagonal"``.
+
+    Each returned record has ``penalised`` (bool) and ``raw_value`` (the value before).
+    """
+    info = _metric_info() if info is None else info
+    out = []
+    for record in records:
+        value = record["value"]
+        unit, better = info.get(record["metric"], (record.get("unit"), None))
+        hit = (penalty not in (None, "none") and unit == "mm" and better == "lower"
+               and not math.isfinite(value) and record["status"] in PENALISED_STATUSES)
+        if hit:
+            value = float((diagonals or {}).get(record["case_id"], math.nan)) if penalty == "diagonal" else float(penalty)
+        out.append({**record, "value": value, "raw_value": record["value"], "penalised": hit})
+    return out
+
+
+def bootstrap_ci(values, groups, *, confidence=0.95, n_boot=2000, seed=0):
+    """Percentile bootstrap CI of the mean, resampling whole ``groups`` (cases) with replacement.
+
+    Resampling cases rather than single values keeps the structures of one subject together.
+    Returns ``(low, high)``; NaN when fewer than two groups.
+    """
+    values = np.asarray(values, dtype=float)
+    names, index = np.unique(np.asarray(groups, dtype=str), return_inverse=True)
+    if len(names) < 2:
+        return math.nan, math.nan
+    sums = np.bincount(index, weights=values)
+    counts = np.bincount(index).astype(float)
+    draws = np.random.default_rng(seed).integers(0, len(names), (n_boot, len(names)))
+    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+    low, high = np.quantile(means, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(low), float(high)
+
+
+def summarize(values, cases, statuses, *, confidence=0.95, n_boot=2000, seed=0) -> dict:
+    """Mean, median, std (ddof=1), min, max, bootstrap CI and status counts of one group.
+
+    Values that are not finite are left out of the numbers but counted in ``n`` and ``statuses``.
+    """
+    values = np.asarray(values, dtype=float)
+    used = np.isfinite(values)
+    finite, finite_cases = values[used], np.asarray(cases, dtype=str)[used]
+    low, high = bootstrap_ci(finite, finite_cases, confidence=confidence, n_boot=n_boot, seed=seed)
+    stat = (lambda f: float(f(finite))) if finite.size else (lambda f: math.nan)
+    return {
+        "n": int(values.size), "n_used": int(finite.size),
+        "mean": stat(np.mean), "median": stat(np.median),
+        "std": float(np.std(finite, ddof=1)) if finite.size > 1 else math.nan,
+        "min": stat(np.min), "max": stat(np.max), "ci_low": low, "ci_high": high,
+        "statuses": dict(sorted(Counter(statuses).items())),
+    }
+
+
+@dataclass
+class Aggregate:
+    """Aggregated statistics of a batch.
+
+    ``rows``: one dict per (structure, metric), plus an :data:`OVERALL` row per metric whose
+    ``class_mean`` is the class-balanced mean (mean of the per-class means).
+    ``worst``: ``{metric: [record, ...]}``, worst first (after the penalty).
+    """
+
+    rows: list
+    worst: dict
+    penalty: str
+    confidence: float
+    n_cases: int
+    failed: dict = field(default_factory=dict)
+
+    def metrics(self) -> list:
+        return list(dict.fromkeys(r["metric"] for r in self.rows))
+
+    def row(self, structure: str, metric: str) -> dict:
+        return next(r for r in self.rows if r["structure"] == structure and r["metric"] == metric)
+
+
+def aggregate(records, *, penalty="diagonal", diagonals=None, confidence=0.95, n_boot=2000, seed=0,
+              n_worst=3, failed=None) -> Aggregate:
+    """Summarise batch records per class and overall (see :func:`summarize`).
+
+    Parameters
+    ----------
+    records : list of dict
+        From :func:`segmetrics.batch.read_results` (values as floats, NaN/inf kept).
+    penalty, diagonals
+        Empty-mask policy, see :func:`apply_penalty`; it is applied here only.
+    confidence, n_boot, seed
+        Bootstrap CI level, resamples and seed (results are reproducible).
+    n_worst : int
+        Worst case × structure records listed per metric.
+    failed : dict, optional
+        ``{case_id: error}`` of failed cases, carried into the report.
+    """
+    info = _metric_info()
+    records = apply_penalty(records, penalty, diagonals, info)
+    options = {"confidence": confidence, "n_boot": n_boot, "seed": seed}
+    groups: dict = {}
+    for r in records:
+        groups.setdefault((r["structure"], r["metric"]), []).append(r)
+    rows, by_metric = [], {}
+    for (structure, metric), members in groups.items():
+        row = {"structure": structure, "metric": metric, "unit": members[0]["unit"],
+               "better": info.get(metric, (None, None))[1],
+               "n_penalised": sum(m["penalised"] for m in members),
+               **summarize([m["value"] for m in members], [m["case_id"] for m in members],
+                           [m["status"] for m in members], **options)}
+        rows.append(row)
+        by_metric.setdefault(metric, []).append((row, members))
+    worst = {}
+    for metric, entries in by_metric.items():
+        members = [m for _, m_list in entries for m in m_list]
+        first = entries[0][0]
+        class_means = [row["mean"] for row, _ in entries if math.isfinite(row["mean"])]
+        rows.append({"structure": OVERALL, "metric": metric, "unit": first["unit"], "better": first["better"],
+                     "n_penalised": sum(m["penalised"] for m in members),
+                     **summarize([m["value"] for m in members], [m["case_id"] for m in members],
+                                 [m["status"] for m in members], **options),
+                     "class_mean": float(np.mean(class_means)) if class_means else math.nan})
+        if first["better"] in ("higher", "lower"):  # e.g. volumes have no worse direction
+            ranked = [m for m in members if not math.isnan(m["value"])]
+            ranked.sort(key=lambda m: m["value"], reverse=first["better"] == "lower")
+            worst[metric] = ranked[:n_worst]
+    return Aggregate(rows, worst, describe_penalty(penalty), confidence,
+                     len({r["case_id"] for r in records}), dict(failed or {}))
