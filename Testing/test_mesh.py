@@ -1,0 +1,102 @@
+"""Surface meshes and 2-D contours against analytic geometry."""
+import numpy as np
+import pytest
+import vtk
+from vtk.util.numpy_support import vtk_to_numpy
+
+from segmetrics import mesh
+from segmetrics.geometry import LabelImage
+
+
+def ball(radius_mm, spacing, margin=3):
+    """Boolean ball of radius ``radius_mm`` centred in its grid; returns (mask, centre index)."""
+    shape = [int(np.ceil(2 * radius_mm / s)) + 2 * margin for s in spacing]
+    centre = [(n - 1) / 2 for n in shape]
+    grid = np.ogrid[tuple(slice(0, n) for n in shape)]
+    squared = sum(((g - c) * s) ** 2 for g, c, s in zip(grid, centre, spacing))
+    return squared <= radius_mm**2, np.array(centre)
+
+
+def boundary_edge_count(polydata):
+    edges = vtk.vtkFeatureEdges()
+    edges.SetInputData(polydata)
+    edges.BoundaryEdgesOn()
+    edges.NonManifoldEdgesOff()
+    edges.FeatureEdgesOff()
+    edges.ManifoldEdgesOff()
+    edges.Update()
+    return edges.GetOutput().GetNumberOfLines()
+
+
+def test_sphere_area_volume_and_axis_order():
+    radius, spacing = 20.0, (1.2, 0.8, 0.8)  # (z, y, x) mm: anisotropic to catch axis swaps
+    mask, centre = ball(radius, spacing)
+    surface = mesh.surface_mesh(mask, spacing)
+    area = mesh.point_areas(surface).sum()
+    volume = mesh.signed_volume(surface)
+    assert area == pytest.approx(4 * np.pi * radius**2, rel=0.01)
+    assert volume == pytest.approx(4 / 3 * np.pi * radius**3, rel=0.01)
+    xyz = mesh.points(surface)
+    expected_centre = (centre * spacing)[::-1]  # index-scaled (x, y, z)
+    np.testing.assert_allclose(xyz.mean(axis=0), expected_centre, atol=0.05)
+    np.testing.assert_allclose(np.linalg.norm(xyz - expected_centre, axis=1), radius, atol=0.6 * max(spacing))
+    normals = vtk_to_numpy(surface.GetPointData().GetNormals())
+    assert np.all(np.einsum("ij,ij->i", normals, xyz - expected_centre) > 0)  # outward
+    assert boundary_edge_count(surface) == 0
+
+
+def test_border_touching_mask_is_closed():
+    mask = np.zeros((6, 7, 8), dtype=bool)
+    mask[:, :4, 2:] = True  # touches four faces of the image
+    surface = mesh.surface_mesh(mask, (1.0, 1.0, 1.0), smoothing_iterations=0)
+    assert boundary_edge_count(surface) == 0
+    assert mesh.signed_volume(surface) > 0
+    xyz = mesh.points(surface)
+    # unsmoothed vertices lie half-way between inside and outside voxel centres
+    np.testing.assert_allclose(xyz.min(axis=0), [1.5, -0.5, -0.5])
+    np.testing.assert_allclose(xyz.max(axis=0), [7.5, 3.5, 5.5])
+
+
+def test_empty_mask_gives_empty_mesh():
+    surface = mesh.surface_mesh(np.zeros((4, 4, 4), bool), (1, 1, 1))
+    assert surface.GetNumberOfPoints() == 0
+    assert mesh.point_areas(surface).size == 0
+
+
+def test_point_areas_of_a_unit_square():
+    square = mesh.mesh_from_numpy([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0]], [[0, 1, 2], [0, 2, 3]])
+    np.testing.assert_allclose(mesh.point_areas(square), [1 / 3, 1 / 6, 1 / 3, 1 / 6])
+
+
+def test_to_physical_matches_index_to_physical():
+    mask, centre = ball(6.0, (2.0, 1.0, 0.5))
+    direction = (0, 0, 1, -1, 0, 0, 0, 1, 0)  # a rotation: catches transposed matrices
+    image = LabelImage(mask.astype(np.uint8), (2.0, 1.0, 0.5), origin=(10.0, -20.0, 5.0), direction=direction)
+    physical = mesh.to_physical(mesh.surface_mesh(mask, image.spacing), image)
+    np.testing.assert_allclose(mesh.points(physical).mean(axis=0), image.index_to_physical(centre), atol=0.05)
+
+
+def test_disc_contour_area_and_centre():
+    radius, spacing = 15.0, (0.5, 0.25)
+    mask, centre = ball(radius, spacing)
+    contours = mesh.contours_2d(mask, spacing)
+    assert len(contours) == 1
+    p = contours[0].points
+    area = 0.5 * abs(np.sum(p[:, 0] * np.roll(p[:, 1], -1) - np.roll(p[:, 0], -1) * p[:, 1]))
+    assert area == pytest.approx(np.pi * radius**2, rel=0.01)
+    np.testing.assert_allclose(p.mean(axis=0), centre * spacing, atol=0.01)
+    # marching squares on a binary mask: chamfered staircase, perimeter at most ~10 % long
+    assert 2 * np.pi * radius <= contours[0].length <= 1.1 * 2 * np.pi * radius
+    assert contours[0].point_weights.sum() == pytest.approx(contours[0].length)
+
+
+def test_contours_with_hole_border_and_subdivision():
+    mask = np.zeros((20, 20), dtype=bool)
+    mask[0:12, 0:12] = True  # touches the border
+    mask[4:8, 4:8] = False  # a hole
+    contours = mesh.contours_2d(mask, (1.0, 1.0))
+    assert len(contours) == 2
+    assert sorted(c.length for c in contours) == pytest.approx([4 * 4 - 4 * (2 - np.sqrt(2)) / 2, 4 * 12 - 4 * (2 - np.sqrt(2)) / 2])
+    fine = mesh.contours_2d(mask, (1.0, 1.0), max_segment_mm=0.1)
+    assert max(c.lengths.max() for c in fine) <= 0.1 + 1e-12
+    assert sorted(c.length for c in fine) == pytest.approx(sorted(c.length for c in contours))
