@@ -1,0 +1,153 @@
+"""Offscreen VTK renders of surfaces coloured by a per-vertex array, saved as PNG.
+
+Pure VTK (no Slicer, no display): ``vtkRenderWindow`` with offscreen rendering. On Linux without an
+X server VTK falls back to EGL, which needs the system Mesa EGL libraries; call
+:func:`rendering_available` first, it probes in a child process so a broken GL stack cannot crash
+the caller.
+"""
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from pathlib import Path
+
+#: Colour map, value range rule and scalar-bar title of the per-vertex arrays we know.
+ARRAY_STYLES = {
+    "SignedDistance_mm": ("RdBu_r", "symmetric", "signed distance (mm)\n+ = outside reference"),
+    "MSI": ("RdYlGn", (0.0, 1.0), "MSI (1 = acceptable)"),
+    "Roughness_mm": ("viridis", "data", "roughness (mm)"),
+}
+
+_PROBE = """
+import vtk
+window = vtk.vtkRenderWindow()
+window.SetOffScreenRendering(1)
+window.AddRenderer(vtk.vtkRenderer())
+window.SetSize(8, 8)
+window.Render()
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def rendering_available() -> tuple:
+    """``(True, "")`` if an offscreen VTK window can render here, else ``(False, reason)``."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return False, f"offscreen rendering probe did not run ({error})"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        return False, (f"offscreen VTK rendering failed (exit {done.returncode}: {last}); on Debian/Ubuntu install "
+                       "libegl1 libegl-mesa0 libgl1-mesa-dri libgbm1")
+    return True, ""
+
+
+def _lookup_table(colormap: str, value_range):
+    import matplotlib
+    import vtk
+
+    cmap = matplotlib.colormaps[colormap]
+    table = vtk.vtkLookupTable()
+    table.SetNumberOfTableValues(256)
+    for i in range(256):
+        table.SetTableValue(i, *cmap(i / 255))
+    table.SetRange(*value_range)
+    table.SetNanColor(0.6, 0.6, 0.6, 1.0)
+    table.Build()
+    return table
+
+
+def _value_range(polydata, array_name: str, rule):
+    values = polydata.GetPointData().GetArray(array_name).GetRange()
+    if rule == "symmetric":
+        bound = max(abs(values[0]), abs(values[1]), 1e-6)
+        return -bound, bound
+    if rule == "data":
+        return values if values[1] > values[0] else (values[0], values[0] + 1e-6)
+    return rule
+
+
+def render_surface(polydata, array_name: str, path, *, title: str = "", size=(640, 520),
+                   value_range=None) -> Path:
+    """Render ``polydata`` coloured by its point array ``array_name`` to a PNG file.
+
+    Parameters
+    ----------
+    polydata : vtkPolyData
+        Surface in physical coordinates (mm, LPS); the camera looks from anterior, head up.
+    array_name : str
+        A point-data array, e.g. ``"MSI"``, ``"SignedDistance_mm"`` or ``"Roughness_mm"``.
+    path : path
+        Output PNG file.
+    title : str
+        Text drawn in the upper-left corner.
+    value_range : (float, float), optional
+        Colour range; default from :data:`ARRAY_STYLES` (symmetric for signed distances).
+    """
+    import vtk
+
+    if polydata.GetPointData().GetArray(array_name) is None:
+        raise KeyError(f"surface has no point array {array_name!r}")
+    colormap, rule, bar_title = ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))
+    table = _lookup_table(colormap, value_range or _value_range(polydata, array_name, rule))
+
+    mapper = vtk.vtkPolyDataMapper()
+    mapper.SetInputData(polydata)
+    mapper.SetScalarModeToUsePointFieldData()
+    mapper.SelectColorArray(array_name)
+    mapper.SetLookupTable(table)
+    mapper.UseLookupTableScalarRangeOn()
+    mapper.ScalarVisibilityOn()
+    actor = vtk.vtkActor()
+    actor.SetMapper(mapper)
+
+    bar = vtk.vtkScalarBarActor()
+    bar.SetLookupTable(table)
+    bar.SetTitle(bar_title)
+    bar.SetNumberOfLabels(5)
+    bar.UnconstrainedFontSizeOn()
+    bar.SetWidth(0.12)
+    bar.SetHeight(0.7)
+    bar.SetPosition(0.86, 0.15)
+    for text in (bar.GetTitleTextProperty(), bar.GetLabelTextProperty()):
+        text.SetColor(0.1, 0.1, 0.1)
+        text.SetFontSize(12)
+        text.ItalicOff()
+        text.ShadowOff()
+    caption = vtk.vtkTextActor()
+    caption.SetInput(title)
+    caption.GetTextProperty().SetColor(0.1, 0.1, 0.1)
+    caption.GetTextProperty().SetFontSize(16)
+    caption.SetPosition(10, size[1] - 30)
+
+    renderer = vtk.vtkRenderer()
+    renderer.SetBackground(1.0, 1.0, 1.0)
+    renderer.AddActor(actor)
+    renderer.AddViewProp(bar)
+    renderer.AddViewProp(caption)
+    window = vtk.vtkRenderWindow()
+    window.SetOffScreenRendering(1)
+    window.SetSize(*size)
+    window.AddRenderer(renderer)
+
+    x0, x1, y0, y1, z0, z1 = polydata.GetBounds()
+    centre = ((x0 + x1) / 2, (y0 + y1) / 2, (z0 + z1) / 2)
+    camera = renderer.GetActiveCamera()
+    camera.SetFocalPoint(*centre)
+    camera.SetPosition(centre[0], centre[1] - 1000.0, centre[2])  # LPS: anterior is -y
+    camera.SetViewUp(0.0, 0.0, 1.0)
+    renderer.ResetCamera()
+    camera.Zoom(1.1)
+    window.Render()
+
+    grab = vtk.vtkWindowToImageFilter()
+    grab.SetInput(window)
+    grab.ReadFrontBufferOff()
+    grab.Update()
+    writer = vtk.vtkPNGWriter()
+    writer.SetFileName(str(path))
+    writer.SetInputConnection(grab.GetOutputPort())
+    writer.Write()
+    window.Finalize()
+    return Path(path)
