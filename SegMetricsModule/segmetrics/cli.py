@@ -16,6 +16,7 @@ def _add_compare_parser(subparsers) -> None:
     p.add_argument("reference", help="reference label map or mask (NRRD, NIfTI, MHA, .seg.nrrd, PNG)")
     p.add_argument("test", help="test label map or mask, same grid as the reference")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
+    p.add_argument("--threshold", type=float, help="binarise both inputs at value >= THRESHOLD (probability maps)")
     p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"}')
     p.add_argument("--metrics", default="all", help="comma-separated metric or group names (default: all)")
     p.add_argument("--hd-percentile", type=float, default=95.0, help="percentile of the robust Hausdorff (default 95)")
@@ -59,8 +60,8 @@ def _run_compare(args) -> int:
     from .io import load_label_image, read_name_map
     from .output import write_msi_slices, write_result
 
-    reference = load_label_image(args.reference)
-    test = load_label_image(args.test)
+    reference = load_label_image(args.reference, threshold=args.threshold)
+    test = load_label_image(args.test, threshold=args.threshold)
     if args.names:
         names = read_name_map(args.names)
         reference.names, test.names = dict(names), dict(names)

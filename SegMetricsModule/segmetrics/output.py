@@ -74,7 +74,21 @@ def result_tables(result, structures_per_table: int = 6):
                 cells.append("" if value is None else format_value(value))
             table.add_row(metric, unit, *cells)
         tables.append(table)
+    if len(result.structures) > 1:
+        tables.append(class_mean_table(result))
     return tables
+
+
+def class_mean_table(result):
+    """Mean of each metric across structures, with how many structures had a finite value."""
+    from rich.table import Table
+
+    table = Table(title="mean across structures (UKBOB-style; NaN/inf values not averaged)")
+    for column in ("metric", "unit", "mean", "structures used"):
+        table.add_column(column, justify="right" if column in ("mean", "structures used") else "left")
+    for metric, summary in result.class_means().items():
+        table.add_row(metric, summary["unit"], format_value(summary["mean"]), f"{summary['n_used']}/{summary['n_total']}")
+    return table
 
 
 def write_result(result, fmt: str = "table", path=None) -> None:
