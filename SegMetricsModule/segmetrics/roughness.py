@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
+from scipy.spatial import cKDTree
+
+from . import mesh
 
 # ---------------------------------------------------------------------------------------------
 # Paper convention (index units)
@@ -119,3 +123,186 @@ def paper_ard(reference: np.ndarray, test: np.ndarray) -> float:
 def paper_window(shape) -> int:
     """The authors' default tile side: 7 % of the first image side, truncated (7 for 100 px)."""
     return max(int(shape[0] * 0.07), 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Default convention (mm, on the surface)
+# ---------------------------------------------------------------------------------------------
+
+#: Default window radius (mm) of the default convention.
+DEFAULT_WINDOW_MM = 3.0
+#: Barycentric tolerance of the ray/simplex test (a ray through a shared edge or vertex hits).
+_HIT_TOLERANCE = 1e-9
+
+
+def surface_centre(points: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Area- (3-D) or length- (2-D) weighted centre of gravity of surface points (mm)."""
+    return np.average(points, axis=0, weights=weights)
+
+
+def local_roughness(points: np.ndarray, weights: np.ndarray, radius: float, chunk: int = 20000) -> np.ndarray:
+    """Per-point roughness: mean ``|ζ - mean ζ|`` over the window centred on each point (mm).
+
+    ζ is the distance of a point to the weighted centre of gravity of the surface. The window of
+    point ``j`` holds every surface point within ``radius`` (mm, Euclidean) of it, itself
+    included; both means over the window are weighted by the points' areas (lengths in 2-D).
+    This is the paper's per-window term ``(1/N) Σ |ζ_i - mean ζ|`` with one window per point.
+
+    Parameters
+    ----------
+    points : ndarray, shape (n, ndim)
+        Surface points in mm (any fixed axis order).
+    weights : ndarray, shape (n,)
+        Area (mm²) or length (mm) attributed to each point.
+    radius : float
+        Window radius in mm.
+    chunk : int
+        Window centres processed per block (bounds the memory of the neighbour lists).
+    """
+    zeta = np.linalg.norm(points - surface_centre(points, weights), axis=1)
+    tree = cKDTree(points)
+    result = np.empty(len(points))
+    for start in range(0, len(points), chunk):
+        centres = points[start:start + chunk]
+        pairs = cKDTree(centres).sparse_distance_matrix(tree, radius, output_type="ndarray")
+        window, member = pairs["i"], pairs["j"]
+        total = np.bincount(window, weights[member], len(centres))
+        mean = np.bincount(window, weights[member] * zeta[member], len(centres)) / total
+        deviation = weights[member] * np.abs(zeta[member] - mean[window])
+        result[start:start + chunk] = np.bincount(window, deviation, len(centres)) / total
+    return result
+
+
+def _ray_hits(centre, directions, vertices, cells, chunk: int = 4096):
+    """Intersections of rays ``centre + t * directions[k]`` (t > 0) with segments or triangles.
+
+    Candidate (ray, cell) pairs come from an angular search: a ray can only hit a cell if its
+    direction lies within the cell's angular radius as seen from ``centre``. The few cells wider
+    than a cap (those passing close to the centre) are tested against every ray.
+
+    Returns
+    -------
+    ray, t : ndarray
+        Index of the ray and distance (mm) along it of each hit.
+    """
+    corners = vertices[cells] - centre  # (m, ndim corners, ndim)
+    corner_dirs = corners / np.maximum(np.linalg.norm(corners, axis=2, keepdims=True), 1e-300)
+    cell_dirs = corner_dirs.sum(axis=1)
+    cell_dirs /= np.maximum(np.linalg.norm(cell_dirs, axis=1, keepdims=True), 1e-300)
+    chord = np.linalg.norm(corner_dirs - cell_dirs[:, None], axis=2).max(axis=1)
+    cap = min(8 * np.median(chord), 1.0)
+    narrow, wide = np.flatnonzero(chord <= cap), np.flatnonzero(chord > cap)
+    cell_tree = cKDTree(cell_dirs[narrow])
+    rays, distances = [], []
+    for start in range(0, len(directions), chunk):
+        block = directions[start:start + chunk]
+        found = cKDTree(block).sparse_distance_matrix(cell_tree, cap, output_type="ndarray")
+        ray = np.concatenate([found["i"], np.repeat(np.arange(len(block)), len(wide))])
+        cell = np.concatenate([narrow[found["j"]], np.tile(wide, len(block))])
+        hit, t = _intersect(block[ray], corners[cell])
+        rays.append(ray[hit] + start)
+        distances.append(t[hit])
+    return np.concatenate(rays), np.concatenate(distances)
+
+
+def _intersect(d, corners):
+    """Ray (origin 0, direction ``d``) against segments (2-D) or triangles (3-D), pairwise."""
+    if d.shape[1] == 2:
+        edge = corners[:, 1] - corners[:, 0]
+        denom = d[:, 0] * edge[:, 1] - d[:, 1] * edge[:, 0]
+        ok = np.abs(denom) > 1e-300
+        denom = np.where(ok, denom, 1.0)
+        a = corners[:, 0]
+        t = (a[:, 0] * edge[:, 1] - a[:, 1] * edge[:, 0]) / denom
+        s = (a[:, 0] * d[:, 1] - a[:, 1] * d[:, 0]) / denom
+        inside = (s >= -_HIT_TOLERANCE) & (s <= 1 + _HIT_TOLERANCE)
+    else:  # Möller–Trumbore with the ray origin at 0
+        e1 = corners[:, 1] - corners[:, 0]
+        e2 = corners[:, 2] - corners[:, 0]
+        p = np.cross(d, e2)
+        det = np.einsum("ij,ij->i", e1, p)
+        ok = np.abs(det) > 1e-300
+        inv = 1.0 / np.where(ok, det, 1.0)
+        s = -corners[:, 0]
+        u = np.einsum("ij,ij->i", s, p) * inv
+        q = np.cross(s, e1)
+        v = np.einsum("ij,ij->i", d, q) * inv
+        t = np.einsum("ij,ij->i", e2, q) * inv
+        inside = (u >= -_HIT_TOLERANCE) & (v >= -_HIT_TOLERANCE) & (u + v <= 1 + _HIT_TOLERANCE)
+    return ok & inside & (t > 0), t
+
+
+def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
+    """Radial distance (mm) from each point to the other surface, along the ray from ``centre``.
+
+    For point ``p`` at distance ζ from ``centre``, the ray from ``centre`` through ``p`` is cast
+    against the other surface; the gap is ``min |ζ - t|`` over its hits at distances ``t``, or ζ
+    when the ray misses (the other object has no extent in that direction).
+    """
+    offsets = points - centre
+    zeta = np.linalg.norm(offsets, axis=1)
+    directions = offsets / np.maximum(zeta, 1e-300)[:, None]
+    ray, t = _ray_hits(centre, directions, other_vertices, other_cells)
+    gaps = zeta.copy()
+    np.minimum.at(gaps, ray, np.abs(zeta[ray] - t))
+    return gaps
+
+
+@dataclass
+class SurfaceSamples:
+    """Points of a surface with their weights and the cells joining them, in mm.
+
+    ``cells`` are triangles ``(m, 3)`` in 3-D or segments ``(m, 2)`` in 2-D (vertex indices);
+    ``weights`` are areas (mm²) or lengths (mm) attributed to each point; ``polydata`` is the
+    VTK mesh the samples came from (3-D only, else None).
+    """
+
+    points: np.ndarray
+    weights: np.ndarray
+    cells: np.ndarray
+    polydata: object = None
+
+    @classmethod
+    def from_polydata(cls, polydata) -> "SurfaceSamples":
+        """Samples of a triangle mesh from :func:`segmetrics.mesh.surface_mesh`."""
+        return cls(mesh.points(polydata), mesh.point_areas(polydata), mesh.triangles(polydata), polydata)
+
+    @classmethod
+    def from_mask_2d(cls, mask, spacing) -> "SurfaceSamples":
+        """Samples of every closed contour of a 2-D mask (``spacing`` in mm, ``(row, col)``)."""
+        contours = mesh.contours_2d(mask, spacing)
+        sizes = [len(c.points) for c in contours]
+        starts = np.cumsum([0] + sizes[:-1])
+        segments = [s + np.stack([np.arange(n), (np.arange(n) + 1) % n], axis=1) for s, n in zip(starts, sizes)]
+        return cls(
+            np.concatenate([c.points for c in contours]),
+            np.concatenate([c.point_weights for c in contours]),
+            np.concatenate(segments),
+        )
+
+    @property
+    def centre(self) -> np.ndarray:
+        return surface_centre(self.points, self.weights)
+
+
+def roughness_index(surface: SurfaceSamples, radius: float) -> tuple:
+    """RI (mm): weighted mean of :func:`local_roughness` over the surface; returns ``(RI, per-point)``.
+
+    ``radius`` is the window radius in mm.
+    """
+    per_point = local_roughness(surface.points, surface.weights, radius)
+    return float(np.average(per_point, weights=surface.weights)), per_point
+
+
+def average_roughness_distance(reference: SurfaceSamples, test: SurfaceSamples) -> float:
+    """ARD (mm): weighted mean radial gap between the surfaces, seen from the reference's centre.
+
+    Every point of each surface is compared with the other surface along the ray from the
+    reference's weighted centre of gravity (:func:`radial_gaps`); the mean runs over the points of
+    both surfaces, weighted by area (length in 2-D). Identical surfaces give 0.
+    """
+    centre = reference.centre
+    gaps = [
+        radial_gaps(a.points, centre, b.points, b.cells) for a, b in ((reference, test), (test, reference))
+    ]
+    return float(np.average(np.concatenate(gaps), weights=np.concatenate([reference.weights, test.weights])))
