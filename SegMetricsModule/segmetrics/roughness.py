@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.spatial import cKDTree
+from vtk.util.numpy_support import numpy_to_vtk
 
 from . import mesh
+from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group
 
 # ---------------------------------------------------------------------------------------------
 # Paper convention (index units)
@@ -306,3 +308,105 @@ def average_roughness_distance(reference: SurfaceSamples, test: SurfaceSamples) 
         radial_gaps(a.points, centre, b.points, b.cells) for a, b in ((reference, test), (test, reference))
     ]
     return float(np.average(np.concatenate(gaps), weights=np.concatenate([reference.weights, test.weights])))
+
+
+# ---------------------------------------------------------------------------------------------
+# Metric group
+# ---------------------------------------------------------------------------------------------
+
+ROUGHNESS_METRICS = (
+    MetricSpec("ri_reference_mm", "mm", "lower", "Roughness Index of the reference surface"),
+    MetricSpec("ri_test_mm", "mm", "lower", "Roughness Index of the test surface"),
+    MetricSpec("rr", "1", "lower", "Roughness Ratio |RI_test - RI_reference| / RI_reference"),
+    MetricSpec("ard_mm", "mm", "lower", "Average Roughness Distance (mean radial gap between the surfaces)"),
+)
+
+#: Point-data array added to the test and reference surface polydata (default convention, 3-D).
+ROUGHNESS_ARRAY = "Roughness_mm"
+
+
+def _default_surfaces(pair: StructurePair) -> list:
+    """Surface samples of the reference and test (None for an empty mask).
+
+    3-D surfaces are the shared meshes of :mod:`segmetrics.mesh`; the reference mesh is also
+    published as ``pair.extras["reference_surface"]``.
+    """
+    if pair.reference.ndim == 2:
+        return [SurfaceSamples.from_mask_2d(m, pair.spacing) if m.any() else None for m in (pair.reference, pair.test)]
+    surfaces = []
+    if pair.reference.any():
+        pair.extras["reference_surface"] = mesh.cached_reference_surface(pair)
+        surfaces.append(SurfaceSamples.from_polydata(pair.extras["reference_surface"]))
+    else:
+        surfaces.append(None)
+    surfaces.append(SurfaceSamples.from_polydata(mesh.cached_test_surface(pair)) if pair.test.any() else None)
+    return surfaces
+
+
+def _default_values(pair: StructurePair, window_mm: float | None):
+    """RI of each side, ARD, unit and parameters in the default (mm) convention."""
+    radius = DEFAULT_WINDOW_MM if window_mm is None else float(window_mm)
+    surfaces = _default_surfaces(pair)
+    ri = []
+    for surface in surfaces:
+        if surface is None:
+            ri.append(math.nan)
+            continue
+        value, per_point = roughness_index(surface, radius)
+        ri.append(value)
+        if surface.polydata is not None:
+            array = numpy_to_vtk(per_point, deep=True)
+            array.SetName(ROUGHNESS_ARRAY)
+            surface.polydata.GetPointData().AddArray(array)
+    ard = average_roughness_distance(*surfaces) if None not in surfaces else math.nan
+    return ri, ard, "mm", {"convention": "default", "window_mm": radius}
+
+
+def _paper_values(pair: StructurePair, window: float | None):
+    """RI of each side, ARD, unit and parameters in the paper convention (index units)."""
+    w = paper_window(pair.reference.shape) if window is None else int(window)
+    ri = [paper_roughness_index(paper_surface(m), w) if m.any() else math.nan for m in (pair.reference, pair.test)]
+    ard = paper_ard(pair.reference, pair.test) if pair.reference.any() and pair.test.any() else math.nan
+    return ri, ard, "voxel", {"convention": "paper", "window_voxels": w}
+
+
+def compute(pair: StructurePair, params: Parameters) -> list:
+    """RI of reference and test, RR and ARD of one structure pair.
+
+    ``params.roughness_convention`` is ``"default"`` (mm; ``params.roughness_window_mm`` is the
+    window radius in mm, default :data:`DEFAULT_WINDOW_MM`) or ``"paper"`` (index units;
+    the window is the tile side in voxels, default 7 % of the first array side). Values that
+    cannot be computed are NaN with the pair's emptiness status; RR is NaN with status
+    ``reference_smooth`` when RI_reference is 0.
+    """
+    if params.roughness_convention == "default":
+        ri, ard, unit, used = _default_values(pair, params.roughness_window_mm)
+    elif params.roughness_convention == "paper":
+        ri, ard, unit, used = _paper_values(pair, params.roughness_window_mm)
+    else:
+        raise ValueError(f"roughness_convention must be 'default' or 'paper', got {params.roughness_convention!r}")
+    pair_status = pair.emptiness
+    ri_reference, ri_test = ri
+    rr_status = pair_status if pair_status != Status.OK or ri_reference > 0 else Status.REFERENCE_SMOOTH
+    rr = abs(ri_test - ri_reference) / ri_reference if rr_status == Status.OK else math.nan
+    statuses = (
+        Status.OK if pair.reference.any() else pair_status,
+        Status.OK if pair.test.any() else pair_status,
+        rr_status,
+        pair_status,
+    )
+    units = (unit, unit, "1", unit)
+    return [
+        MetricValue(spec.name, float(value), spec_unit, status, dict(used))
+        for spec, value, spec_unit, status in zip(ROUGHNESS_METRICS, (ri_reference, ri_test, rr, ard), units, statuses)
+    ]
+
+
+register_group(
+    MetricGroup(
+        "roughness",
+        ROUGHNESS_METRICS,
+        compute,
+        "Roughness Index, Roughness Ratio and Average Roughness Distance (Rathour et al. 2021)",
+    )
+)
