@@ -113,6 +113,7 @@ class Aggregate:
     ``rows``: one dict per (structure, metric), plus an :data:`OVERALL` row per metric whose
     ``class_mean`` is the class-balanced mean (mean of the per-class means).
     ``worst``: ``{metric: [record, ...]}``, worst first (after the penalty).
+    ``records``: the input records after the penalty (see :func:`apply_penalty`).
     """
 
     rows: list
@@ -121,6 +122,7 @@ class Aggregate:
     confidence: float
     n_cases: int
     failed: dict = field(default_factory=dict)
+    records: list = field(default_factory=list)
 
     def metrics(self) -> list:
         return list(dict.fromkeys(r["metric"] for r in self.rows))
@@ -176,4 +178,4 @@ def aggregate(records, *, penalty="diagonal", diagonals=None, confidence=0.95, n
             ranked.sort(key=lambda m: m["value"], reverse=first["better"] == "lower")
             worst[metric] = ranked[:n_worst]
     return Aggregate(rows, worst, describe_penalty(penalty), confidence,
-                     len({r["case_id"] for r in records}), dict(failed or {}))
+                     len({r["case_id"] for r in records}), dict(failed or {}), records)

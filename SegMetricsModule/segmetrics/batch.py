@@ -123,6 +123,17 @@ def match_folders(reference_dir, test_dir, names=None):
 
 
 # ------------------------------------------------------------------------------------ one case
+def load_case(case: Case):
+    """Read a case's reference and test label images (names from ``case.names`` if given)."""
+    from .io import load_label_image, read_name_map
+
+    reference, test = load_label_image(case.reference), load_label_image(case.test)
+    if case.names:
+        names = read_name_map(case.names)
+        reference.names, test.names = dict(names), dict(names)
+    return reference, test
+
+
 def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, resample_to=None,
                   labels=None) -> CaseOutcome:
     """Compare one case; any exception (unreadable file, grid mismatch, MemoryError) is caught.
@@ -131,15 +142,10 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
     ``case_id`` plus the fields of :meth:`ComparisonResult.records`.
     """
     from .compare import compare
-    from .io import load_label_image, read_name_map
 
     start = time.perf_counter()
     try:
-        reference = load_label_image(case.reference)
-        test = load_label_image(case.test)
-        if case.names:
-            names = read_name_map(case.names)
-            reference.names, test.names = dict(names), dict(names)
+        reference, test = load_case(case)
         result = compare(reference, test, labels=labels, metrics=metrics, params=params,
                          resample_to=resample_to)
     except Exception as error:  # MemoryError included: a failed case is data, not a crash of the run
