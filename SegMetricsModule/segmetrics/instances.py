@@ -293,6 +293,27 @@ class APResult:
         ]
 
 
+@dataclass
+class ImageMatches:
+    """What AP and detection counts need from one image, without its label maps.
+
+    ``matched`` is ``(len(thresholds), n_detections)``: true positive at each IoU threshold.
+    """
+
+    thresholds: np.ndarray
+    gt_classes: np.ndarray
+    dt_classes: np.ndarray
+    dt_scores: np.ndarray
+    matched: np.ndarray
+
+
+def image_matches(ground_truth: Instances, detections: Instances, thresholds=IOU_THRESHOLDS) -> ImageMatches:
+    """Match one image (see :func:`match_image`) and keep only classes, scores and matches."""
+    thresholds = np.asarray(thresholds, dtype=float)
+    return ImageMatches(thresholds, ground_truth.classes, detections.classes, detections.scores,
+                        match_image(ground_truth, detections, thresholds))
+
+
 def average_precision(images, class_ids=None, thresholds=IOU_THRESHOLDS) -> APResult:
     """COCO-style mask AP over a set of images.
 
@@ -308,18 +329,22 @@ def average_precision(images, class_ids=None, thresholds=IOU_THRESHOLDS) -> APRe
     Precision at recall r is the highest precision at any recall >= r (101-point interpolation);
     precision at a recall point beyond the reached recall is 0.
     """
+    return accumulate_ap([image_matches(gt, dt, thresholds) for gt, dt in images], class_ids, thresholds)
+
+
+def accumulate_ap(matches, class_ids=None, thresholds=IOU_THRESHOLDS) -> APResult:
+    """:func:`average_precision` from per-image :class:`ImageMatches` (image order breaks ties)."""
     thresholds = np.asarray(thresholds, dtype=float)
-    per_image = [(gt, dt, match_image(gt, dt, thresholds)) for gt, dt in images]
+    empty = np.zeros(0)
+    gt_class = np.concatenate([m.gt_classes for m in matches] or [empty])
+    dt_class = np.concatenate([m.dt_classes for m in matches] or [empty])
+    scores = np.concatenate([m.dt_scores for m in matches] or [empty])
+    matched = np.concatenate([m.matched for m in matches], axis=1) if matches else np.zeros((len(thresholds), 0), bool)
     if class_ids is None:
-        seen = [inst.classes for gt, dt, _ in per_image for inst in (gt, dt)]
-        class_ids = np.unique(np.concatenate(seen)).tolist() if seen else []
+        class_ids = np.unique(np.r_[gt_class, dt_class]).tolist()
     class_ids = list(class_ids)
-    scores = np.concatenate([dt.scores for _, dt, _ in per_image] or [np.zeros(0)])
-    dt_class = np.concatenate([dt.classes for _, dt, _ in per_image] or [np.zeros(0)])
-    gt_class = np.concatenate([gt.classes for gt, _, _ in per_image] or [np.zeros(0)])
-    matched = np.concatenate([m for _, _, m in per_image], axis=1) if per_image else np.zeros((len(thresholds), 0), bool)
-    shape = (len(thresholds), len(RECALL_POINTS), len(class_ids))
-    precision, recall = np.full(shape, np.nan), np.full((len(thresholds), len(class_ids)), np.nan)
+    precision = np.full((len(thresholds), len(RECALL_POINTS), len(class_ids)), np.nan)
+    recall = np.full((len(thresholds), len(class_ids)), np.nan)
     n_gt = np.array([np.count_nonzero(gt_class == c) for c in class_ids], dtype=int)
     n_dt = np.array([np.count_nonzero(dt_class == c) for c in class_ids], dtype=int)
     for k, class_id in enumerate(class_ids):
@@ -397,8 +422,15 @@ def detection_scores(images, iou_threshold: float = 0.5) -> DetectionResult:
     ``images`` is an iterable of ``(ground_truth, detections)`` :class:`Instances`; matching is
     the same greedy, class-aware, score-ordered matching as :func:`average_precision`.
     """
-    tp = fp = fn = 0
-    for gt, dt in images:
-        hits = int(match_image(gt, dt, [iou_threshold]).sum())
-        tp, fp, fn = tp + hits, fp + len(dt) - hits, fn + len(gt) - hits
-    return DetectionResult(float(iou_threshold), tp, fp, fn)
+    return count_detections([image_matches(gt, dt, [iou_threshold]) for gt, dt in images])
+
+
+def count_detections(matches) -> DetectionResult:
+    """:func:`detection_scores` from per-image :class:`ImageMatches` made at one IoU threshold."""
+    thresholds = {float(t) for m in matches for t in m.thresholds}
+    if len(thresholds) > 1:
+        raise ValueError(f"detection counts need matches at one IoU threshold, got {sorted(thresholds)}")
+    tp = sum(int(m.matched.sum()) for m in matches)
+    n_dt = sum(len(m.dt_classes) for m in matches)
+    n_gt = sum(len(m.gt_classes) for m in matches)
+    return DetectionResult(thresholds.pop() if thresholds else math.nan, tp, n_dt - tp, n_gt - tp)
