@@ -192,13 +192,14 @@ def _ray_hits(centre, directions, vertices, cells, chunk: int = 4096):
     cell_dirs = corner_dirs.sum(axis=1)
     cell_dirs /= np.maximum(np.linalg.norm(cell_dirs, axis=1, keepdims=True), 1e-300)
     chord = np.linalg.norm(corner_dirs - cell_dirs[:, None], axis=2).max(axis=1)
-    cap = min(8 * np.median(chord), 1.0)
+    cap = min(2 * np.percentile(chord, 99), 1.0)
     narrow, wide = np.flatnonzero(chord <= cap), np.flatnonzero(chord > cap)
     cell_tree = cKDTree(cell_dirs[narrow])
     rays, distances = [], []
     for start in range(0, len(directions), chunk):
         block = directions[start:start + chunk]
         found = cKDTree(block).sparse_distance_matrix(cell_tree, cap, output_type="ndarray")
+        found = found[found["v"] <= chord[narrow[found["j"]]]]
         ray = np.concatenate([found["i"], np.repeat(np.arange(len(block)), len(wide))])
         cell = np.concatenate([narrow[found["j"]], np.tile(wide, len(block))])
         hit, t = _intersect(block[ray], corners[cell])
