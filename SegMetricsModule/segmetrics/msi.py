@@ -1,0 +1,521 @@
+"""Medical Similarity Index (MSI): slice-wise 2-D MSI, the FDA MISS-tool convention, 3-D surface MSI.
+
+Arrays are in NumPy/SimpleITK order ``(z, y, x)`` (2-D: ``(row, col)``) and every ``spacing`` is
+in mm in that array-axis order. Distances are in mm unless ``units="pixel"``.
+
+Building blocks (Kim et al. 2012/2015, Fazekas et al. 2025), for a test point p and the paired
+reference boundary:
+
+* FMinD(p): distance from p to the nearest reference boundary point;
+* BMaxD(p): the largest FMinD among reference points whose nearest test point is p (0 when none);
+* BLD(p) = max(FMinD(p), BMaxD(p));
+* WF(d, l) = exp(-d² / (2 (10/l)²)), with l = ``il`` when p lies inside the reference and ``ol``
+  otherwise. A point on the reference boundary has d = 0 and weight 1, so MSI(T = R) = 1 and the
+  score is continuous when a point crosses the boundary.
+
+Outputs stored on the :class:`~segmetrics.registry.StructurePair`:
+
+``pair.extras["msi_slices"]``
+    list of :class:`SliceMSI` (one per slice holding either structure), see there.
+``pair.extras["test_surface"]``
+    the test ``vtkPolyData`` (via :func:`segmetrics.mesh.cached_test_surface`) with point-data
+    arrays ``SignedDistance_mm`` (signed BLD, negative inside the reference; ``SignedDistance_px``
+    with ``units="pixel"``) and ``MSI`` (per-vertex weight).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import vtk
+from scipy import ndimage
+from scipy.optimize import linear_sum_assignment
+from scipy.spatial import cKDTree
+from skimage import measure
+from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
+
+from . import mesh
+from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group, undefined
+
+#: Contours are subdivided to at most this fraction of the smallest pixel size before distances
+#: are taken between points, which bounds the point-sampling error of FMinD to 1/8 pixel.
+SUBDIVISION = 0.25
+#: Number of worst slices listed in the ``msi`` value's params.
+WORST_SLICES = 5
+#: Status of slices that the FDA convention cannot score (more than one object or a hole).
+MULTIPLE_OBJECTS = "multiple_objects"
+#: Status of ``msi_3d`` for 2-D inputs, which have no surface.
+NOT_APPLICABLE = "not_applicable"
+
+MSI = MetricSpec("msi", "1", "higher", "Medical Similarity Index, slice-wise contour MSI (length-weighted)")
+MSI_3D = MetricSpec("msi_3d", "1", "higher", "Medical Similarity Index on the test surface mesh (area-weighted)")
+
+
+def weight_function(distance, level):
+    """WF(d, l) = exp(-d² / (2 (10/l)²)): the MSI weight of a distance ``d`` at severity ``l``.
+
+    ``distance`` and the width 10/l are in the same unit (mm, or pixels with ``units="pixel"``).
+    """
+    return np.exp(-0.5 * (np.asarray(distance, dtype=float) * np.asarray(level, dtype=float) / 10.0) ** 2)
+
+
+def bidirectional_local_distance(test_points, reference_points, test_to_reference=None, reference_to_test=None):
+    """BLD = max(FMinD, BMaxD) for every test point, with KD-trees (no all-pairs matrix).
+
+    Parameters
+    ----------
+    test_points, reference_points : ndarray, shape (N, d) and (M, d)
+        Boundary points in one frame and unit (mm in this package).
+    test_to_reference : ndarray (N,), optional
+        FMinD of each test point when known more exactly (e.g. exact point-to-surface distance);
+        default: distance to the nearest reference point.
+    reference_to_test : ndarray (M,), optional
+        Same for the reference points; BMaxD(p) is the largest of these among the reference
+        points whose nearest test point is p.
+
+    Returns
+    -------
+    ndarray (N,)
+        BLD of each test point (same unit as the points).
+    """
+    if test_to_reference is None:
+        test_to_reference = cKDTree(reference_points).query(test_points)[0]
+    back_distance, nearest_test = cKDTree(test_points).query(reference_points)
+    if reference_to_test is not None:
+        back_distance = reference_to_test
+    bmaxd = np.zeros(len(test_points))
+    np.maximum.at(bmaxd, nearest_test, back_distance)
+    return np.maximum(test_to_reference, bmaxd)
+
+
+@dataclass
+class SliceMSI:
+    """One row of the per-slice MSI table (``pair.extras["msi_slices"]``).
+
+    Attributes
+    ----------
+    slice : int
+        Index along the MSI axis (0 for a 2-D image).
+    position_mm : float
+        ``slice * spacing[axis]`` in mm (index-scaled, no origin).
+    msi : float
+        The slice's MSI (0 when one structure is missing; NaN only for FDA ``multiple_objects``).
+    weight : float
+        Weight in the structure's mean: contour length in mm (pixels with ``units="pixel"``)
+        of the test contours plus unpaired reference contours; in ``fda`` the number of boundary
+        pixels.
+    reference_contours, test_contours : int
+        Closed contours (outer boundaries and holes) in the slice.
+    reference_objects, test_objects : int
+        4-connected objects in the slice.
+    unpaired_reference, unpaired_test : int
+        Objects without a partner (missed / spurious); each scores 0.
+    status : str
+        ``ok``, ``test_empty``, ``reference_empty`` or ``multiple_objects`` (fda only).
+    """
+
+    slice: int
+    position_mm: float
+    msi: float
+    weight: float
+    reference_contours: int
+    test_contours: int
+    reference_objects: int
+    test_objects: int
+    unpaired_reference: int
+    unpaired_test: int
+    status: str
+
+
+# ---------------------------------------------------------------- default convention, 2-D
+
+
+@dataclass
+class _Object:
+    contours: list
+    centroid: np.ndarray
+
+    @property
+    def points(self):
+        return np.concatenate([c.points for c in self.contours])
+
+    @property
+    def point_weights(self):
+        return np.concatenate([c.point_weights for c in self.contours])
+
+    @property
+    def length(self):
+        return sum(c.length for c in self.contours)
+
+
+def _objects(mask2d, spacing2d):
+    """4-connected objects of a slice with their closed contours (mm, array order)."""
+    labels, count = ndimage.label(mask2d)
+    if count == 0:
+        return labels, []
+    centroids = np.asarray(ndimage.center_of_mass(mask2d, labels, range(1, count + 1))) * spacing2d
+    step = SUBDIVISION * min(spacing2d)
+    objects = []
+    for label, box in enumerate(ndimage.find_objects(labels), start=1):
+        offset = np.array([s.start for s in box]) * spacing2d
+        contours = mesh.contours_2d(labels[box] == label, spacing2d, max_segment_mm=step)
+        contours = [mesh.Contour(c.points + offset, c.lengths) for c in contours]
+        objects.append(_Object(contours, centroids[label - 1]))
+    return labels, objects
+
+
+def _inside(points, contours):
+    """Even-odd point-in-region test against closed contours (holes are outside)."""
+    parity = np.zeros(len(points), dtype=bool)
+    for contour in contours:
+        parity ^= measure.points_in_poly(points, contour.points)
+    return parity
+
+
+def _pair_objects(ref_labels, ref_objects, test_labels, test_objects, align):
+    """Group reference and test objects of one slice; return (groups, unpaired refs, unpaired tests).
+
+    Rule: an optimal one-to-one assignment (Hungarian) on a cost that prefers overlapping
+    pairs (higher IoU first, ``align="none"`` only) and then nearer centroids (after shifting the
+    test centroids onto the reference centre of mass with ``align="com"``). A left-over object
+    that overlaps an object of the other mask joins that object's group (a split or merged
+    structure is scored as one); a left-over object overlapping nothing is unpaired.
+    """
+    n_ref, n_test = len(ref_objects), len(test_objects)
+    joint = np.bincount(ref_labels.ravel() * (n_test + 1) + test_labels.ravel(), minlength=(n_ref + 1) * (n_test + 1))
+    overlap = joint.reshape(n_ref + 1, n_test + 1)[1:, 1:].astype(float)
+    sizes_ref = np.bincount(ref_labels.ravel(), minlength=n_ref + 1)[1:]
+    sizes_test = np.bincount(test_labels.ravel(), minlength=n_test + 1)[1:]
+    ref_centroids = np.array([o.centroid for o in ref_objects])
+    test_centroids = np.array([o.centroid for o in test_objects])
+    if align == "com":
+        shift = np.average(ref_centroids, axis=0, weights=sizes_ref) - np.average(test_centroids, axis=0, weights=sizes_test)
+        test_centroids = test_centroids + shift
+    elif align != "none":
+        raise ValueError(f"msi_align must be 'none' or 'com', got {align!r}")
+    cost = np.linalg.norm(ref_centroids[:, None] - test_centroids[None], axis=2)
+    if align == "none":
+        iou = overlap / (sizes_ref[:, None] + sizes_test[None] - overlap)
+        cost = (1.0 - iou) * (cost.max() + 1.0) + cost
+    rows, cols = linear_sum_assignment(cost)
+    groups = [([r], [c]) for r, c in zip(rows, cols)]
+    group_of_ref = dict(zip(rows, range(len(groups))))
+    group_of_test = dict(zip(cols, range(len(groups))))
+    unpaired_ref, unpaired_test = [], []
+    for t in sorted(set(range(n_test)) - set(cols)):
+        best = int(np.argmax(overlap[:, t])) if n_ref else -1
+        if best >= 0 and overlap[best, t] > 0:
+            groups[group_of_ref[best]][1].append(t)
+        else:
+            unpaired_test.append(t)
+    for r in sorted(set(range(n_ref)) - set(rows)):
+        best = int(np.argmax(overlap[r])) if n_test else -1
+        if best >= 0 and overlap[r, best] > 0:
+            groups[group_of_test[best]][0].append(r)
+        else:
+            unpaired_ref.append(r)
+    return groups, unpaired_ref, unpaired_test
+
+
+def _slice_default(ref2d, test2d, spacing2d, il, ol, align):
+    """(msi, weight, counts..., status) of one slice in the default convention."""
+    ref_labels, ref_objects = _objects(ref2d, spacing2d)
+    test_labels, test_objects = _objects(test2d, spacing2d)
+    counts = dict(
+        reference_contours=sum(len(o.contours) for o in ref_objects),
+        test_contours=sum(len(o.contours) for o in test_objects),
+        reference_objects=len(ref_objects),
+        test_objects=len(test_objects),
+    )
+    if not ref_objects or not test_objects:
+        missing = ref_objects or test_objects
+        status = Status.TEST_EMPTY if ref_objects else Status.REFERENCE_EMPTY
+        return 0.0, sum(o.length for o in missing), dict(counts, unpaired_reference=len(ref_objects), unpaired_test=len(test_objects)), status
+    groups, unpaired_ref, unpaired_test = _pair_objects(ref_labels, ref_objects, test_labels, test_objects, align)
+    score, weight = 0.0, 0.0
+    for ref_ids, test_ids in groups:
+        refs = [ref_objects[i] for i in ref_ids]
+        tests = [test_objects[i] for i in test_ids]
+        test_points = np.concatenate([o.points for o in tests])
+        point_weights = np.concatenate([o.point_weights for o in tests])
+        bld = bidirectional_local_distance(test_points, np.concatenate([o.points for o in refs]))
+        inside = _inside(test_points, [c for o in refs for c in o.contours])
+        score += float(np.sum(point_weights * weight_function(bld, np.where(inside, il, ol))))
+        weight += float(point_weights.sum())
+    weight += sum(ref_objects[i].length for i in unpaired_ref) + sum(test_objects[i].length for i in unpaired_test)
+    counts.update(unpaired_reference=len(unpaired_ref), unpaired_test=len(unpaired_test))
+    return score / weight, weight, counts, Status.OK
+
+
+# ---------------------------------------------------------------- FDA MISS-tool convention
+
+
+def _perimeter_pixels(mask2d):
+    """4-connected perimeter pixels (row, col) in the MISS-tool order.
+
+    Pixels outside the image count as foreground (like MATLAB's ``imerode``), so border pixels
+    are not perimeter unless they touch background inside the image. Order: start at the first
+    pixel in column-major order, then repeatedly the nearest unvisited pixel (lowest column-major
+    rank on ties). This walk is sequential by nature: a loop over boundary pixels, with an O(1)
+    8-neighbour look-up and a vectorised search only when the walk reaches a dead end.
+    """
+    perimeter = mask2d & ~ndimage.binary_erosion(mask2d, border_value=1)
+    cols, rows = np.nonzero(perimeter.T)  # column-major order
+    pixels = np.stack([rows, cols], axis=1)
+    rank = np.full((mask2d.shape[0] + 2, mask2d.shape[1] + 2), -1)
+    rank[rows + 1, cols + 1] = np.arange(len(pixels))
+    steps = [np.array(s) for s in ((-1, 0), (1, 0), (0, -1), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))]
+    visited = np.zeros(len(pixels), dtype=bool)
+    order = np.empty(len(pixels), dtype=int)
+    current = 0
+    for position in range(len(pixels)):
+        order[position] = current
+        visited[current] = True
+        if position == len(pixels) - 1:
+            break
+        candidates = [rank[tuple(pixels[current] + 1 + s)] for s in steps]
+        edge = [c for c in candidates[:4] if c >= 0 and not visited[c]]
+        corner = [c for c in candidates[4:] if c >= 0 and not visited[c]]
+        if edge or corner:
+            current = min(edge or corner)
+        else:
+            left = np.flatnonzero(~visited)
+            squared = np.sum((pixels[left] - pixels[current]) ** 2, axis=1)
+            current = left[squared == squared.min()].min()
+    return pixels[order]
+
+
+def _nearest_first(points, queries):
+    """Nearest point (lowest index on ties) and squared distance for each query; integer coordinates."""
+    tree = cKDTree(points)
+    k = min(8, len(points))
+    result = np.empty(len(queries), dtype=int)
+    todo = np.arange(len(queries))
+    while len(todo):
+        _, idx = tree.query(queries[todo], k=k)
+        idx = idx.reshape(len(todo), k)
+        squared = np.sum((points[idx] - queries[todo, None]) ** 2, axis=2)
+        best = squared.min(axis=1, keepdims=True)
+        result[todo] = np.where(squared == best, idx, len(points)).min(axis=1)
+        complete = (squared[:, -1] > best[:, 0]) | (k == len(points))
+        todo, k = todo[~complete], min(2 * k, len(points))
+    return result, np.sum((points[result] - queries) ** 2, axis=1)
+
+
+def _round_half_away(values):
+    return np.sign(values) * np.floor(np.abs(values) + 0.5)
+
+
+def _fda_counts(mask2d):
+    """Objects (8-connected) plus holes (4-connected background not reaching the border)."""
+    objects = ndimage.label(mask2d, structure=np.ones((3, 3)))[1]
+    background, count = ndimage.label(np.pad(~mask2d, 1, constant_values=True))
+    return objects + count - 1
+
+
+def fda_msi(reference2d, test2d, il: float = 1.0, ol: float = 1.0) -> float:
+    """MSI as computed by the US FDA MISS-tool (``MSI.m``), in pixel units.
+
+    Boundary = 4-connected perimeter pixels; centres of mass = rounded mean boundary position;
+    each test point's partner is chosen after shifting the test boundary onto the reference
+    centre of mass (its nearest reference point, or a farther reference point whose nearest shifted
+    test point it is; first on ties); the distance is then taken from the unshifted test pixel;
+    ``il`` applies when that pixel lies in the reference mask. Returns NaN when either mask has
+    more than one object or a hole (the tool refuses those).
+
+    Parameters
+    ----------
+    reference2d, test2d : ndarray of bool, shape (row, col)
+    il, ol : float
+        Severity levels inside / outside the reference.
+    """
+    reference2d, test2d = np.asarray(reference2d, bool), np.asarray(test2d, bool)
+    if _fda_counts(reference2d) != 1 or _fda_counts(test2d) != 1:
+        return math.nan
+    ref, test = _perimeter_pixels(reference2d), _perimeter_pixels(test2d)
+    shifted = test + (_round_half_away(ref.mean(0)) - _round_half_away(test.mean(0))).astype(int)
+    forward, forward_sq = _nearest_first(ref, shifted)
+    backward, backward_sq = _nearest_first(shifted, ref)
+    # per test point j: farthest reference point whose nearest shifted test point is j (first on ties)
+    order = np.lexsort((np.arange(len(ref)), -backward_sq, backward))
+    first = order[np.r_[True, backward[order][1:] != backward[order][:-1]]]
+    partner = forward.copy()
+    farther = backward_sq[first] > forward_sq[backward[first]]
+    partner[backward[first][farther]] = first[farther]
+    distance = np.linalg.norm(ref[partner] - test, axis=1)
+    inside = reference2d[test[:, 0], test[:, 1]]
+    return float(np.mean(weight_function(distance, np.where(inside, il, ol))))
+
+
+def _slice_fda(ref2d, test2d, il, ol):
+    counts = dict(
+        reference_contours=len(measure.find_contours(np.pad(ref2d, 1).astype(np.uint8), 0.5)) if ref2d.any() else 0,
+        test_contours=len(measure.find_contours(np.pad(test2d, 1).astype(np.uint8), 0.5)) if test2d.any() else 0,
+        reference_objects=ndimage.label(ref2d)[1],
+        test_objects=ndimage.label(test2d)[1],
+        unpaired_reference=0,
+        unpaired_test=0,
+    )
+    if not ref2d.any() or not test2d.any():
+        present = ref2d if ref2d.any() else test2d
+        status = Status.TEST_EMPTY if ref2d.any() else Status.REFERENCE_EMPTY
+        pixels = int(np.sum(present & ~ndimage.binary_erosion(present, border_value=1)))
+        return 0.0, float(pixels), counts, status
+    value = fda_msi(ref2d, test2d, il, ol)
+    weight = float(np.sum(test2d & ~ndimage.binary_erosion(test2d, border_value=1)))
+    return value, weight, counts, (MULTIPLE_OBJECTS if math.isnan(value) else Status.OK)
+
+
+# ---------------------------------------------------------------- slice-wise driver
+
+
+def slice_table(reference, test, spacing, params: Parameters | None = None) -> list:
+    """Per-slice MSI of two masks (2-D: one row; 3-D: one row per slice holding either mask).
+
+    Parameters
+    ----------
+    reference, test : ndarray of bool, shape (z, y, x) or (row, col)
+    spacing : tuple of float
+        Voxel size in mm in **array-axis order**.
+    params : Parameters
+        ``msi_il``, ``msi_ol``, ``msi_axis`` (array axis cut into slices, default 0),
+        ``msi_convention`` (``"default"`` or ``"fda"``), ``msi_units`` (``"mm"`` or ``"pixel"``;
+        ``fda`` is always in pixels), ``msi_align`` (``"none"`` or ``"com"``, pairing only).
+
+    Returns
+    -------
+    list of SliceMSI
+        Slices empty in both masks are skipped.
+    """
+    params = params or Parameters()
+    reference, test = np.asarray(reference, bool), np.asarray(test, bool)
+    spacing = np.asarray(spacing, dtype=float)
+    if reference.ndim == 2:
+        reference, test, spacing, axis = reference[None], test[None], np.r_[1.0, spacing], 0
+    else:
+        axis = params.msi_axis % 3
+    reference, test = np.moveaxis(reference, axis, 0), np.moveaxis(test, axis, 0)
+    in_plane = np.delete(spacing, axis)
+    scale = np.ones(2) if params.msi_units == "pixel" else in_plane
+    union = reference | test
+    rows = []
+    for k in np.flatnonzero(union.any(axis=(1, 2))):
+        box = ndimage.find_objects(union[k].astype(np.uint8))[0]
+        box = tuple(slice(max(s.start - 1, 0), s.stop + 1) for s in box)  # keep a background margin
+        ref2d, test2d = reference[k][box], test[k][box]
+        if params.msi_convention == "fda":
+            value, weight, counts, status = _slice_fda(ref2d, test2d, params.msi_il, params.msi_ol)
+        elif params.msi_convention == "default":
+            value, weight, counts, status = _slice_default(ref2d, test2d, scale, params.msi_il, params.msi_ol, params.msi_align)
+        else:
+            raise ValueError(f"msi_convention must be 'default' or 'fda', got {params.msi_convention!r}")
+        rows.append(SliceMSI(int(k), float(k * spacing[axis]), value, weight, status=status, **counts))
+    return rows
+
+
+def combine_slices(rows) -> float:
+    """Weighted mean of the slice MSIs (weights = ``SliceMSI.weight``), NaN slices left out."""
+    usable = [r for r in rows if not math.isnan(r.msi)]
+    total = sum(r.weight for r in usable)
+    return sum(r.msi * r.weight for r in usable) / total if total > 0 else math.nan
+
+
+# ---------------------------------------------------------------- 3-D surface MSI
+
+
+def _surface_distance(points_xyz, surface):
+    """Exact signed distance (negative inside) from points to a closed surface, vectorised in VTK."""
+    implicit = vtk.vtkImplicitPolyDataDistance()
+    implicit.SetInput(surface)
+    values = vtk.vtkDoubleArray()
+    implicit.FunctionValue(numpy_to_vtk(np.ascontiguousarray(points_xyz), deep=True), values)
+    return vtk_to_numpy(values).copy()
+
+
+def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.0):
+    """Per-vertex signed BLD and MSI weight on a test surface, and the area-weighted MSI.
+
+    FMinD is the exact distance from a test vertex to the reference surface (its sign says
+    inside/outside); BMaxD(p) is the largest exact distance to the test surface among reference
+    vertices whose nearest test vertex is p.
+
+    Parameters
+    ----------
+    test_surface, reference_surface : vtkPolyData
+        Closed, outward-oriented surfaces in one frame (e.g. :func:`segmetrics.mesh.surface_mesh`).
+    il, ol : float
+        Severity levels inside / outside the reference.
+
+    Returns
+    -------
+    signed_bld : ndarray (N,)
+        BLD per test vertex in the mesh unit (mm), negative inside the reference.
+    weights : ndarray (N,)
+        WF(|BLD|, il or ol) per test vertex.
+    msi : float
+        Mean of ``weights`` weighted by :func:`segmetrics.mesh.point_areas`.
+    """
+    test_xyz, ref_xyz = mesh.points(test_surface), mesh.points(reference_surface)
+    signed = _surface_distance(test_xyz, reference_surface)
+    back = np.abs(_surface_distance(ref_xyz, test_surface))
+    bld = bidirectional_local_distance(test_xyz, ref_xyz, np.abs(signed), back)
+    inside = signed < 0
+    weights = weight_function(bld, np.where(inside, il, ol))
+    msi = float(np.average(weights, weights=mesh.point_areas(test_surface)))
+    return np.where(inside, -bld, bld), weights, msi
+
+
+def _add_point_array(polydata, name, values):
+    array = numpy_to_vtk(np.ascontiguousarray(values, dtype=float), deep=True)
+    array.SetName(name)
+    polydata.GetPointData().AddArray(array)
+
+
+def _msi_3d(pair: StructurePair, params: Parameters) -> float:
+    test_surface = mesh.cached_test_surface(pair)
+    if params.msi_units == "pixel":  # same mask, same topology: vertices correspond one to one
+        signed, weights, _ = surface_msi(mesh.surface_mesh(pair.test, (1, 1, 1)), mesh.surface_mesh(pair.reference, (1, 1, 1)), params.msi_il, params.msi_ol)
+        name = "SignedDistance_px"
+    else:
+        signed, weights, _ = surface_msi(test_surface, mesh.cached_reference_surface(pair), params.msi_il, params.msi_ol)
+        name = "SignedDistance_mm"
+    _add_point_array(test_surface, name, signed)
+    _add_point_array(test_surface, "MSI", weights)
+    return float(np.average(weights, weights=mesh.point_areas(test_surface)))
+
+
+# ---------------------------------------------------------------- metric group
+
+
+def compute(pair: StructurePair, params: Parameters) -> list:
+    """The ``msi`` and ``msi_3d`` values of a structure pair (see module docstring for extras).
+
+    Empty masks: both empty → NaN (``both_empty``); one empty → 0 (``test_empty`` /
+    ``reference_empty``). ``msi_3d`` of a 2-D pair is NaN (``not_applicable``).
+    """
+    used = dict(il=params.msi_il, ol=params.msi_ol, axis=params.msi_axis, convention=params.msi_convention,
+                units="pixel" if params.msi_convention == "fda" else params.msi_units, align=params.msi_align)
+    status = pair.emptiness
+    if status == Status.BOTH_EMPTY:
+        return [undefined(MSI, status, used), undefined(MSI_3D, status, used)]
+    rows = slice_table(pair.reference, pair.test, pair.spacing, params)
+    pair.extras["msi_slices"] = rows
+    if status != Status.OK:
+        msi = MetricValue(MSI.name, 0.0, MSI.unit, status, used)
+    else:
+        worst = sorted((r for r in rows if not math.isnan(r.msi)), key=lambda r: r.msi)[:WORST_SLICES]
+        value = combine_slices(rows)
+        msi = MetricValue(MSI.name, value, MSI.unit, Status.OK if not math.isnan(value) else MULTIPLE_OBJECTS,
+                          dict(used, worst_slices=[r.slice for r in worst]))
+    surface_params = dict(used, convention="default", units=params.msi_units)
+    if pair.reference.ndim == 2:
+        msi_3d = undefined(MSI_3D, NOT_APPLICABLE, surface_params)
+    elif status != Status.OK:
+        msi_3d = MetricValue(MSI_3D.name, 0.0, MSI_3D.unit, status, surface_params)
+    else:
+        msi_3d = MetricValue(MSI_3D.name, _msi_3d(pair, params), MSI_3D.unit, Status.OK, surface_params)
+    return [msi, msi_3d]
+
+
+register_group(MetricGroup("msi", (MSI, MSI_3D), compute, "Medical Similarity Index (slice-wise contours and 3-D surface)"))
