@@ -142,7 +142,7 @@ def surface_centre(points: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.average(points, axis=0, weights=weights)
 
 
-def local_roughness(points: np.ndarray, weights: np.ndarray, radius: float, chunk: int = 20000) -> np.ndarray:
+def local_roughness(points: np.ndarray, weights: np.ndarray, radius: float, max_pairs: int = 4_000_000) -> np.ndarray:
     """Per-point roughness: mean ``|ζ - mean ζ|`` over the window centred on each point (mm).
 
     ζ is the distance of a point to the weighted centre of gravity of the surface. The window of
@@ -158,11 +158,13 @@ def local_roughness(points: np.ndarray, weights: np.ndarray, radius: float, chun
         Area (mm²) or length (mm) attributed to each point.
     radius : float
         Window radius in mm.
-    chunk : int
-        Window centres processed per block (bounds the memory of the neighbour lists).
+    max_pairs : int
+        Approximate number of (window, member) pairs held in memory at once.
     """
     zeta = np.linalg.norm(points - surface_centre(points, weights), axis=1)
     tree = cKDTree(points)
+    sample = points[:: max(len(points) // 200, 1)]
+    chunk = max(int(max_pairs / tree.query_ball_point(sample, radius, return_length=True).mean()), 1)
     result = np.empty(len(points))
     for start in range(0, len(points), chunk):
         centres = points[start:start + chunk]
@@ -322,6 +324,8 @@ ROUGHNESS_METRICS = (
     MetricSpec("ard_mm", "mm", "lower", "Average Roughness Distance (mean radial gap between the surfaces)"),
 )
 
+#: RI_reference at or below this (mm, or voxels in the paper convention) counts as 0 (rounding).
+SMOOTH_TOLERANCE = 1e-9
 #: Point-data array added to the test and reference surface polydata (default convention, 3-D).
 ROUGHNESS_ARRAY = "Roughness_mm"
 
@@ -378,7 +382,7 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     window radius in mm, default :data:`DEFAULT_WINDOW_MM`) or ``"paper"`` (index units;
     the window is the tile side in voxels, default 7 % of the first array side). Values that
     cannot be computed are NaN with the pair's emptiness status; RR is NaN with status
-    ``reference_smooth`` when RI_reference is 0.
+    ``reference_smooth`` when RI_reference is 0 (up to :data:`SMOOTH_TOLERANCE`).
     """
     if params.roughness_convention == "default":
         ri, ard, unit, used = _default_values(pair, params.roughness_window_mm)
@@ -388,7 +392,8 @@ def compute(pair: StructurePair, params: Parameters) -> list:
         raise ValueError(f"roughness_convention must be 'default' or 'paper', got {params.roughness_convention!r}")
     pair_status = pair.emptiness
     ri_reference, ri_test = ri
-    rr_status = pair_status if pair_status != Status.OK or ri_reference > 0 else Status.REFERENCE_SMOOTH
+    smooth = pair_status == Status.OK and ri_reference <= SMOOTH_TOLERANCE
+    rr_status = Status.REFERENCE_SMOOTH if smooth else pair_status
     rr = abs(ri_test - ri_reference) / ri_reference if rr_status == Status.OK else math.nan
     statuses = (
         Status.OK if pair.reference.any() else pair_status,
