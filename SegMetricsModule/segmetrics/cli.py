@@ -84,21 +84,93 @@ def _run_frames(args) -> int:
 
 
 def _add_batch_parser(subparsers) -> None:
-    """Owned by the batch work (issue 7)."""
+    p = subparsers.add_parser(
+        "batch", help="evaluate many cases (resumable, parallel or on Dask) and write records and a report",
+        description="Evaluate every case of a manifest or of two folders; results are appended per case to "
+                    "OUTPUT/results.csv and results.jsonl; re-running the command resumes (finished cases are "
+                    "skipped, failed ones retried). Exit status 1 when a case failed.")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--manifest", metavar="CSV",
+                        help="CSV with columns case_id, reference, test and optional names (label map JSON)")
+    source.add_argument("--reference-dir", metavar="DIR", help="folder of references, matched to --test-dir by file name")
+    p.add_argument("--test-dir", metavar="DIR", help="folder of test segmentations (with --reference-dir)")
+    p.add_argument("--names", metavar="JSON", help='label value -> name map for folder mode, e.g. {"1": "liver"}')
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder of the results (resumed if present)")
+    p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
+    p.add_argument("--metrics", default="all", help="comma-separated metric or group names (default: all)")
+    p.add_argument("--params", metavar="JSON", help="JSON object of metric parameters (segmetrics.Parameters fields, "
+                                                     'e.g. {"hd_percentile": 95, "nsd_tolerance_mm": 1})')
+    p.add_argument("--resample-to", choices=["reference"], help="resample tests onto the reference grid (nearest)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1); Dask workers with --scheduler local")
+    p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster: 'local' or a scheduler address "
+                                                         "(tcp://host:8786); needs segmetrics[distributed]")
+    p.add_argument("--report", metavar="DIR", help="write report.html, report.md, aggregate.csv and figures here")
+    p.add_argument("--penalty", default="diagonal", metavar="POLICY",
+                   help="empty-mask penalty at aggregation: 'diagonal' (image diagonal, default), 'none' or a value in mm")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=_run_batch)
 
 
 def _run_batch(args) -> int:
-    """Owned by the batch work (issue 7)."""
-    raise NotImplementedError
+    import importlib.util
+    import json
+
+    from .batch import match_folders, read_manifest, run_batch
+    from .registry import Parameters
+
+    if args.manifest:
+        cases, unmatched = read_manifest(args.manifest), {}
+    elif not args.test_dir:
+        raise UserError("--reference-dir needs --test-dir")
+    else:
+        cases, unmatched = match_folders(args.reference_dir, args.test_dir, args.names)
+    for side, files in unmatched.items():
+        if files:
+            print(f"unmatched {side} files ({len(files)}): {', '.join(files)}", file=sys.stderr)
+    if not cases:
+        raise UserError("no cases to evaluate")
+    if args.scheduler and importlib.util.find_spec("distributed") is None:
+        raise UserError("--scheduler needs dask.distributed: pip install 'segmetrics[distributed]'")
+    penalty = args.penalty if args.penalty in ("diagonal", "none") else float(args.penalty)
+    try:
+        params = Parameters(**json.loads(open(args.params).read())) if args.params else Parameters()
+    except TypeError as error:
+        raise UserError(f"--params {args.params}: {error}") from error
+    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    summary = run_batch(cases, args.output, metrics=args.metrics, params=params, resample_to=args.resample_to,
+                        labels=labels, workers=args.workers, scheduler=args.scheduler,
+                        progress=not args.no_progress, unmatched=unmatched)
+    print(f"{len(summary.cases)} cases: {len(summary.computed)} computed, {len(summary.skipped)} already done, "
+          f"{len(summary.failed)} failed; results in {summary.output}")
+    for case_id, error in summary.failed.items():
+        print(f"failed {case_id}: {error}", file=sys.stderr)
+    if args.report:
+        from .report import print_summary, report_batch
+
+        job = {"metrics": args.metrics, "params": params, "resample_to": args.resample_to}
+        print_summary(*report_batch(summary.output, cases, args.report, penalty=penalty, job=job))
+    return summary.exit_code
 
 
 def _add_demo_parser(subparsers) -> None:
-    """Owned by the demo work (issue 7)."""
+    p = subparsers.add_parser("demo", help="batch + report on built-in real data (slicerio CT chest vs simulated auto-contours)")
+    p.add_argument("-o", "--output", default="segmetrics-demo", metavar="DIR", help="output folder (default ./segmetrics-demo)")
+    p.add_argument("--cases", type=int, default=4, help="number of simulated auto-contours (default 4)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=_run_demo)
 
 
 def _run_demo(args) -> int:
-    """Owned by the demo work (issue 7)."""
-    raise NotImplementedError
+    from .demo import run_demo
+    from .report import print_summary
+
+    agg, html_path, summary = run_demo(args.output, n_cases=args.cases, workers=args.workers,
+                                       progress=not args.no_progress)
+    for case_id, error in summary.failed.items():
+        print(f"failed {case_id}: {error}", file=sys.stderr)
+    print_summary(agg, html_path)
+    return summary.exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -52,13 +52,22 @@ def summary_table(agg: Aggregate):
     """The overall table as a :class:`rich.table.Table` (for the terminal)."""
     from rich.table import Table
 
-    header, rows = summary_rows(agg)
-    table = Table(title=f"{agg.n_cases} cases, all classes")
-    for name in header:
+    table = Table(title=f"{agg.n_cases} cases, all classes ({len(agg.failed)} failed)")
+    for name in ("metric", "unit", "n used / n", "mean", "class-balanced mean", "median", "95% CI of mean", "statuses"):
         table.add_column(name, justify="left" if name in ("metric", "unit", "statuses") else "right")
-    for row in rows:
-        table.add_row(*row)
+    for r in agg.rows:
+        if r["structure"] == OVERALL:
+            table.add_row(r["metric"], r["unit"], f"{r['n_used']} / {r['n']}", format_value(r["mean"]),
+                          format_value(r["class_mean"]), format_value(r["median"]), _ci(r), _statuses(r))
     return table
+
+
+def print_summary(agg: Aggregate, html_path) -> None:
+    """Print the overall table and the report path to the terminal."""
+    from rich.console import Console
+
+    Console().print(summary_table(agg))
+    print(f"report: {Path(html_path).resolve()}")
 
 
 # ---------------------------------------------------------------------------------- figures
