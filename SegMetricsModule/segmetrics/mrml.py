@@ -337,14 +337,8 @@ def fill_results_table(table_node, result: ComparisonResult) -> None:
 
 
 def slice_rows(structure) -> list:
-    """Per-slice MSI rows (list of dicts) of a structure, empty when MSI was not computed."""
-    rows = structure.extras.get("msi_slices")
-    if rows is None:
-        return []
-    if isinstance(rows, dict):  # columns -> rows
-        keys = list(rows)
-        return [dict(zip(keys, values)) for values in zip(*rows.values())]
-    return [dict(r) for r in rows]
+    """Per-slice MSI rows of a structure as dicts (empty when MSI was not computed)."""
+    return [dict(r) if isinstance(r, dict) else vars(r) for r in structure.extras.get("msi_slices", [])]
 
 
 def _slice_key(rows: list) -> str:
