@@ -75,12 +75,44 @@ def _run_compare(args) -> int:
 
 
 def _add_frames_parser(subparsers) -> None:
-    """Owned by the frames/instances work (issue 5)."""
+    p = subparsers.add_parser(
+        "frames", help="multi-class frame metrics (challenge IoU, ISI-IoU, mcIoU, mDice) and instance AP over two folders")
+    p.add_argument("prediction_dir", help="folder of predicted label maps (PNG, NRRD, NIfTI, MHA, .npy)")
+    p.add_argument("ground_truth_dir", help="folder of ground-truth label maps, paired with predictions by file name")
+    p.add_argument("--classes", metavar="JSON", help='JSON {"1": "LAV", ...}: classes to score and their names '
+                   "(default: every non-zero label found; 0 is never scored)")
+    p.add_argument("--absent-class", default="ignore", choices=["ignore", "one"],
+                   help="a class absent from both in a frame: ignored (default) or scored 1")
+    p.add_argument("--empty-frame", default="skip", choices=["skip", "one"],
+                   help="a frame empty in both: skipped by challenge/ISI IoU (default) or scored 1")
+    p.add_argument("--empty-reference", default="skip", choices=["skip", "zero"],
+                   help="a frame with empty ground truth but a prediction: skipped by challenge IoU (default) or 0")
+    p.add_argument("--instances", action="store_true",
+                   help="also COCO mask AP (map50, map95, map50_95) and detection precision/recall/F1")
+    p.add_argument("--connectivity", type=int, help="connected-component connectivity, 1 (faces) .. ndim (corners); default ndim")
+    p.add_argument("--instance-dirs", nargs=2, metavar=("PRED_INST_DIR", "GT_INST_DIR"),
+                   help="instance label maps instead of connected components (class = majority class of the frame)")
+    p.add_argument("--scores", metavar="PATH", help="instance scores: folder of probability maps paired by name "
+                   "(mean inside each instance) or JSON/CSV (frame,instance,score); default 1, ties in file-name order")
+    p.add_argument("--detection-iou", type=float, default=0.5, help="IoU threshold of the detection counts (default 0.5)")
+    p.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    p.add_argument("-o", "--output", help="write to this file instead of standard output")
+    p.set_defaults(run=_run_frames)
 
 
 def _run_frames(args) -> int:
-    """Owned by the frames/instances work (issue 5)."""
-    raise NotImplementedError
+    from .frames import EdgeRules, evaluate_folders, write_frame_result
+    from .io import read_name_map
+
+    rules = EdgeRules(args.absent_class, args.empty_frame, args.empty_reference)
+    result = evaluate_folders(
+        args.prediction_dir, args.ground_truth_dir, classes=read_name_map(args.classes) if args.classes else None,
+        rules=rules, instances=args.instances or bool(args.instance_dirs or args.scores),
+        connectivity=args.connectivity, scores=args.scores, detection_iou=args.detection_iou,
+        instance_dirs=args.instance_dirs,
+    )
+    write_frame_result(result, args.format, args.output)
+    return 0
 
 
 def _add_batch_parser(subparsers) -> None:

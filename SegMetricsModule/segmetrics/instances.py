@@ -63,6 +63,13 @@ class Instances:
         """Pixel/voxel count of each instance, shape (n,)."""
         return np.bincount(self.labels.ravel(), minlength=len(self) + 1)[1:]
 
+    def keep_classes(self, class_ids) -> "Instances":
+        """Only the instances whose class is in ``class_ids`` (renumbered, order kept)."""
+        keep = np.isin(self.classes, list(class_ids))
+        lookup = np.zeros(len(self) + 1, dtype=np.int64)
+        lookup[1:][keep] = np.arange(1, keep.sum() + 1)
+        return Instances(lookup[self.labels], self.ids[keep], self.classes[keep], self.scores[keep])
+
 
 def instances_from_semantic(label_map, connectivity: int | None = None, class_ids=None) -> Instances:
     """Connected components of each class of a semantic label map, as instances.

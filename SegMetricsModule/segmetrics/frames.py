@@ -1,0 +1,476 @@
+"""Multi-class evaluation of a set of frames: challenge IoU, ISI-IoU, mcIoU, mDice (ISINet conventions).
+
+Each frame is a 2-D label map ``(row, col)`` (or one 3-D volume ``(z, y, x)`` per case) of class
+ids; 0 is background and never scored. Per frame and class c, with P = predicted pixels of c and
+G = ground-truth pixels of c (pixel/voxel counts, no spacing needed)::
+
+    IoU_c = |P ∩ G| / |P ∪ G|          Dice_c = 2 |P ∩ G| / (|P| + |G|)
+
+- **challenge IoU**: per frame, mean IoU over the classes present in the ground truth; then mean
+  over frames.
+- **ISI-IoU**: per frame, mean IoU over the classes present in ground truth or prediction; then
+  mean over frames.
+- **mcIoU** / **mDice**: per class, mean over the frames where the class is in either; then mean
+  over the classes with at least one such frame.
+
+Edge rules (:class:`EdgeRules`, defaults = ISINet):
+
+- ``absent_class="ignore"``: a class absent from both in a frame is left out for that frame
+  (``"one"``: it scores 1 in ISI-IoU, mcIoU and mDice).
+- ``empty_frame="skip"``: a frame without any scored class in either is left out of challenge IoU
+  and ISI-IoU (``"one"``: it scores 1 in both).
+- ``empty_reference="skip"``: a frame whose ground truth has no scored class but whose prediction
+  has one is left out of challenge IoU (``"zero"``: it scores 0). ISI-IoU scores such a frame 0.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .registry import MetricValue, Status, emptiness_status
+
+#: File endings read as frames (longest first so ``.nii.gz`` wins over ``.gz``).
+FRAME_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".png", ".npy", ".tif", ".tiff", ".bmp")
+SUMMARY = "all classes"
+
+
+@dataclass(frozen=True)
+class EdgeRules:
+    """How frames and classes without pixels are treated (see the module docstring)."""
+
+    absent_class: str = "ignore"  # or "one"
+    empty_frame: str = "skip"  # or "one"
+    empty_reference: str = "skip"  # or "zero"
+
+    def __post_init__(self):
+        allowed = {"absent_class": ("ignore", "one"), "empty_frame": ("skip", "one"), "empty_reference": ("skip", "zero")}
+        for name, choices in allowed.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
+
+
+def class_columns(label_map, class_ids) -> np.ndarray:
+    """Column ``1..K`` of each pixel's class in ``class_ids`` (0 = background or unscored label)."""
+    ids = np.asarray(class_ids)
+    order = np.argsort(ids)
+    position = np.searchsorted(ids[order], label_map).clip(max=len(ids) - 1)
+    return np.where(ids[order][position] == label_map, order[position] + 1, 0)
+
+
+def frame_overlaps(prediction, ground_truth, class_ids):
+    """Per-class ``(intersection, predicted, reference)`` pixel counts of one frame, each shape (K,).
+
+    One ``np.bincount`` over ``prediction_column * (K + 1) + reference_column``: the confusion
+    matrix of the frame, whose diagonal, row sums and column sums are the three counts.
+    """
+    prediction, ground_truth = np.asarray(prediction), np.asarray(ground_truth)
+    if prediction.shape != ground_truth.shape:
+        raise ValueError(f"prediction shape {prediction.shape} differs from ground truth shape {ground_truth.shape}")
+    k = len(class_ids) + 1
+    joint = class_columns(prediction, class_ids) * k + class_columns(ground_truth, class_ids)
+    confusion = np.bincount(joint.ravel(), minlength=k * k).reshape(k, k)  # rows: prediction
+    return np.diag(confusion)[1:], confusion.sum(axis=1)[1:], confusion.sum(axis=0)[1:]
+
+
+def _mean(values, axis=None):
+    """Mean of the finite entries (NaN when there are none), without warnings."""
+    finite = np.isfinite(values)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(finite, values, 0).sum(axis=axis) / finite.sum(axis=axis)
+
+
+@dataclass
+class FrameResult:
+    """Per-frame, per-class pixel counts and every average derived from them.
+
+    ``intersection``, ``predicted`` and ``reference`` are ``(n_frames, n_classes)`` pixel counts;
+    ``pixels`` is the pixel count of each frame. ``instances`` / ``detection`` hold the optional
+    instance AP (:class:`~segmetrics.instances.APResult`) and detection counts.
+    """
+
+    frame_names: list
+    class_ids: list
+    class_names: list
+    intersection: np.ndarray
+    predicted: np.ndarray
+    reference: np.ndarray
+    pixels: np.ndarray
+    rules: EdgeRules = field(default_factory=EdgeRules)
+    notes: list = field(default_factory=list)
+    instances: object = None
+    detection: object = None
+
+    def _scores(self, numerator, denominator):
+        present = self.predicted + self.reference > 0
+        absent = 1.0 if self.rules.absent_class == "one" else np.nan
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(present, numerator / denominator, absent)
+
+    @property
+    def iou(self) -> np.ndarray:
+        """IoU per frame and class (absent classes NaN, or 1 under ``absent_class="one"``)."""
+        return self._scores(self.intersection, self.predicted + self.reference - self.intersection)
+
+    @property
+    def dice(self) -> np.ndarray:
+        """Dice per frame and class (absent classes as in :attr:`iou`)."""
+        return self._scores(2 * self.intersection, self.predicted + self.reference)
+
+    def _frame_rule(self, values, reference_empty_value):
+        """Apply the frame-level edge rules to per-frame means."""
+        frame_empty = (self.predicted + self.reference).sum(axis=1) == 0
+        values = np.where(frame_empty, 1.0 if self.rules.empty_frame == "one" else np.nan, values)
+        reference_empty = (self.reference.sum(axis=1) == 0) & ~frame_empty
+        return np.where(reference_empty, reference_empty_value, values) if reference_empty_value is not None else values
+
+    @property
+    def frame_challenge_iou(self) -> np.ndarray:
+        """Per frame: mean IoU over the classes in the ground truth (NaN = frame skipped)."""
+        in_reference = np.where(self.reference > 0, self.iou, np.nan)
+        empty_reference = 0.0 if self.rules.empty_reference == "zero" else np.nan
+        return self._frame_rule(_mean(in_reference, axis=1), empty_reference)
+
+    @property
+    def frame_isi_iou(self) -> np.ndarray:
+        """Per frame: mean IoU over the classes in ground truth or prediction (NaN = frame skipped)."""
+        return self._frame_rule(_mean(self.iou, axis=1), None)
+
+    @property
+    def class_iou(self) -> np.ndarray:
+        """Per class: mean IoU over the frames where it counts (NaN when it never does)."""
+        return _mean(self.iou, axis=0)
+
+    @property
+    def class_dice(self) -> np.ndarray:
+        """Per class: mean Dice over the frames where it counts."""
+        return _mean(self.dice, axis=0)
+
+    def summary(self) -> dict:
+        """``{name: MetricValue}`` for challenge_iou, isi_iou, mciou, mdice (and map50, map95, map50_95)."""
+        rules = asdict(self.rules)
+        values = {}
+        for name, per_item, unit_of_mean in (
+            ("challenge_iou", self.frame_challenge_iou, "frames"),
+            ("isi_iou", self.frame_isi_iou, "frames"),
+            ("mciou", self.class_iou, "classes"),
+            ("mdice", self.class_dice, "classes"),
+        ):
+            used = int(np.isfinite(per_item).sum())
+            status = Status.OK if used else self._overall_status()
+            values[name] = MetricValue(name, float(_mean(per_item)), "", status, {**rules, f"n_{unit_of_mean}_used": used})
+        if self.instances is not None:
+            values.update({v.metric: v for v in self.instances.summary_values()})
+        if self.detection is not None:
+            values.update({v.metric: v for v in self.detection.values()})
+        return values
+
+    def _overall_status(self) -> str:
+        return emptiness_status(bool(self.reference.sum()), bool(self.predicted.sum()))
+
+    def class_values(self, k: int) -> list:
+        """Metric values of class column ``k``: mean IoU and Dice, pixel shares, frame counts (and AP)."""
+        status = emptiness_status(bool(self.reference[:, k].sum()), bool(self.predicted[:, k].sum()))
+        total = float(self.pixels.sum())
+        values = [
+            MetricValue("iou", float(self.class_iou[k]), "", status, {"n_frames_used": int(np.isfinite(self.iou[:, k]).sum())}),
+            MetricValue("dice", float(self.class_dice[k]), "", status),
+            MetricValue("reference_pixel_share", self.reference[:, k].sum() / total if total else math.nan, "fraction", status),
+            MetricValue("test_pixel_share", self.predicted[:, k].sum() / total if total else math.nan, "fraction", status),
+            MetricValue("n_frames_reference", float((self.reference[:, k] > 0).sum()), "count", status),
+            MetricValue("n_frames_test", float((self.predicted[:, k] > 0).sum()), "count", status),
+        ]
+        if self.instances is not None:
+            values += self.instances.class_values(self.instances.classes.index(self.class_ids[k]))
+        return values
+
+    def records(self) -> list:
+        """Summary and per-class records ``{structure, reference_label, test_label, metric, value, unit, status, params}``."""
+        rows = [(SUMMARY, None, v) for v in self.summary().values()]
+        rows += [(name, cid, v) for k, (cid, name) in enumerate(zip(self.class_ids, self.class_names))
+                 for v in self.class_values(k)]
+        return [_record(name, cid, v) for name, cid, v in rows]
+
+    def frame_records(self) -> list:
+        """Per-frame records: IoU and Dice of every class, and the frame's challenge and ISI IoU."""
+        iou, dice = self.iou, self.dice
+        challenge, isi = self.frame_challenge_iou, self.frame_isi_iou
+        rows = []
+        for i, frame in enumerate(self.frame_names):
+            frame_status = emptiness_status(bool(self.reference[i].sum()), bool(self.predicted[i].sum()))
+            rows.append({"frame": frame, **_record(SUMMARY, None, MetricValue("challenge_iou", float(challenge[i]), "", frame_status))})
+            rows.append({"frame": frame, **_record(SUMMARY, None, MetricValue("isi_iou", float(isi[i]), "", frame_status))})
+            for k, (cid, name) in enumerate(zip(self.class_ids, self.class_names)):
+                status = emptiness_status(bool(self.reference[i, k]), bool(self.predicted[i, k]))
+                rows.append({"frame": frame, **_record(name, cid, MetricValue("iou", float(iou[i, k]), "", status))})
+                rows.append({"frame": frame, **_record(name, cid, MetricValue("dice", float(dice[i, k]), "", status))})
+        return rows
+
+
+def _record(structure, label, value: MetricValue) -> dict:
+    return {"structure": structure, "reference_label": label, "test_label": label, "metric": value.metric,
+            "value": value.value, "unit": value.unit, "status": value.status, "params": value.params}
+
+
+def evaluate_frames(predictions, ground_truths, classes=None, rules: EdgeRules | None = None, frame_names=None) -> FrameResult:
+    """Challenge IoU, ISI-IoU, mcIoU and mDice of paired multi-class frames.
+
+    Parameters
+    ----------
+    predictions, ground_truths : sequences of ndarray
+        Paired label maps of class ids, 2-D ``(row, col)`` frames or 3-D ``(z, y, x)`` volumes;
+        each pair must have one shape. Counts are in pixels/voxels (spacing plays no role).
+    classes : dict or iterable of int, optional
+        ``{class id: name}`` or class ids to score; default every non-zero label found. Label 0
+        is never scored; labels not listed count as background.
+    rules : EdgeRules, optional
+        Edge rules (default ISINet: absent classes ignored, empty frames skipped, frames with
+        empty ground truth skipped by challenge IoU).
+    frame_names : list of str, optional
+        Names used in per-frame records (default ``"0"``, ``"1"``, ...).
+    """
+    predictions, ground_truths = list(predictions), list(ground_truths)
+    if len(predictions) != len(ground_truths):
+        raise ValueError(f"{len(predictions)} predictions but {len(ground_truths)} ground-truth frames")
+    if classes is None:
+        found = set()
+        for frame in predictions + ground_truths:
+            found.update(np.unique(frame).tolist())
+        classes = sorted(found - {0})
+    names = dict(classes) if isinstance(classes, dict) else {c: str(c) for c in classes}
+    names.pop(0, None)
+    class_ids = sorted(names)
+    counts = [frame_overlaps(p, g, class_ids) for p, g in zip(predictions, ground_truths)]
+    stacked = [np.array([c[i] for c in counts]).reshape(len(counts), len(class_ids)) for i in range(3)]
+    return FrameResult(
+        frame_names=list(frame_names) if frame_names is not None else [str(i) for i in range(len(counts))],
+        class_ids=class_ids,
+        class_names=[names[c] for c in class_ids],
+        intersection=stacked[0],
+        predicted=stacked[1],
+        reference=stacked[2],
+        pixels=np.array([np.asarray(g).size for g in ground_truths], dtype=np.int64),
+        rules=rules or EdgeRules(),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Folders of frames
+
+
+def frame_key(path: Path):
+    """File name without its image suffix (``a.nii.gz`` -> ``a``); None for other files."""
+    name = path.name
+    suffix = next((s for s in FRAME_SUFFIXES if name.lower().endswith(s)), None)
+    return name[: -len(suffix)] if suffix and not name.startswith(".") else None
+
+
+def pair_frames(prediction_dir, ground_truth_dir):
+    """Pair frame files of two folders by file name (suffix ignored).
+
+    Returns ``(pairs, prediction_only, ground_truth_only)`` with ``pairs`` a name-sorted list of
+    ``(name, prediction_path, ground_truth_path)``.
+    """
+    found = []
+    for folder in (Path(prediction_dir), Path(ground_truth_dir)):
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{folder}: not a folder")
+        found.append({frame_key(p): p for p in sorted(folder.iterdir()) if p.is_file() and frame_key(p)})
+    predicted, reference = found
+    pairs = [(key, predicted[key], reference[key]) for key in sorted(predicted.keys() & reference.keys())]
+    return pairs, sorted(predicted.keys() - reference.keys()), sorted(reference.keys() - predicted.keys())
+
+
+def read_frame(path, labels: bool = True) -> np.ndarray:
+    """Array of a frame file (``.npy`` via NumPy, images via :mod:`segmetrics.io`), array-axis order.
+
+    ``labels=False`` keeps non-integer values (probability or score maps).
+    """
+    from .io import load_label_image, read_label_image
+
+    path = Path(path)
+    if path.suffix.lower() == ".npy":
+        array = np.load(path, allow_pickle=False)
+        if labels and not np.issubdtype(array.dtype, np.integer) and array.dtype != bool:
+            if not np.array_equal(array, np.round(array)):
+                raise ValueError(f"{path}: holds non-integer values, not a label map")
+            array = array.astype(np.int64)
+        return array
+    return load_label_image(path).array if labels else read_label_image(path).array
+
+
+def read_scores(path) -> dict:
+    """Instance scores ``{frame name: {instance id: score}}`` from a JSON object or a CSV with
+    columns ``frame,instance,score``."""
+    path = Path(path)
+    if path.suffix.lower() == ".csv":
+        table: dict = {}
+        with open(path, newline="") as handle:
+            for row in csv.DictReader(handle):
+                try:
+                    table.setdefault(row["frame"], {})[int(row["instance"])] = float(row["score"])
+                except (KeyError, TypeError, ValueError) as error:
+                    raise ValueError(f"{path}: needs columns frame,instance,score with numbers ({error})") from error
+        return table
+    try:
+        raw = json.loads(path.read_text())
+        return {str(frame): {int(k): float(v) for k, v in scores.items()} for frame, scores in raw.items()}
+    except (ValueError, AttributeError) as error:
+        raise ValueError(f'{path}: expected JSON like {{"frame": {{"1": 0.9}}}} ({error})') from error
+
+
+def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: EdgeRules | None = None,
+                     instances: bool = False, connectivity: int | None = None, scores=None,
+                     detection_iou: float = 0.5, instance_dirs=None) -> FrameResult:
+    """:func:`evaluate_frames` on two folders paired by file name, optionally with instance AP.
+
+    Parameters
+    ----------
+    prediction_dir, ground_truth_dir : path
+        Folders of frames (PNG, NRRD, NIfTI, MHA or ``.npy``); unmatched files are listed in
+        ``notes``. Frames are taken in file-name order (this order breaks AP score ties).
+    classes : dict or iterable, optional
+        As in :func:`evaluate_frames`.
+    instances : bool
+        Also compute COCO mask AP and detection precision/recall/F1.
+    connectivity : int, optional
+        Connectivity of the connected components per class (1 = face neighbours ... ndim = corner
+        neighbours; default ndim).
+    scores : path, optional
+        A folder of probability/score maps paired by name (score = mean inside the instance), or
+        a JSON/CSV file of scores per frame and instance id; default every score is 1.
+    detection_iou : float
+        IoU threshold of the detection counts.
+    instance_dirs : (path, path), optional
+        Folders of instance label maps (prediction, ground truth) paired by name; each instance
+        takes the class covering most of it in the frame. Default: connected components.
+    """
+    from .instances import IOU_THRESHOLDS, accumulate_ap, count_detections, image_matches
+
+    pairs, prediction_only, reference_only = pair_frames(prediction_dir, ground_truth_dir)
+    if not pairs:
+        raise ValueError(f"no frame file names in common between {prediction_dir} and {ground_truth_dir}")
+    notes = []
+    if prediction_only:
+        notes.append(f"{len(prediction_only)} prediction frame(s) without ground truth, skipped: {', '.join(prediction_only[:10])}")
+    if reference_only:
+        notes.append(f"{len(reference_only)} ground-truth frame(s) without prediction, skipped: {', '.join(reference_only[:10])}")
+    predictions = [read_frame(p) for _, p, _ in pairs]
+    references = [read_frame(g) for _, _, g in pairs]
+    result = evaluate_frames(predictions, references, classes, rules, [name for name, _, _ in pairs])
+    result.notes = notes
+    if instances:
+        score_source = _score_source(scores, [name for name, _, _ in pairs])
+        ap_matches, detection_matches = [], []
+        for (name, _, _), prediction, reference in zip(pairs, predictions, references):
+            gt, dt = _frame_instances(name, prediction, reference, result.class_ids, connectivity, instance_dirs)
+            dt = score_source(name, dt)
+            ap_matches.append(image_matches(gt, dt, IOU_THRESHOLDS))
+            detection_matches.append(image_matches(gt, dt, [detection_iou]))
+        result.instances = accumulate_ap(ap_matches, result.class_ids)
+        result.detection = count_detections(detection_matches)
+    return result
+
+
+def _frame_instances(name, prediction, reference, class_ids, connectivity, instance_dirs):
+    """Ground-truth and predicted instances of one frame (components, or instance label maps)."""
+    from .instances import instances_from_labels, instances_from_semantic
+
+    if instance_dirs is None:
+        return (instances_from_semantic(reference, connectivity, class_ids),
+                instances_from_semantic(prediction, connectivity, class_ids))
+    built = []
+    for folder, classes in zip(instance_dirs, (prediction, reference)):
+        path = next((p for p in Path(folder).iterdir() if frame_key(p) == name), None)
+        if path is None:
+            raise ValueError(f"{folder}: no instance map for frame {name}")
+        built.append(instances_from_labels(read_frame(path), classes).keep_classes(class_ids))
+    return built[1], built[0]
+
+
+def _score_source(scores, names):
+    """A function ``(frame name, Instances) -> scored Instances`` for the chosen score source."""
+    from .instances import scores_from_mapping, scores_from_probability
+
+    if scores is None:
+        return lambda name, instances: instances
+    scores = Path(scores)
+    if scores.is_dir():
+        maps = {frame_key(p): p for p in scores.iterdir() if frame_key(p)}
+        missing = [n for n in names if n not in maps]
+        if missing:
+            raise ValueError(f"{scores}: no score map for frame(s) {', '.join(missing[:10])}")
+        return lambda name, instances: scores_from_probability(instances, read_frame(maps[name], labels=False))
+    if not scores.is_file():
+        raise FileNotFoundError(f"{scores}: no such score file or folder")
+    table = read_scores(scores)
+    return lambda name, instances: scores_from_mapping(instances, table.get(name, {}))
+
+
+# ------------------------------------------------------------------------------------------
+# Output
+
+
+def result_json(result: FrameResult) -> dict:
+    """JSON-ready dict: the summary values by name (``challenge_iou``, ``isi_iou``, ``mciou``,
+    ``mdice`` and, with instances, ``map50``, ``map95``, ``map50_95``, detection scores), the edge
+    rules, the summary and per-class records, the per-frame records and the notes."""
+    from .output import json_value
+
+    def safe(records):
+        return [{**r, "value": json_value(r["value"])} for r in records]
+
+    return {
+        **{name: json_value(v.value) for name, v in result.summary().items()},
+        "edge_rules": asdict(result.rules),
+        "n_frames": len(result.frame_names),
+        "records": safe(result.records()),
+        "frames": safe(result.frame_records()),
+        "notes": list(result.notes),
+    }
+
+
+def write_frame_result(result: FrameResult, fmt: str = "table", path=None) -> None:
+    """Write a :class:`FrameResult` as a terminal table, CSV (all records, ``frame`` column) or JSON."""
+    import sys
+
+    from .output import RECORD_FIELDS, format_value, records_to_csv
+
+    if fmt == "json":
+        text = json.dumps(result_json(result), indent=2, default=str)
+    elif fmt == "csv":
+        text = records_to_csv(result.records() + result.frame_records(), ("frame",) + RECORD_FIELDS)
+    elif fmt == "table":
+        from rich.console import Console
+        from rich.table import Table
+
+        summary = Table(title="summary (edge rules: " + ", ".join(f"{k}={v}" for k, v in asdict(result.rules).items()) + ")")
+        for column in ("metric", "value", "status"):
+            summary.add_column(column)
+        for name, value in result.summary().items():
+            summary.add_row(name, format_value(value.value), value.status)
+        per_class = Table(title="per class (means over frames where the class is present)")
+        metrics = list(dict.fromkeys(v.metric for k in range(len(result.class_ids)) for v in result.class_values(k)))
+        for column in ["class", "id", *metrics, "status"]:
+            per_class.add_column(column, justify="left" if column == "class" else "right")
+        for k, (cid, name) in enumerate(zip(result.class_ids, result.class_names)):
+            values = result.class_values(k)
+            per_class.add_row(name, str(cid), *(format_value(v.value) for v in values), values[0].status)
+        console = Console(file=open(path, "w") if path else None, width=200 if path else None)
+        console.print(summary)
+        console.print(per_class)
+        if path:
+            console.file.close()
+    else:
+        raise ValueError(f"unknown format {fmt!r} (table, csv or json)")
+    if fmt != "table":
+        if path:
+            Path(path).write_text(text + "\n")
+        else:
+            sys.stdout.write(text + "\n")
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)

@@ -1,0 +1,211 @@
+"""Multi-class frame metrics: hand-computed edge rules, 3-D volumes, folders and the CLI."""
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from segmetrics.cli import main
+from segmetrics.frames import EdgeRules, evaluate_folders, evaluate_frames, frame_overlaps
+
+# Four 2x3 frames, classes 1 and 2 (hand-computed values below):
+# A: gt class 1 = 4 px; pred class 1 = 2 px inside it, pred class 2 = 1 px (gt has none).
+#    IoU1 = 2/4, IoU2 = 0/1; Dice1 = 4/6, Dice2 = 0. challenge = 0.5, ISI = 0.25.
+# B: empty in both.
+# C: empty gt, pred class 1 = 3 px. IoU1 = 0, class 2 absent. challenge undefined, ISI = 0.
+# D: gt = pred = class 2, 2 px. IoU2 = 1, class 1 absent. challenge = ISI = 1.
+GT = {
+    "A": [[1, 1, 0], [1, 1, 0]],
+    "B": [[0, 0, 0], [0, 0, 0]],
+    "C": [[0, 0, 0], [0, 0, 0]],
+    "D": [[0, 0, 0], [2, 2, 0]],
+}
+PRED = {
+    "A": [[1, 1, 2], [0, 0, 0]],
+    "B": [[0, 0, 0], [0, 0, 0]],
+    "C": [[1, 1, 1], [0, 0, 0]],
+    "D": [[0, 0, 0], [2, 2, 0]],
+}
+NAMES = {1: "LAV", 2: "WR"}
+
+
+def run(rules=None, classes=NAMES):
+    frames = sorted(GT)
+    return evaluate_frames([np.array(PRED[f]) for f in frames], [np.array(GT[f]) for f in frames],
+                           classes, rules, frames)
+
+
+def test_overlaps_are_a_confusion_matrix():
+    inter, pred, ref = frame_overlaps(np.array(PRED["A"]), np.array(GT["A"]), [1, 2])
+    assert inter.tolist() == [2, 0] and pred.tolist() == [2, 1] and ref.tolist() == [4, 0]
+
+
+def test_default_isinet_rules():
+    r = run()
+    np.testing.assert_allclose(r.frame_challenge_iou, [0.5, np.nan, np.nan, 1.0])
+    np.testing.assert_allclose(r.frame_isi_iou, [0.25, np.nan, 0.0, 1.0])
+    s = r.summary()
+    assert s["challenge_iou"].value == pytest.approx(0.75)
+    assert s["isi_iou"].value == pytest.approx(1.25 / 3)
+    # class 1: A 0.5, C 0 -> 0.25; class 2: A 0, D 1 -> 0.5
+    np.testing.assert_allclose(r.class_iou, [0.25, 0.5])
+    assert s["mciou"].value == pytest.approx(0.375)
+    # Dice class 1: A 2/3, C 0 -> 1/3; class 2: A 0, D 1 -> 1/2
+    assert s["mdice"].value == pytest.approx((1 / 3 + 1 / 2) / 2)
+    assert s["challenge_iou"].params["n_frames_used"] == 2
+    assert s["isi_iou"].params["empty_frame"] == "skip"
+
+
+def test_empty_frame_scores_one():
+    s = run(EdgeRules(empty_frame="one")).summary()
+    assert s["challenge_iou"].value == pytest.approx(2.5 / 3)  # A .5, B 1, D 1
+    assert s["isi_iou"].value == pytest.approx(2.25 / 4)  # A .25, B 1, C 0, D 1
+    assert s["mciou"].value == pytest.approx(0.375)  # class means unchanged
+
+
+def test_empty_reference_scores_zero():
+    s = run(EdgeRules(empty_reference="zero")).summary()
+    assert s["challenge_iou"].value == pytest.approx(0.5)  # A .5, C 0, D 1
+    assert s["isi_iou"].value == pytest.approx(1.25 / 3)
+
+
+def test_absent_class_scores_one():
+    r = run(EdgeRules(absent_class="one"))
+    # IoU table: A [.5, 0], B [1, 1], C [0, 1], D [1, 1]; B is still an empty (skipped) frame.
+    np.testing.assert_allclose(r.frame_isi_iou, [0.25, np.nan, 0.5, 1.0])
+    np.testing.assert_allclose(r.class_iou, [2.5 / 4, 3 / 4])
+    s = r.summary()
+    assert s["challenge_iou"].value == pytest.approx(0.75)
+    assert s["mciou"].value == pytest.approx((2.5 / 4 + 3 / 4) / 2)
+
+
+def test_unknown_rule_is_rejected():
+    with pytest.raises(ValueError, match="absent_class"):
+        EdgeRules(absent_class="zero")
+
+
+def test_class_table_pixel_shares_and_statuses():
+    r = run()
+    records = {(x["structure"], x["metric"]): x for x in r.records()}
+    assert records[("LAV", "reference_pixel_share")]["value"] == pytest.approx(4 / 24)
+    assert records[("LAV", "test_pixel_share")]["value"] == pytest.approx(5 / 24)
+    assert records[("WR", "reference_pixel_share")]["value"] == pytest.approx(2 / 24)
+    assert records[("WR", "n_frames_reference")]["value"] == 1
+    assert records[("all classes", "mciou")]["status"] == "ok"
+    frame_records = [x for x in r.frame_records() if x["frame"] == "C" and x["metric"] == "iou"]
+    assert [(x["structure"], x["status"]) for x in frame_records] == [("LAV", "reference_empty"), ("WR", "both_empty")]
+    assert np.isnan(frame_records[1]["value"])
+
+
+def test_unlisted_labels_are_background_and_zero_never_scored():
+    r = run(classes={2: "WR"})
+    assert r.class_ids == [2]
+    # Only class 2: A has IoU 0 (pred only), C and B are empty frames now, D = 1.
+    assert r.summary()["isi_iou"].value == pytest.approx(0.5)
+    assert r.summary()["challenge_iou"].value == pytest.approx(1.0)
+    assert run(classes=None).class_ids == [1, 2]
+
+
+def test_all_empty_is_nan_with_status():
+    zeros = [np.zeros((2, 2), int)] * 2
+    s = evaluate_frames(zeros, zeros, NAMES).summary()
+    assert np.isnan(s["challenge_iou"].value) and s["challenge_iou"].status == "both_empty"
+    assert np.isnan(s["mciou"].value)
+
+
+def test_3d_volumes_one_per_case():
+    gt = np.stack([GT["A"], GT["D"]])
+    pred = np.stack([PRED["A"], PRED["D"]])
+    r = evaluate_frames([pred], [gt], NAMES)
+    # class 1: inter 2, pred 2, gt 4 -> 1/2; class 2: inter 2, pred 3, gt 2 -> 2/3
+    np.testing.assert_allclose(r.iou[0], [0.5, 2 / 3])
+    assert r.summary()["challenge_iou"].value == pytest.approx((0.5 + 2 / 3) / 2)
+    np.testing.assert_allclose(r.dice[0], [4 / 6, 4 / 5])
+
+
+def write_frames(tmp_path):
+    pred_dir, gt_dir = tmp_path / "pred", tmp_path / "gt"
+    pred_dir.mkdir()
+    gt_dir.mkdir()
+    for name in GT:
+        Image.fromarray(np.array(GT[name], dtype=np.uint8)).save(gt_dir / f"{name}.png")
+        np.save(pred_dir / f"{name}.npy", np.array(PRED[name], dtype=np.uint8))
+    Image.fromarray(np.zeros((2, 3), np.uint8)).save(gt_dir / "E.png")  # unmatched
+    (tmp_path / "names.json").write_text(json.dumps({str(k): v for k, v in NAMES.items()}))
+    return pred_dir, gt_dir
+
+
+def test_folders_pair_by_name_and_report_unmatched(tmp_path):
+    pred_dir, gt_dir = write_frames(tmp_path)
+    r = evaluate_folders(pred_dir, gt_dir, NAMES)
+    assert r.frame_names == ["A", "B", "C", "D"]
+    assert r.summary()["challenge_iou"].value == pytest.approx(0.75)
+    assert any("E" in note and "without prediction" in note for note in r.notes)
+
+
+def test_cli_json_with_instances(tmp_path, capsys):
+    pred_dir, gt_dir = write_frames(tmp_path)
+    out = tmp_path / "out.json"
+    code = main(["frames", str(pred_dir), str(gt_dir), "--classes", str(tmp_path / "names.json"),
+                 "--instances", "--format", "json", "-o", str(out)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["challenge_iou"] == pytest.approx(0.75)
+    assert data["isi_iou"] == pytest.approx(1.25 / 3)
+    assert data["mciou"] == pytest.approx(0.375)
+    assert data["mdice"] == pytest.approx(5 / 12)
+    # Instances (components): class 1 has one gt (A) and detections A (IoU .5) then C (FP):
+    # AP 1 at IoU .50, 0 above. Class 2 has one gt (D) and detections A (FP) then D (exact): AP .5.
+    assert data["map50"] == pytest.approx((1 + 0.5) / 2)
+    assert data["map95"] == pytest.approx((0 + 0.5) / 2)
+    assert data["map50_95"] == pytest.approx((0.1 + 0.5) / 2)
+    assert data["detection_precision"] == pytest.approx(0.5)
+    assert data["detection_recall"] == pytest.approx(1.0)
+    assert data["detection_f1"] == pytest.approx(2 / 3)
+    lav = {x["metric"]: x["value"] for x in data["records"] if x["structure"] == "LAV"}
+    assert lav["ap50"] == pytest.approx(1.0) and lav["iou"] == pytest.approx(0.25)
+    assert {x["frame"] for x in data["frames"]} == {"A", "B", "C", "D"}
+
+
+def test_cli_csv_and_table(tmp_path, capsys):
+    pred_dir, gt_dir = write_frames(tmp_path)
+    assert main(["frames", str(pred_dir), str(gt_dir), "--format", "csv", "--empty-reference", "zero"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("frame,structure")
+    row = next(line for line in lines if ",challenge_iou," in line and line.startswith(","))
+    assert float(row.split(",")[5]) == pytest.approx(0.5)
+    assert main(["frames", str(pred_dir), str(gt_dir)]) == 0
+    assert "mciou" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("problem", ["missing_dir", "no_common", "bad_classes"])
+def test_cli_bad_input_is_one_line(tmp_path, capsys, problem):
+    pred_dir, gt_dir = write_frames(tmp_path)
+    args = ["frames", str(pred_dir), str(gt_dir)]
+    if problem == "missing_dir":
+        args[1] = str(tmp_path / "nope")
+    elif problem == "no_common":
+        args[2] = str(tmp_path)
+    else:
+        (tmp_path / "bad.json").write_text("[1, 2]")
+        args += ["--classes", str(tmp_path / "bad.json")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("segmetrics frames: error:") and "\n" not in err and "Traceback" not in err
+
+
+def test_fetreg_sample_frames_against_themselves_and_a_perturbation(data_dir):
+    from segmetrics.frames import read_frame
+
+    paths = sorted((data_dir / "fetreg2021_sample" / "output").glob("*.png"))
+    gts = [read_frame(p) for p in paths]
+    perfect = evaluate_frames(gts, gts, {1: "vessel", 2: "tool", 3: "fetus"}).summary()
+    assert all(perfect[m].value == 1.0 for m in ("challenge_iou", "isi_iou", "mciou", "mdice"))
+    # Shift every prediction one pixel right: independent IoU per class with plain boolean masks.
+    preds = [np.roll(g, 1, axis=1) for g in gts]
+    r = evaluate_frames(preds, gts, {1: "vessel", 2: "tool", 3: "fetus"})
+    for i, (p, g) in enumerate(zip(preds, gts)):
+        for k, c in enumerate(r.class_ids):
+            union = np.logical_or(p == c, g == c).sum()
+            expected = np.logical_and(p == c, g == c).sum() / union if union else np.nan
+            np.testing.assert_allclose(r.iou[i, k], expected)
