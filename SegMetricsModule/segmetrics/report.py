@@ -85,7 +85,7 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
         return False
     unit = next(r["unit"] for r in agg.rows if r["metric"] == metric)
     fig, ax = plt.subplots(figsize=(7, 1.2 + 0.28 * len(classes)))
-    ax.boxplot(data, vert=False, showmeans=True)
+    ax.boxplot(data, orientation="horizontal", showmeans=True)  # matplotlib >= 3.10
     ax.set_yticks(range(1, len(classes) + 1), classes, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"{metric} ({unit})" if unit else metric)

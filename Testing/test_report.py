@@ -1,0 +1,133 @@
+"""Aggregation statistics, the empty-mask penalty, reports and offscreen renders."""
+import base64
+import io
+import math
+import re
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from segmetrics.aggregate import OVERALL, aggregate, apply_penalty, bootstrap_ci, summarize
+from segmetrics.report import write_report
+
+INFO = {"hd": ("mm", "lower"), "dice": ("1", "higher")}
+
+
+def _record(case, structure, metric, value, status="ok"):
+    return {"case_id": case, "structure": structure, "metric": metric, "value": value,
+            "unit": INFO[metric][0], "status": status}
+
+
+def test_summary_statistics_match_numpy():
+    values = [0.91, 0.42, 0.77, 0.85, math.nan]
+    s = summarize(values, ["a", "b", "c", "d", "e"], ["ok"] * 4 + ["both_empty"])
+    finite = np.array(values[:4])
+    assert (s["n"], s["n_used"]) == (5, 4)
+    assert s["mean"] == pytest.approx(finite.mean())
+    assert s["median"] == pytest.approx(0.81)
+    assert s["std"] == pytest.approx(np.sqrt(((finite - finite.mean()) ** 2).sum() / 3))
+    assert (s["min"], s["max"]) == (0.42, 0.91)
+    assert s["statuses"] == {"both_empty": 1, "ok": 4}
+    assert s["ci_low"] <= s["mean"] <= s["ci_high"]
+
+
+def test_bootstrap_ci_width_matches_normal_theory_and_is_seeded():
+    rng = np.random.default_rng(1)
+    values = rng.normal(10.0, 2.0, 400)
+    cases = [str(i) for i in range(400)]
+    low, high = bootstrap_ci(values, cases, n_boot=4000, seed=3)
+    expected_half_width = 1.96 * values.std(ddof=1) / np.sqrt(values.size)
+    assert (high - low) / 2 == pytest.approx(expected_half_width, rel=0.1)
+    assert low < values.mean() < high
+    assert bootstrap_ci(values, cases, n_boot=4000, seed=3) == (low, high)
+    assert bootstrap_ci([5.0, 5.0, 5.0], ["a", "b", "c"]) == (5.0, 5.0)
+    assert all(math.isnan(x) for x in bootstrap_ci([1.0, 2.0], ["a", "a"]))  # one case: no CI
+
+
+def test_penalty_policies():
+    records = [_record("a", "liver", "hd", math.inf, "test_empty"),
+               _record("b", "liver", "hd", math.nan, "both_empty"),
+               _record("c", "liver", "hd", 4.0),
+               _record("a", "liver", "dice", 0.0, "test_empty")]
+    diagonal = apply_penalty(records, "diagonal", {"a": 250.0}, INFO)
+    assert [r["value"] for r in diagonal][0] == 250.0
+    assert math.isnan(diagonal[1]["value"]) and diagonal[2]["value"] == 4.0 and diagonal[3]["value"] == 0.0
+    assert [r["penalised"] for r in diagonal] == [True, False, False, False]
+    assert apply_penalty(records, 373.0, None, INFO)[0]["value"] == 373.0
+    assert math.isinf(apply_penalty(records, "none", None, INFO)[0]["value"])
+
+
+def test_aggregate_per_class_overall_and_worst(monkeypatch):
+    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: INFO)
+    records = [_record("a", "liver", "dice", 0.9), _record("b", "liver", "dice", 0.7),
+               _record("a", "spleen", "dice", 0.5), _record("b", "spleen", "dice", 0.0, "test_empty"),
+               _record("c", "spleen", "dice", 0.8),
+               _record("a", "liver", "hd", 3.0), _record("b", "liver", "hd", 9.0),
+               _record("b", "spleen", "hd", math.inf, "test_empty")]
+    agg = aggregate(records, penalty=100.0, n_worst=2)
+    assert agg.row("liver", "dice")["mean"] == pytest.approx(0.8)
+    assert agg.row("spleen", "dice")["mean"] == pytest.approx(1.3 / 3)
+    overall = agg.row(OVERALL, "dice")
+    assert overall["mean"] == pytest.approx(2.9 / 5)  # every class of every subject
+    assert overall["class_mean"] == pytest.approx((0.8 + 1.3 / 3) / 2)  # class-balanced
+    assert overall["statuses"] == {"ok": 4, "test_empty": 1}
+    hd = agg.row(OVERALL, "hd")
+    assert (hd["n_penalised"], hd["max"], hd["mean"]) == (1, 100.0, pytest.approx(112.0 / 3))
+    assert [(w["case_id"], w["structure"]) for w in agg.worst["dice"]] == [("b", "spleen"), ("a", "spleen")]
+    assert [w["value"] for w in agg.worst["hd"]] == [100.0, 9.0]
+    assert math.isinf(agg.worst["hd"][0]["raw_value"])
+    assert "100 mm" in agg.penalty
+
+
+def _png_is_not_blank(data: bytes) -> bool:
+    array = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"), dtype=float)
+    return array.shape[0] > 50 and array.std() > 5
+
+
+def test_report_embeds_every_figure(tmp_path, monkeypatch):
+    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: INFO)
+    rng = np.random.default_rng(0)
+    records = [_record(f"c{i}", s, "dice", float(rng.uniform(0.5, 1))) for i in range(6) for s in ("liver", "spleen")]
+    agg = aggregate(records, failed={"broken": "ReadError: x.nii.gz: no such file"})
+    html_path = write_report(tmp_path / "report", agg)
+    html = html_path.read_text()
+    images = re.findall(r"src='data:image/png;base64,([^']+)'", html)
+    assert len(images) == 1 and "<img" in html and html.count("<img") == len(images)
+    assert all(_png_is_not_blank(base64.b64decode(i)) for i in images)
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown)
+    assert links and all(_png_is_not_blank((tmp_path / "report" / link).read_bytes()) for link in links)
+    assert "broken" in html and "ReadError" in markdown
+    assert (tmp_path / "report" / "aggregate.csv").read_text().count("\n") == 1 + len(agg.rows)
+
+
+def test_offscreen_render_shows_the_colour_scale(tmp_path):
+    vtk = pytest.importorskip("vtk")
+    from vtk.util.numpy_support import numpy_to_vtk
+
+    from segmetrics.render import render_surface, rendering_available
+
+    available, reason = rendering_available()
+    if not available:
+        pytest.skip(reason)
+    sphere = vtk.vtkSphereSource()
+    sphere.SetRadius(20.0)
+    sphere.SetThetaResolution(32)
+    sphere.SetPhiResolution(32)
+    sphere.Update()
+    surface = sphere.GetOutput()
+    z = np.array([surface.GetPoint(i)[2] for i in range(surface.GetNumberOfPoints())])
+    array = numpy_to_vtk(z / 10.0, deep=1)
+    array.SetName("SignedDistance_mm")
+    surface.GetPointData().AddArray(array)
+    path = render_surface(surface, "SignedDistance_mm", tmp_path / "sd.png", title="sphere")
+    rgb = np.asarray(Image.open(path).convert("RGB"), dtype=int)
+    red = (rgb[..., 0] > 150) & (rgb[..., 2] < 100)
+    blue = (rgb[..., 2] > 100) & (rgb[..., 0] < 60)
+    # Diverging map: the top of the sphere (z > 0, outside) is red, the bottom blue, both visible.
+    rows_red, rows_blue = np.nonzero(red)[0], np.nonzero(blue)[0]
+    assert red.sum() > 500 and blue.sum() > 500
+    assert np.median(rows_red[rows_red < rgb.shape[0] * 0.9]) < np.median(rows_blue)
+    with pytest.raises(KeyError):
+        render_surface(surface, "MSI", tmp_path / "msi.png")
