@@ -177,12 +177,13 @@ def local_roughness(points: np.ndarray, weights: np.ndarray, radius: float, max_
     return result
 
 
-def _ray_hits(centre, directions, vertices, cells, chunk: int = 4096):
+def _ray_hits(centre, directions, vertices, cells, max_pairs: int = 1_000_000):
     """Intersections of rays ``centre + t * directions[k]`` (t > 0) with segments or triangles.
 
     Candidate (ray, cell) pairs come from an angular search: a ray can only hit a cell if its
     direction lies within the cell's angular radius as seen from ``centre``. The few cells wider
-    than a cap (those passing close to the centre) are tested against every ray.
+    than a cap (those passing close to the centre) are tested against every ray. Rays are
+    processed in blocks of about ``max_pairs`` candidate pairs.
 
     Returns
     -------
@@ -197,6 +198,7 @@ def _ray_hits(centre, directions, vertices, cells, chunk: int = 4096):
     cap = min(2 * np.percentile(chord, 99), 1.0)
     narrow, wide = np.flatnonzero(chord <= cap), np.flatnonzero(chord > cap)
     cell_tree = cKDTree(cell_dirs[narrow])
+    chunk = max(max_pairs // (len(wide) + 64), 1)
     rays, distances = [], []
     for start in range(0, len(directions), chunk):
         block = directions[start:start + chunk]
