@@ -30,7 +30,8 @@ def _add_compare_parser(subparsers) -> None:
     p.add_argument("--msi-axis", type=int, default=0, help="array axis of the MSI slices (default 0 = z of (z, y, x))")
     p.add_argument("--msi-convention", default="default", choices=["default", "fda"])
     p.add_argument("--msi-slices", metavar="CSV", help="write the per-slice MSI table to this CSV")
-    p.add_argument("--roughness-window", type=float, metavar="MM", help="roughness window radius in mm")
+    p.add_argument("--roughness-window", type=float, metavar="MM",
+                   help="roughness window radius in mm (tile side in voxels with --roughness-convention paper)")
     p.add_argument("--roughness-convention", default="default", choices=["default", "paper"])
     p.add_argument("--resample-to", choices=["reference"], help="resample the test onto the reference grid (nearest)")
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])

@@ -121,7 +121,10 @@ _GROUPS: dict = {}
 _GROUP_MODULES = (
     "segmetrics.overlap",
     "segmetrics.distance",
+    "segmetrics.roughness",
 )
+#: Short names accepted on input besides the exact metric names; ``NAME`` also matches ``NAME_mm``.
+ALIASES = {"ri": ("ri_reference_mm", "ri_test_mm")}
 
 
 def register_group(group: MetricGroup) -> MetricGroup:
@@ -159,11 +162,12 @@ def resolve_selection(selection=None) -> dict:
         if item in groups:
             chosen.setdefault(item, set()).update(m.name for m in groups[item].metrics)
             continue
-        owner = next((g for g in groups.values() if any(m.name == item for m in g.metrics)), None)
-        if owner is None:
+        names = ALIASES.get(item, (item, f"{item}_mm"))
+        matched = [(g.name, m.name) for g in groups.values() for m in g.metrics if m.name in names]
+        if not matched:
             unknown.append(item)
-        else:
-            chosen.setdefault(owner.name, set()).add(item)
+        for group_name, metric_name in matched:
+            chosen.setdefault(group_name, set()).add(metric_name)
     if unknown:
         known = ", ".join(list(groups) + sorted(metric_specs()))
         raise ValueError(f"unknown metric(s) {', '.join(unknown)}; known: {known}")
