@@ -20,6 +20,7 @@ from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 from .compare import ComparisonResult, compare
 from .geometry import LabelImage, geometry_differences
 from .registry import Status, metric_specs
+from .render import ARRAY_STYLES, _lookup_table, _value_range
 
 #: Flip of the first two axes: maps LPS to RAS and back (it is its own inverse).
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
@@ -27,7 +28,6 @@ LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 OUTPUT_ATTRIBUTE = "SegMetrics.Output"
 #: Point arrays of the test surface that can colour the 3-D view, in order of preference.
 SURFACE_ARRAYS = ("MSI", "SignedDistance_mm", "Roughness_mm")
-DIVERGING_COLOR_NAME = "SegMetricsDivergingBlueRed"
 _LABELMAP = "Binary labelmap"
 
 
@@ -63,13 +63,14 @@ def create_headless_scene():
     app_logic.GetColorLogic().SetMRMLScene(scene)
     app_logic.GetColorLogic().AddDefaultColorNodes()
     for name, logic in (
+        ("Colors", slicer.vtkSlicerColorLogic()),  # registers the colour legend display node
         ("Segmentations", slicer.vtkSlicerSegmentationsModuleLogic()),
         ("Models", slicer.vtkSlicerModelsLogic()),
         ("Tables", slicer.vtkSlicerTablesLogic()),
         ("Plots", slicer.vtkSlicerPlotsLogic()),
     ):
-        logic.SetMRMLScene(scene)
         logic.SetMRMLApplicationLogic(app_logic)
+        logic.SetMRMLScene(scene)
         app_logic.SetModuleLogic(name, logic)
     return scene, app_logic
 
@@ -403,54 +404,40 @@ def _write_slice_tables(scene, result, chart_node=None):
     return tables, chart
 
 
-def diverging_color_node(scene):
-    """Slicer's DivergingBlueRed colour table, or a blue-white-red table this module adds once."""
-    for name in ("DivergingBlueRed", DIVERGING_COLOR_NAME):
-        node = scene.GetFirstNodeByName(name)
-        if node is not None and node.IsA("vtkMRMLColorNode"):
-            return node
-    node = scene.AddNewNodeByClass("vtkMRMLColorTableNode", DIVERGING_COLOR_NAME)
-    node.SetTypeToUser()
-    node.SetNumberOfColors(256)
-    for i in range(256):
-        t = i / 255 * 2 - 1  # -1 (blue) .. 0 (white) .. 1 (red)
-        rgb = (1.0, 1 - t, 1 - t) if t > 0 else (1 + t, 1 + t, 1.0)
-        node.SetColor(i, "", *rgb, 1.0)
-    node.SetAttribute(OUTPUT_ATTRIBUTE, "color")
+def color_node(scene, colormap: str):
+    """A colour table node holding a matplotlib colour map (e.g. the diverging ``RdBu_r``), added once."""
+    name = f"SegMetrics {colormap}"
+    node = scene.GetFirstNodeByName(name)
+    if node is None:
+        lookup = _lookup_table(colormap, (0.0, 1.0))
+        node = scene.AddNewNodeByClass("vtkMRMLColorTableNode", name)
+        node.SetTypeToUser()
+        node.SetNumberOfColors(lookup.GetNumberOfTableValues())
+        for index in range(lookup.GetNumberOfTableValues()):
+            node.SetColor(index, "", *lookup.GetTableValue(index))
     return node
 
 
 def show_array(model_node, array_name: str) -> bool:
-    """Colour a model by one point array with a colour legend; False when the array is absent.
+    """Colour a model by one point array, with a colour legend; False when the array is absent.
 
-    Signed arrays (any negative value) use the diverging table with a range symmetric about 0;
-    others use Rainbow over their value range.
+    Colour map, range rule and legend title follow :data:`segmetrics.render.ARRAY_STYLES`, as in the
+    reports (signed distance: diverging map, range symmetric about 0; MSI: 0..1).
     """
     polydata = model_node.GetPolyData()
-    array = polydata.GetPointData().GetArray(array_name) if polydata is not None else None
-    if array is None:
+    if polydata is None or polydata.GetPointData().GetArray(array_name) is None:
         return False
-    scene = model_node.GetScene()
-    values = vtk_to_numpy(array)
-    finite = values[np.isfinite(values)]
-    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    if low < 0:
-        color_node = diverging_color_node(scene)
-        low, high = -max(abs(low), abs(high)), max(abs(low), abs(high))
-    else:
-        color_node = scene.GetFirstNodeByName("Rainbow")
-    if high <= low:
-        high = low + 1.0
+    colormap, rule, title = ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))
     display = model_node.GetDisplayNode()
     display.SetActiveScalar(array_name, vtk.vtkAssignAttribute.POINT_DATA)
-    display.SetAndObserveColorNodeID(color_node.GetID())
+    display.SetAndObserveColorNodeID(color_node(model_node.GetScene(), colormap).GetID())
     display.SetScalarRangeFlag(slicer.vtkMRMLDisplayNode.UseManualScalarRange)
-    display.SetScalarRange(low, high)
+    display.SetScalarRange(*_value_range(polydata, array_name, rule))
     display.SetScalarVisibility(True)
     legend = slicer.vtkSlicerColorLogic.GetColorLegendDisplayNode(model_node) or (
         slicer.vtkSlicerColorLogic.AddDefaultColorLegendDisplayNode(model_node)
     )
-    legend.SetTitleText(array_name)
+    legend.SetTitleText(title.replace("\n", " "))
     legend.SetVisibility(True)
     return True
 
@@ -504,3 +491,44 @@ def run(reference_node, test_node, pairs=None, metrics=None, params=None, table_
     """Compare two segmentation nodes and write the outputs (see :func:`compare_segmentations`)."""
     result, grid = compare_segmentations(reference_node, test_node, pairs, metrics, params, progress)
     return write_outputs(reference_node.GetScene(), result, grid, table_node, color_array=color_array)
+
+
+def render_png(scene, app_logic, path, size=(800, 600)) -> None:
+    """Render the scene's models offscreen through Slicer's 3-D displayable managers into a PNG.
+
+    Models keep their display settings (scalar colouring, colour legend); the camera looks from
+    anterior and fits all models. Headless Linux needs the Mesa EGL libraries.
+    """
+    view_logic = slicer.vtkMRMLViewLogic()
+    view_logic.SetMRMLApplicationLogic(app_logic)
+    view_logic.SetMRMLScene(scene)
+    view_node = view_logic.AddViewNode("SegMetricsOffscreen")
+    renderer = vtk.vtkRenderer()
+    window = vtk.vtkRenderWindow()
+    window.SetOffScreenRendering(1)
+    window.AddRenderer(renderer)
+    window.SetSize(*size)
+    interactor = vtk.vtkRenderWindowInteractor()  # some displayable managers need one
+    interactor.SetRenderWindow(window)
+    factory = slicer.vtkMRMLThreeDViewDisplayableManagerFactory.GetInstance()
+    factory.SetMRMLApplicationLogic(app_logic)
+    for manager in ("vtkMRMLCameraDisplayableManager", "vtkMRMLViewDisplayableManager",
+                    "vtkMRMLModelDisplayableManager", "vtkMRMLColorLegendDisplayableManager"):
+        if not factory.IsDisplayableManagerRegistered(manager):
+            factory.RegisterDisplayableManager(manager)
+    group = slicer.vtkMRMLDisplayableManagerGroup()
+    group.Initialize(factory, renderer)  # after the view node exists, so the managers see the scene
+    group.SetMRMLDisplayableNode(view_node)
+    for index in range(scene.GetNumberOfNodesByClass("vtkMRMLDisplayNode")):
+        # the managers only track nodes added after them: announce the existing ones again
+        scene.InvokeEvent(slicer.vtkMRMLScene.NodeAddedEvent, scene.GetNthNodeByClass(index, "vtkMRMLDisplayNode"))
+    renderer.ResetCamera()
+    window.Render()
+    grab = vtk.vtkWindowToImageFilter()
+    grab.SetInput(window)
+    writer = vtk.vtkPNGWriter()
+    writer.SetFileName(str(path))
+    writer.SetInputConnection(grab.GetOutputPort())
+    writer.Write()
+    window.Finalize()
+    scene.RemoveNode(view_node)
