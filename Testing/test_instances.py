@@ -24,8 +24,9 @@ from pycocotools.coco import COCO  # noqa: E402
 from pycocotools.cocoeval import COCOeval  # noqa: E402
 
 
-def coco_precision(images, class_ids):
-    """pycocotools' eval["precision"] (T, 101, K) for the same instances, -1 mapped to NaN."""
+def coco_evaluator(images, class_ids, max_detections=10**6):
+    """A pycocotools COCOeval (segm, one area range, no detection limit) for the same instances:
+    RLE of Fortran-ordered uint8 masks, iscrowd 0, ids from 1 in input order."""
     gt_anns, dt_anns = [], []
     for image_id, (gt, dt) in enumerate(images, start=1):
         for anns, inst in ((gt_anns, gt), (dt_anns, dt)):
@@ -48,10 +49,17 @@ def coco_precision(images, class_ids):
         }
         coco_gt.createIndex()
         coco_dt = coco_gt.loadRes(dt_anns) if dt_anns else COCO()
-        evaluator = COCOeval(coco_gt, coco_dt, iouType="segm")
-        evaluator.params.maxDets = [10**6]
-        evaluator.params.areaRng = [[0, 1e10]]
-        evaluator.params.areaRngLbl = ["all"]
+    evaluator = COCOeval(coco_gt, coco_dt, iouType="segm")
+    evaluator.params.maxDets = [max_detections]
+    evaluator.params.areaRng = [[0, 1e10]]
+    evaluator.params.areaRngLbl = ["all"]
+    return evaluator
+
+
+def coco_precision(images, class_ids):
+    """pycocotools' eval["precision"] (T, 101, K) for the same instances, -1 mapped to NaN."""
+    evaluator = coco_evaluator(images, class_ids)
+    with contextlib.redirect_stdout(io.StringIO()):
         evaluator.evaluate()
         evaluator.accumulate()
     precision = evaluator.eval["precision"][:, :, :, 0, 0]

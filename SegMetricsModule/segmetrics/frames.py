@@ -453,13 +453,15 @@ def write_frame_result(result: FrameResult, fmt: str = "table", path=None) -> No
             summary.add_column(column)
         for name, value in result.summary().items():
             summary.add_row(name, format_value(value.value), value.status)
-        per_class = Table(title="per class (means over frames where the class is present)")
-        metrics = list(dict.fromkeys(v.metric for k in range(len(result.class_ids)) for v in result.class_values(k)))
-        for column in ["class", "id", *metrics, "status"]:
-            per_class.add_column(column, justify="left" if column == "class" else "right")
-        for k, (cid, name) in enumerate(zip(result.class_ids, result.class_names)):
-            values = result.class_values(k)
-            per_class.add_row(name, str(cid), *(format_value(v.value) for v in values), values[0].status)
+        per_class = Table(title="per class (means over the frames where the class is present)")
+        per_class.add_column("metric")
+        per_class.add_column("unit")
+        for cid, name in zip(result.class_ids, result.class_names):
+            per_class.add_column(f"{name} ({cid})", justify="right")
+        columns = [result.class_values(k) for k in range(len(result.class_ids))]
+        per_class.add_row("status", "", *(values[0].status for values in columns), end_section=True)
+        for row, first in enumerate(columns[0] if columns else []):
+            per_class.add_row(first.metric, first.unit, *(format_value(values[row].value) for values in columns))
         console = Console(file=open(path, "w") if path else None, width=200 if path else None)
         console.print(summary)
         console.print(per_class)
