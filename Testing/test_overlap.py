@@ -47,7 +47,7 @@ def test_agrees_with_simpleitk_label_overlap():
     assert values["dice"] == pytest.approx(measures.GetDiceCoefficient(), abs=1e-12)
     assert values["jaccard"] == pytest.approx(measures.GetJaccardCoefficient(), abs=1e-12)
     assert values["volumetric_similarity"] == pytest.approx(1 - abs(measures.GetVolumeSimilarity()) / 2, abs=1e-12)
-    # ITK's false-negative error is |R \\ T| / |R| = 1 - sensitivity; with the roles swapped it gives 1 - precision.
+    # ITK's false-negative error is |R minus T| / |R| = 1 - sensitivity; with the roles swapped it gives 1 - precision.
     assert values["sensitivity"] == pytest.approx(1 - measures.GetFalseNegativeError(), abs=1e-12)
     measures.Execute(sitk.GetImageFromArray(reference.astype(np.uint8)), sitk.GetImageFromArray(test.astype(np.uint8)))
     assert values["precision"] == pytest.approx(1 - measures.GetFalseNegativeError(), abs=1e-12)
