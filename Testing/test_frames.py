@@ -178,7 +178,7 @@ def test_cli_csv_and_table(tmp_path, capsys):
     assert "mciou" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("problem", ["missing_dir", "no_common", "bad_classes"])
+@pytest.mark.parametrize("problem", ["missing_dir", "no_common", "bad_classes", "shape", "bad_scores"])
 def test_cli_bad_input_is_one_line(tmp_path, capsys, problem):
     pred_dir, gt_dir = write_frames(tmp_path)
     args = ["frames", str(pred_dir), str(gt_dir)]
@@ -186,9 +186,14 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, problem):
         args[1] = str(tmp_path / "nope")
     elif problem == "no_common":
         args[2] = str(tmp_path)
-    else:
+    elif problem == "bad_classes":
         (tmp_path / "bad.json").write_text("[1, 2]")
         args += ["--classes", str(tmp_path / "bad.json")]
+    elif problem == "shape":
+        np.save(pred_dir / "A.npy", np.zeros((3, 3), np.uint8))
+    else:
+        (tmp_path / "scores.csv").write_text("frame,instance,score\nA,1,high\n")
+        args += ["--scores", str(tmp_path / "scores.csv")]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("segmetrics frames: error:") and "\n" not in err and "Traceback" not in err

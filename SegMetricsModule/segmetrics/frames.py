@@ -237,23 +237,37 @@ def evaluate_frames(predictions, ground_truths, classes=None, rules: EdgeRules |
     if len(predictions) != len(ground_truths):
         raise ValueError(f"{len(predictions)} predictions but {len(ground_truths)} ground-truth frames")
     if classes is None:
-        found = set()
-        for frame in predictions + ground_truths:
-            found.update(np.unique(frame).tolist())
-        classes = sorted(found - {0})
+        classes = found_labels(predictions + ground_truths)
+    return frame_counts(zip(predictions, ground_truths), classes, rules, frame_names)
+
+
+def found_labels(frames) -> list:
+    """Sorted non-zero labels occurring in any of ``frames``."""
+    found = set()
+    for frame in frames:
+        found.update(np.unique(frame).tolist())
+    return sorted(found - {0})
+
+
+def frame_counts(pairs, classes, rules: EdgeRules | None = None, frame_names=None) -> FrameResult:
+    """:func:`evaluate_frames` from an iterable of ``(prediction, ground_truth)`` arrays, consumed
+    once (frames are not kept), with the classes given as ``{id: name}`` or ids."""
     names = dict(classes) if isinstance(classes, dict) else {c: str(c) for c in classes}
     names.pop(0, None)
     class_ids = sorted(names)
-    counts = [frame_overlaps(p, g, class_ids) for p, g in zip(predictions, ground_truths)]
-    stacked = [np.array([c[i] for c in counts]).reshape(len(counts), len(class_ids)) for i in range(3)]
+    counts, pixels = [], []
+    for prediction, ground_truth in pairs:
+        counts.append(frame_overlaps(prediction, ground_truth, class_ids))
+        pixels.append(np.asarray(ground_truth).size)
+    counts = np.array(counts, dtype=np.int64).reshape(len(counts), 3, len(class_ids))
     return FrameResult(
         frame_names=list(frame_names) if frame_names is not None else [str(i) for i in range(len(counts))],
         class_ids=class_ids,
         class_names=[names[c] for c in class_ids],
-        intersection=stacked[0],
-        predicted=stacked[1],
-        reference=stacked[2],
-        pixels=np.array([np.asarray(g).size for g in ground_truths], dtype=np.int64),
+        intersection=counts[:, 0],
+        predicted=counts[:, 1],
+        reference=counts[:, 2],
+        pixels=np.array(pixels, dtype=np.int64),
         rules=rules or EdgeRules(),
     )
 
@@ -359,19 +373,30 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
         notes.append(f"{len(prediction_only)} prediction frame(s) without ground truth, skipped: {', '.join(prediction_only[:10])}")
     if reference_only:
         notes.append(f"{len(reference_only)} ground-truth frame(s) without prediction, skipped: {', '.join(reference_only[:10])}")
-    predictions = [read_frame(p) for _, p, _ in pairs]
-    references = [read_frame(g) for _, _, g in pairs]
-    result = evaluate_frames(predictions, references, classes, rules, [name for name, _, _ in pairs])
+    names = [name for name, _, _ in pairs]
+    if classes is None:
+        classes = found_labels(read_frame(path) for _, *paths in pairs for path in paths)
+    class_ids = sorted(set(classes) - {0})
+    score_source = _score_source(scores, names) if instances else None
+    ap_matches, detection_matches = [], []
+
+    def frames():
+        """Read each pair once; instance matches are collected on the way."""
+        for name, prediction_path, reference_path in pairs:
+            prediction, reference = read_frame(prediction_path), read_frame(reference_path)
+            if prediction.shape != reference.shape:
+                raise ValueError(f"frame {name}: prediction shape {prediction.shape} differs from ground truth {reference.shape}")
+            if instances:
+                gt, dt = _frame_instances(name, prediction, reference, class_ids, connectivity, instance_dirs)
+                dt = score_source(name, dt)
+                ap_matches.append(image_matches(gt, dt, IOU_THRESHOLDS))
+                detection_matches.append(image_matches(gt, dt, [detection_iou]))
+            yield prediction, reference
+
+    result = frame_counts(frames(), classes, rules, names)
     result.notes = notes
     if instances:
-        score_source = _score_source(scores, [name for name, _, _ in pairs])
-        ap_matches, detection_matches = [], []
-        for (name, _, _), prediction, reference in zip(pairs, predictions, references):
-            gt, dt = _frame_instances(name, prediction, reference, result.class_ids, connectivity, instance_dirs)
-            dt = score_source(name, dt)
-            ap_matches.append(image_matches(gt, dt, IOU_THRESHOLDS))
-            detection_matches.append(image_matches(gt, dt, [detection_iou]))
-        result.instances = accumulate_ap(ap_matches, result.class_ids)
+        result.instances = accumulate_ap(ap_matches, class_ids)
         result.detection = count_detections(detection_matches)
     return result
 
