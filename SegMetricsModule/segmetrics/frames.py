@@ -121,24 +121,23 @@ class FrameResult:
         """Dice per frame and class (absent classes as in :attr:`iou`)."""
         return self._scores(2 * self.intersection, self.predicted + self.reference)
 
-    def _frame_rule(self, values, reference_empty_value):
-        """Apply the frame-level edge rules to per-frame means."""
+    def _empty_frames(self, values):
+        """Per-frame means with the frames empty in both set by the ``empty_frame`` rule."""
         frame_empty = (self.predicted + self.reference).sum(axis=1) == 0
-        values = np.where(frame_empty, 1.0 if self.rules.empty_frame == "one" else np.nan, values)
-        reference_empty = (self.reference.sum(axis=1) == 0) & ~frame_empty
-        return np.where(reference_empty, reference_empty_value, values) if reference_empty_value is not None else values
+        return np.where(frame_empty, 1.0 if self.rules.empty_frame == "one" else np.nan, values)
 
     @property
     def frame_challenge_iou(self) -> np.ndarray:
         """Per frame: mean IoU over the classes in the ground truth (NaN = frame skipped)."""
-        in_reference = np.where(self.reference > 0, self.iou, np.nan)
-        empty_reference = 0.0 if self.rules.empty_reference == "zero" else np.nan
-        return self._frame_rule(_mean(in_reference, axis=1), empty_reference)
+        values = _mean(np.where(self.reference > 0, self.iou, np.nan), axis=1)  # NaN when G is empty
+        if self.rules.empty_reference == "zero":
+            values = np.where(self.reference.sum(axis=1) == 0, 0.0, values)
+        return self._empty_frames(values)
 
     @property
     def frame_isi_iou(self) -> np.ndarray:
         """Per frame: mean IoU over the classes in ground truth or prediction (NaN = frame skipped)."""
-        return self._frame_rule(_mean(self.iou, axis=1), None)
+        return self._empty_frames(_mean(self.iou, axis=1))
 
     @property
     def class_iou(self) -> np.ndarray:
