@@ -214,3 +214,32 @@ def test_fetreg_sample_frames_against_themselves_and_a_perturbation(data_dir):
             union = np.logical_or(p == c, g == c).sum()
             expected = np.logical_and(p == c, g == c).sum() / union if union else np.nan
             np.testing.assert_allclose(r.iou[i, k], expected)
+
+
+@pytest.mark.parametrize("source", ["json_with_instance_maps", "csv", "probability_maps"])
+def test_cli_instance_scores(tmp_path, source):
+    pred_dir, gt_dir = write_frames(tmp_path)
+    args = ["frames", str(pred_dir), str(gt_dir), "--format", "json", "-o", str(tmp_path / "out.json")]
+    if source == "json_with_instance_maps":
+        # Instance maps = the frames themselves (one instance per class and frame), ids = class values.
+        scores = {"A": {"1": 0.2, "2": 0.9}, "C": {"1": 0.8}, "D": {"2": 0.5}}
+        (tmp_path / "scores.json").write_text(json.dumps(scores))
+        args += ["--instance-dirs", str(pred_dir), str(gt_dir), "--scores", str(tmp_path / "scores.json")]
+    elif source == "csv":  # components numbered in raster order: one per class and frame here
+        (tmp_path / "scores.csv").write_text("frame,instance,score\nA,1,0.2\nA,2,0.9\nC,1,0.8\nD,1,0.5\n")
+        args += ["--scores", str(tmp_path / "scores.csv")]
+    else:
+        maps = tmp_path / "prob"
+        maps.mkdir()
+        for name, value in {"A": 0.2, "B": 0.0, "C": 0.8, "D": 0.5}.items():
+            prob = np.full((2, 3), value)
+            prob[0, 2] = 0.9 if name == "A" else value  # the class-2 false positive of A
+            np.save(maps / f"{name}.npy", prob)
+        args += ["--scores", str(maps)]
+    assert main(args) == 0
+    data = json.loads((tmp_path / "out.json").read_text())
+    # Class 1: C (0.8, FP) ranks before A (0.2, IoU .5): AP .5 at IoU .50, 0 above.
+    # Class 2: A (0.9, FP) before D (0.5, exact): AP .5 at every threshold.
+    assert data["map50"] == pytest.approx(0.5)
+    assert data["map95"] == pytest.approx(0.25)
+    assert data["map50_95"] == pytest.approx((0.05 + 0.5) / 2)
