@@ -231,6 +231,12 @@ def test_pixel_units_equal_mm_units_at_unit_spacing():
     scaled_mm = msi.slice_table(reference, test, (2.5, 2.5), Parameters(msi_ol=3))[0].msi
     assert in_pixels == pytest.approx(in_mm, abs=1e-12)
     assert scaled_mm < in_mm
+    reference3d = ball(8, (1, 1, 1), (24, 24, 24), (12, 12, 12))
+    test3d = np.roll(ball(7, (1, 1, 1), (24, 24, 24), (12, 12, 12)), 1, axis=2)
+    unit, _ = score(reference3d, test3d, (1.0, 1.0, 1.0), msi_ol=3)
+    pixels, pair = score(reference3d, test3d, (2.0, 2.0, 2.0), msi_ol=3, msi_units="pixel")
+    assert pixels["msi_3d"].value == pytest.approx(unit["msi_3d"].value, abs=1e-9)
+    assert pair.extras["test_surface"].GetPointData().GetArray("SignedDistance_px") is not None
 
 
 def test_msi_axis_selects_the_slicing_axis():
