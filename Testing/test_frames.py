@@ -243,3 +243,26 @@ def test_cli_instance_scores(tmp_path, source):
     assert data["map50"] == pytest.approx(0.5)
     assert data["map95"] == pytest.approx(0.25)
     assert data["map50_95"] == pytest.approx((0.05 + 0.5) / 2)
+
+
+def test_cli_3d_lesion_volumes_with_threshold(tmp_path, data_dir):
+    import SimpleITK as sitk
+    from scipy import ndimage
+
+    folder = data_dir / "metricsreloaded_brain_lesions"
+    pred_dir, gt_dir = tmp_path / "pred", tmp_path / "gt"
+    pred_dir.mkdir()
+    gt_dir.mkdir()
+    (pred_dir / "case2.nii.gz").symlink_to(folder / "Pred" / "CorrectLesion_0002_01_Pred.nii.gz")
+    (gt_dir / "case2.nii.gz").symlink_to(folder / "Ref" / "CorrectLesion_0002_01_Ref.nii.gz")
+    out = tmp_path / "out.json"
+    assert main(["frames", str(pred_dir), str(gt_dir), "--threshold", "0.5", "--instances", "--connectivity", "3",
+                 "--format", "json", "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    pred, ref = (sitk.GetArrayFromImage(sitk.ReadImage(str(d / "case2.nii.gz"))) >= 0.5 for d in (pred_dir, gt_dir))
+    assert data["challenge_iou"] == pytest.approx((pred & ref).sum() / (pred | ref).sum())
+    full = np.ones((3, 3, 3))
+    n_ref, n_pred = ndimage.label(ref, full)[1], ndimage.label(pred, full)[1]
+    assert data["true_positives"] + data["false_negatives"] == n_ref
+    assert data["true_positives"] + data["false_positives"] == n_pred
+    assert 0 < data["detection_f1"] < 1

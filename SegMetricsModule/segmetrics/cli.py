@@ -96,6 +96,8 @@ def _add_frames_parser(subparsers) -> None:
     p.add_argument("--scores", metavar="PATH", help="instance scores: folder of probability maps paired by name "
                    "(mean inside each instance) or JSON/CSV (frame,instance,score); default 1, ties in file-name order")
     p.add_argument("--detection-iou", type=float, default=0.5, help="IoU threshold of the detection counts (default 0.5)")
+    p.add_argument("--threshold", type=float, help="binarise every frame at this value (>= -> class 1), e.g. 0.5 "
+                   "for probability maps")
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.set_defaults(run=_run_frames)
@@ -110,7 +112,7 @@ def _run_frames(args) -> int:
         args.prediction_dir, args.ground_truth_dir, classes=read_name_map(args.classes) if args.classes else None,
         rules=rules, instances=args.instances or bool(args.instance_dirs or args.scores),
         connectivity=args.connectivity, scores=args.scores, detection_iou=args.detection_iou,
-        instance_dirs=args.instance_dirs,
+        instance_dirs=args.instance_dirs, threshold=args.threshold,
     )
     write_frame_result(result, args.format, args.output)
     return 0

@@ -298,22 +298,24 @@ def pair_frames(prediction_dir, ground_truth_dir):
     return pairs, sorted(predicted.keys() - reference.keys()), sorted(reference.keys() - predicted.keys())
 
 
-def read_frame(path, labels: bool = True) -> np.ndarray:
+def read_frame(path, labels: bool = True, threshold: float | None = None) -> np.ndarray:
     """Array of a frame file (``.npy`` via NumPy, images via :mod:`segmetrics.io`), array-axis order.
 
-    ``labels=False`` keeps non-integer values (probability or score maps).
+    ``threshold`` binarises (``value >= threshold`` -> 1) probability maps; ``labels=False`` returns
+    the values unchanged (probability or score maps).
     """
-    from .io import load_label_image, read_label_image
+    from .io import ReadError, load_label_image, read_label_image
 
     path = Path(path)
-    if path.suffix.lower() == ".npy":
-        array = np.load(path, allow_pickle=False)
-        if labels and not np.issubdtype(array.dtype, np.integer) and array.dtype != bool:
-            if not np.array_equal(array, np.round(array)):
-                raise ValueError(f"{path}: holds non-integer values, not a label map")
-            array = array.astype(np.int64)
+    if path.suffix.lower() != ".npy":
+        return load_label_image(path, threshold=threshold).array if labels else read_label_image(path).array
+    array = np.load(path, allow_pickle=False)
+    if not labels:
         return array
-    return load_label_image(path).array if labels else read_label_image(path).array
+    try:
+        return load_label_image(array, spacing=(1.0,) * array.ndim, threshold=threshold).array
+    except ReadError as error:
+        raise ReadError(f"{path}: {error}") from error
 
 
 def read_scores(path) -> dict:
@@ -338,7 +340,7 @@ def read_scores(path) -> dict:
 
 def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: EdgeRules | None = None,
                      instances: bool = False, connectivity: int | None = None, scores=None,
-                     detection_iou: float = 0.5, instance_dirs=None) -> FrameResult:
+                     detection_iou: float = 0.5, instance_dirs=None, threshold: float | None = None) -> FrameResult:
     """:func:`evaluate_frames` on two folders paired by file name, optionally with instance AP.
 
     Parameters
@@ -361,6 +363,8 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
     instance_dirs : (path, path), optional
         Folders of instance label maps (prediction, ground truth) paired by name; each instance
         takes the class covering most of it in the frame. Default: connected components.
+    threshold : float, optional
+        Binarise every frame at this value (``>=`` -> class 1), e.g. 0.5 for probability maps.
     """
     from .instances import IOU_THRESHOLDS, accumulate_ap, count_detections, image_matches
 
@@ -374,7 +378,7 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
         notes.append(f"{len(reference_only)} ground-truth frame(s) without prediction, skipped: {', '.join(reference_only[:10])}")
     names = [name for name, _, _ in pairs]
     if classes is None:
-        classes = found_labels(read_frame(path) for _, *paths in pairs for path in paths)
+        classes = found_labels(read_frame(path, threshold=threshold) for _, *paths in pairs for path in paths)
     class_ids = sorted(set(classes) - {0})
     score_source = _score_source(scores, names) if instances else None
     ap_matches, detection_matches = [], []
@@ -382,7 +386,8 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
     def frames():
         """Read each pair once; instance matches are collected on the way."""
         for name, prediction_path, reference_path in pairs:
-            prediction, reference = read_frame(prediction_path), read_frame(reference_path)
+            prediction = read_frame(prediction_path, threshold=threshold)
+            reference = read_frame(reference_path, threshold=threshold)
             if prediction.shape != reference.shape:
                 raise ValueError(f"frame {name}: prediction shape {prediction.shape} differs from ground truth {reference.shape}")
             if instances:
