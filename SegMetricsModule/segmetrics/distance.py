@@ -195,11 +195,17 @@ def _distances_to_simplices(points: np.ndarray, simplices: np.ndarray) -> np.nda
     return distances.min(axis=1)
 
 
+def _dot(u, v):
+    """Dot products along the last axis."""
+    return np.einsum("...i,...i->...", u, v)
+
+
 def _point_segment_distance(p, a, b):
     """Euclidean distance from points ``p`` to segments ``ab`` (broadcast over leading axes)."""
-    ab = b - a
-    t = np.clip(np.sum((p - a) * ab, axis=-1) / np.sum(ab * ab, axis=-1), 0.0, 1.0)
-    return np.linalg.norm(p - a - t[..., None] * ab, axis=-1)
+    ab, ap = b - a, p - a
+    t = np.clip(_dot(ap, ab) / _dot(ab, ab), 0.0, 1.0)
+    offset = ap - t[..., None] * ab
+    return np.sqrt(_dot(offset, offset))
 
 
 def _point_triangle_distance(p, a, b, c):
@@ -208,10 +214,8 @@ def _point_triangle_distance(p, a, b, c):
     The distance to the plane when the point projects inside the triangle, else to the nearest edge.
     """
     normal = np.cross(b - a, c - a)
-    inside = np.logical_and.reduce(
-        [np.sum(np.cross(v - u, p - u) * normal, axis=-1) >= 0 for u, v in ((a, b), (b, c), (c, a))]
-    )
-    plane = np.abs(np.sum((p - a) * normal, axis=-1)) / np.linalg.norm(normal, axis=-1)
+    inside = np.logical_and.reduce([_dot(np.cross(v - u, p - u), normal) >= 0 for u, v in ((a, b), (b, c), (c, a))])
+    plane = np.abs(_dot(p - a, normal)) / np.sqrt(_dot(normal, normal))
     edges = np.minimum.reduce([_point_segment_distance(p, u, v) for u, v in ((a, b), (b, c), (c, a))])
     return np.where(inside, plane, edges)
 
