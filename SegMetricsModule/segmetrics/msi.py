@@ -176,9 +176,10 @@ def _inside(points, contours):
 def _pair_objects(ref_labels, ref_objects, test_labels, test_objects, align):
     """Group reference and test objects of one slice; return (groups, unpaired refs, unpaired tests).
 
-    Rule: an optimal one-to-one assignment (Hungarian) on a cost that prefers overlapping
-    pairs (higher IoU first, ``align="none"`` only) and then nearer centroids (after shifting the
-    test centroids onto the reference centre of mass with ``align="com"``). A left-over object
+    Rule: an optimal one-to-one assignment (Hungarian) minimising the summed cost
+    ``(1 - IoU) * (D + 1) + centroid distance`` (mm; D = the largest centroid distance), which
+    favours overlapping pairs; with ``align="com"`` the cost is the centroid distance after
+    shifting the test centroids onto the reference centre of mass (no IoU term). A left-over object
     that overlaps an object of the other mask joins that object's group (a split or merged
     structure is scored as one); a left-over object overlapping nothing is unpaired.
     """
@@ -204,14 +205,14 @@ def _pair_objects(ref_labels, ref_objects, test_labels, test_objects, align):
     group_of_test = dict(zip(cols, range(len(groups))))
     unpaired_ref, unpaired_test = [], []
     for t in sorted(set(range(n_test)) - set(cols)):
-        best = int(np.argmax(overlap[:, t])) if n_ref else -1
-        if best >= 0 and overlap[best, t] > 0:
+        best = int(np.argmax(overlap[:, t]))
+        if overlap[best, t] > 0:
             groups[group_of_ref[best]][1].append(t)
         else:
             unpaired_test.append(t)
     for r in sorted(set(range(n_ref)) - set(rows)):
-        best = int(np.argmax(overlap[r])) if n_test else -1
-        if best >= 0 and overlap[r, best] > 0:
+        best = int(np.argmax(overlap[r]))
+        if overlap[r, best] > 0:
             groups[group_of_test[best]][0].append(r)
         else:
             unpaired_ref.append(r)
