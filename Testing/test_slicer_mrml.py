@@ -20,8 +20,13 @@ LIDC = "lidc_idri_pylidc_multirater/LIDC-IDRI-0001_scan12_nod1_rater{}.nii.gz"
 
 
 @pytest.fixture
-def scene():
-    return mrml.create_headless_scene()[0]
+def headless():
+    return mrml.create_headless_scene()
+
+
+@pytest.fixture
+def scene(headless):
+    return headless.scene
 
 
 def cell(table_node, row, column):

@@ -52,27 +52,42 @@ class Outputs:
     models: dict = field(default_factory=dict)
 
 
-def create_headless_scene():
-    """A new MRML scene with application, colour, segmentation and model logics (no GUI).
+@dataclass
+class HeadlessScene:
+    """A scene with the module logics Slicer would provide; keep this object alive while in use."""
 
-    Returns ``(scene, application_logic)``; inside Slicer use ``slicer.mrmlScene`` instead.
+    scene: object
+    app_logic: object
+    logics: dict
+
+    def __iter__(self):  # allows ``scene, app_logic = create_headless_scene()``
+        return iter((self.scene, self.app_logic))
+
+
+def create_headless_scene() -> HeadlessScene:
+    """A new MRML scene with application, colour, segmentation, volume, model, table and plot logics.
+
+    The application logic holds the module logics by raw pointer only, so they are kept in the
+    returned object. Inside Slicer use ``slicer.mrmlScene`` instead.
     """
     scene = slicer.vtkMRMLScene()
     app_logic = slicer.vtkSlicerApplicationLogic()
     app_logic.SetMRMLScene(scene)
     app_logic.GetColorLogic().SetMRMLScene(scene)
     app_logic.GetColorLogic().AddDefaultColorNodes()
-    for name, logic in (
-        ("Colors", slicer.vtkSlicerColorLogic()),  # registers the colour legend display node
-        ("Segmentations", slicer.vtkSlicerSegmentationsModuleLogic()),
-        ("Models", slicer.vtkSlicerModelsLogic()),
-        ("Tables", slicer.vtkSlicerTablesLogic()),
-        ("Plots", slicer.vtkSlicerPlotsLogic()),
-    ):
+    logics = {
+        "Colors": slicer.vtkSlicerColorLogic(),  # registers the colour legend display node
+        "Segmentations": slicer.vtkSlicerSegmentationsModuleLogic(),
+        "Volumes": slicer.vtkSlicerVolumesLogic(),
+        "Models": slicer.vtkSlicerModelsLogic(),
+        "Tables": slicer.vtkSlicerTablesLogic(),
+        "Plots": slicer.vtkSlicerPlotsLogic(),
+    }
+    for name, logic in logics.items():
         logic.SetMRMLApplicationLogic(app_logic)
         logic.SetMRMLScene(scene)
         app_logic.SetModuleLogic(name, logic)
-    return scene, app_logic
+    return HeadlessScene(scene, app_logic, logics)
 
 
 # --- geometry: LabelImage (LPS) <-> volume node (RAS) -------------------------------------------
@@ -103,8 +118,7 @@ def label_image_from_volume(volume_node, names: dict | None = None) -> LabelImag
 def add_segmentation_from_label_image(scene, image: LabelImage, name: str):
     """Add a segmentation node with one segment per label of a 3-D label image.
 
-    Segments are named from ``image.names`` (else ``Label_<value>``); the segmentation's
-    reference geometry is the image grid.
+    Segments are named from ``image.names`` (else ``Label_<value>``).
     """
     if image.ndim != 3:
         raise ValueError("Slicer segmentations need a 3-D label image")
@@ -114,16 +128,25 @@ def add_segmentation_from_label_image(scene, image: LabelImage, name: str):
     data.GetPointData().SetScalars(numpy_to_vtk(np.ascontiguousarray(image.array, dtype=np.int32).ravel(), deep=True))
     labelmap.SetAndObserveImageData(data)
     labelmap.SetIJKToRASMatrix(ras_matrix(image))
-    segmentation_node = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", name)
-    segmentation_node.SetReferenceImageGeometryParameterFromVolumeNode(labelmap)
-    if not slicer.vtkSlicerSegmentationsModuleLogic.ImportLabelmapToSegmentationNode(labelmap, segmentation_node):
-        raise RuntimeError(f"could not import the label image into segmentation {name!r}")
+    node = add_segmentation_from_labelmap(scene, labelmap, name, image.names)
     scene.RemoveNode(labelmap)
+    return node
+
+
+def add_segmentation_from_labelmap(scene, labelmap_node, name: str, names: dict | None = None):
+    """Add a segmentation node made from a labelmap volume node, on the labelmap's grid.
+
+    ``names`` maps label values to segment names (default ``Label_<value>``).
+    """
+    segmentation_node = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", name)
+    segmentation_node.SetReferenceImageGeometryParameterFromVolumeNode(labelmap_node)
+    if not slicer.vtkSlicerSegmentationsModuleLogic.ImportLabelmapToSegmentationNode(labelmap_node, segmentation_node):
+        raise RuntimeError(f"could not import {labelmap_node.GetName()!r} into segmentation {name!r}")
     segmentation = segmentation_node.GetSegmentation()
     for index in range(segmentation.GetNumberOfSegments()):
         segment = segmentation.GetNthSegment(index)
-        if segment.GetLabelValue() in image.names:
-            segment.SetName(image.names[segment.GetLabelValue()])
+        if segment.GetLabelValue() in (names or {}):
+            segment.SetName(names[segment.GetLabelValue()])
     return segmentation_node
 
 
