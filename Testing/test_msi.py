@@ -60,7 +60,7 @@ def test_identical_masks_score_one(convention):
     values, pair = score(volume, volume, (2.0, 0.5, 0.5), msi_convention=convention, msi_il=2, msi_ol=5)
     assert values["msi"].value == 1.0
     assert values["msi_3d"].value == 1.0
-    assert all(row.msi == 1.0 or row.status == msi.MULTIPLE_OBJECTS for row in pair.extras["msi_slices"])
+    assert all(row.msi == 1.0 or row.status == Status.MULTIPLE_OBJECTS for row in pair.extras["msi_slices"])
 
 
 def test_identical_masks_with_holes_and_several_objects_score_one():
@@ -158,9 +158,9 @@ def test_msi_is_in_unit_range_for_irregular_masks():
         for convention in ("default", "fda"):
             values, pair = score(reference, test, (2.0, 0.7, 0.7), msi_convention=convention, msi_ol=4)
             rows = pair.extras["msi_slices"]
-            assert all(0.0 <= r.msi <= 1.0 or (math.isnan(r.msi) and r.status == msi.MULTIPLE_OBJECTS) for r in rows)
+            assert all(0.0 <= r.msi <= 1.0 or (math.isnan(r.msi) and r.status == Status.MULTIPLE_OBJECTS) for r in rows)
             assert 0.0 <= values["msi_3d"].value <= 1.0
-            assert 0.0 <= values["msi"].value <= 1.0 or values["msi"].status == msi.MULTIPLE_OBJECTS
+            assert 0.0 <= values["msi"].value <= 1.0 or values["msi"].status == Status.MULTIPLE_OBJECTS
 
 
 def test_empty_masks_and_empty_slices():
@@ -276,7 +276,7 @@ def test_fda_other_pairs_run(data_dir):
         if row.test_objects == 1 and row.reference_objects == 1:
             assert 0.0 < row.msi < 1.0 and row.status == Status.OK
         else:  # the tool refuses masks with several objects
-            assert math.isnan(row.msi) and row.status == msi.MULTIPLE_OBJECTS
+            assert math.isnan(row.msi) and row.status == Status.MULTIPLE_OBJECTS
 
 
 def test_lidc_central_slices_multi_rater(data_dir):

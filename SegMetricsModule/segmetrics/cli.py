@@ -28,7 +28,11 @@ def _add_compare_parser(subparsers) -> None:
     p.add_argument("--msi-il", type=float, default=1.0, help="MSI penalty level inside the reference (default 1)")
     p.add_argument("--msi-ol", type=float, default=1.0, help="MSI penalty level outside the reference (default 1)")
     p.add_argument("--msi-axis", type=int, default=0, help="array axis of the MSI slices (default 0 = z of (z, y, x))")
-    p.add_argument("--msi-convention", default="default", choices=["default", "fda"])
+    p.add_argument("--msi-convention", default="default", choices=["default", "fda"],
+                   help="default (ours, mm) or fda (US FDA MISS-tool compatible, pixels)")
+    p.add_argument("--msi-units", default="mm", choices=["mm", "pixel"], help="MSI distances in mm or pixels")
+    p.add_argument("--msi-align", default="none", choices=["none", "com"],
+                   help="align centres of mass only to pair contours (distances stay in place)")
     p.add_argument("--msi-slices", metavar="CSV", help="write the per-slice MSI table to this CSV")
     p.add_argument("--roughness-window", type=float, metavar="MM",
                    help="roughness window radius in mm (tile side in voxels with --roughness-convention paper)")
@@ -51,6 +55,8 @@ def _parameters(args):
         msi_ol=args.msi_ol,
         msi_axis=args.msi_axis,
         msi_convention=args.msi_convention,
+        msi_units=args.msi_units,
+        msi_align=args.msi_align,
         roughness_window_mm=args.roughness_window,
         roughness_convention=args.roughness_convention,
     )

@@ -43,10 +43,6 @@ from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, 
 SUBDIVISION = 0.25
 #: Number of worst slices listed in the ``msi`` value's params.
 WORST_SLICES = 5
-#: Status of slices that the FDA convention cannot score (more than one object or a hole).
-MULTIPLE_OBJECTS = "multiple_objects"
-#: Status of ``msi_3d`` for 2-D inputs, which have no surface.
-NOT_APPLICABLE = "not_applicable"
 
 MSI = MetricSpec("msi", "1", "higher", "Medical Similarity Index, slice-wise contour MSI (length-weighted)")
 MSI_3D = MetricSpec("msi_3d", "1", "higher", "Medical Similarity Index on the test surface mesh (area-weighted)")
@@ -365,7 +361,7 @@ def _slice_fda(ref2d, test2d, il, ol):
         return 0.0, float(pixels), counts, status
     value = fda_msi(ref2d, test2d, il, ol)
     weight = float(np.sum(test2d & ~ndimage.binary_erosion(test2d, border_value=1)))
-    return value, weight, counts, (MULTIPLE_OBJECTS if math.isnan(value) else Status.OK)
+    return value, weight, counts, (Status.MULTIPLE_OBJECTS if math.isnan(value) else Status.OK)
 
 
 # ---------------------------------------------------------------- slice-wise driver
@@ -507,11 +503,11 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     else:
         worst = sorted((r for r in rows if not math.isnan(r.msi)), key=lambda r: r.msi)[:WORST_SLICES]
         value = combine_slices(rows)
-        msi = MetricValue(MSI.name, value, MSI.unit, Status.OK if not math.isnan(value) else MULTIPLE_OBJECTS,
+        msi = MetricValue(MSI.name, value, MSI.unit, Status.OK if not math.isnan(value) else Status.MULTIPLE_OBJECTS,
                           dict(used, worst_slices=[r.slice for r in worst]))
     surface_params = dict(used, convention="default", units=params.msi_units)
     if pair.reference.ndim == 2:
-        msi_3d = undefined(MSI_3D, NOT_APPLICABLE, surface_params)
+        msi_3d = undefined(MSI_3D, Status.NOT_APPLICABLE, surface_params)
     elif status != Status.OK:
         msi_3d = MetricValue(MSI_3D.name, 0.0, MSI_3D.unit, status, surface_params)
     else:

@@ -23,6 +23,8 @@ class Status:
     TEST_EMPTY = "test_empty"
     BOTH_EMPTY = "both_empty"
     REFERENCE_SMOOTH = "reference_smooth"
+    NOT_APPLICABLE = "not_applicable"
+    MULTIPLE_OBJECTS = "multiple_objects"
     ERROR = "error"
 
 
@@ -121,6 +123,7 @@ _GROUPS: dict = {}
 _GROUP_MODULES = (
     "segmetrics.overlap",
     "segmetrics.distance",
+    "segmetrics.msi",
     "segmetrics.roughness",
 )
 #: Short names accepted on input besides the exact metric names; ``NAME`` also matches ``NAME_mm``.
