@@ -1,6 +1,6 @@
 """End-to-end run of the Slicer module logic on a headless slicer-core scene.
 
-Loads two label maps with Slicer's own volume reader, makes segmentation nodes of them, runs the
+Loads two label maps (segmetrics.io, as the CLI reads them), makes segmentation nodes of them, runs the
 comparison with every registered metric group, and writes into OUTPUT_DIR:
 ``results.csv`` (the results table node, saved by Slicer's table storage node), ``msi_slices.csv``
 (per-slice MSI tables, when MSI ran) and ``surface.png`` (offscreen render of the test surface).
@@ -18,6 +18,7 @@ from pathlib import Path
 import slicer
 
 from segmetrics import mrml
+from segmetrics.io import load_label_image
 from segmetrics.registry import all_groups
 
 DATA = Path(os.environ.get("SEGMETRICS_TEST_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
@@ -25,14 +26,16 @@ REFERENCE = DATA / "sct_testing_data/history_2016_commit7f79c3e/t2/t2_seg_manual
 TEST = DATA / "sct_testing_data/t2/t2_seg-deepseg_sc-2d.nii.gz"
 
 
-def load_segmentation(scene, volumes_logic, path: Path, name: str, structure: str):
-    """Read a label map file with Slicer's reader and turn label 1 into segment ``structure``."""
-    labelmap = volumes_logic.AddArchetypeVolume(str(path), f"{name} labelmap", 1)  # 1 = load as labelmap
-    if labelmap is None:
-        raise RuntimeError(f"Slicer could not read {path}")
-    segmentation = mrml.add_segmentation_from_labelmap(scene, labelmap, name, {1: structure})
-    scene.RemoveNode(labelmap)
-    return segmentation
+def load_segmentation(scene, path: Path, name: str, structure: str):
+    """Read a label map file and turn label 1 into segment ``structure``.
+
+    segmetrics.io is used rather than Slicer's volume reader, which reverses the slice axis of
+    images with a left-handed index frame (the SCT t2 masks): the CLI and this script then see the
+    same voxel arrays.
+    """
+    image = load_label_image(path)
+    image.names = {1: structure}
+    return mrml.add_segmentation_from_label_image(scene, image, name)
 
 
 def main(argv=None) -> int:
@@ -46,9 +49,8 @@ def main(argv=None) -> int:
 
     headless = mrml.create_headless_scene()
     scene, app_logic = headless
-    volumes = headless.logics["Volumes"]
-    reference = load_segmentation(scene, volumes, args.reference, "reference", args.structure)
-    test = load_segmentation(scene, volumes, args.test, "test", args.structure)
+    reference = load_segmentation(scene, args.reference, "reference", args.structure)
+    test = load_segmentation(scene, args.test, "test", args.structure)
     groups = list(all_groups())
     outputs = mrml.run(reference, test, metrics=groups, progress=lambda f, m: print(f"{f:4.0%} {m}", file=sys.stderr))
 
