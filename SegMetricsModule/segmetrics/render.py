@@ -12,10 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 #: Colour map, value range rule and scalar-bar title of the per-vertex arrays we know.
 ARRAY_STYLES = {
-    "SignedDistance_mm": ("RdBu_r", "symmetric", "signed distance (mm)\n+ = outside reference"),
-    "MSI": ("RdYlGn", (0.0, 1.0), "MSI (1 = acceptable)"),
+    "SignedDistance_mm": ("RdBu_r", "symmetric", "signed distance\n(mm, + outside)"),
+    "MSI": ("RdYlGn", (0.0, 1.0), "MSI\n(1 = acceptable)"),
     "Roughness_mm": ("viridis", "data", "roughness (mm)"),
 }
 
@@ -59,9 +61,12 @@ def _lookup_table(colormap: str, value_range):
 
 
 def _value_range(polydata, array_name: str, rule):
-    values = polydata.GetPointData().GetArray(array_name).GetRange()
-    if rule == "symmetric":
-        bound = max(abs(values[0]), abs(values[1]), 1e-6)
+    array = polydata.GetPointData().GetArray(array_name)
+    values = array.GetRange()
+    if rule == "symmetric":  # the 98th percentile of |value|, so that one outlier does not wash out the rest
+        from vtk.util.numpy_support import vtk_to_numpy
+
+        bound = max(float(np.nanpercentile(np.abs(vtk_to_numpy(array)), 98)), 1e-6)
         return -bound, bound
     if rule == "data":
         return values if values[1] > values[0] else (values[0], values[0] + 1e-6)
@@ -83,7 +88,8 @@ def render_surface(polydata, array_name: str, path, *, title: str = "", size=(64
     title : str
         Text drawn in the upper-left corner.
     value_range : (float, float), optional
-        Colour range; default from :data:`ARRAY_STYLES` (symmetric for signed distances).
+        Colour range; default from :data:`ARRAY_STYLES` (signed distances: ± the 98th percentile
+        of their magnitude; values beyond get the end colours).
     """
     import vtk
 
@@ -107,9 +113,9 @@ def render_surface(polydata, array_name: str, path, *, title: str = "", size=(64
     bar.SetTitle(bar_title)
     bar.SetNumberOfLabels(5)
     bar.UnconstrainedFontSizeOn()
-    bar.SetWidth(0.12)
+    bar.SetWidth(0.1)
     bar.SetHeight(0.7)
-    bar.SetPosition(0.86, 0.15)
+    bar.SetPosition(0.84, 0.12)
     for text in (bar.GetTitleTextProperty(), bar.GetLabelTextProperty()):
         text.SetColor(0.1, 0.1, 0.1)
         text.SetFontSize(12)

@@ -18,7 +18,7 @@ from .aggregate import OVERALL, Aggregate
 from .output import format_value
 
 #: Metrics tried, in order, to pick the worst cases shown in detail.
-DETAIL_METRICS = ("msi", "dice", "hd95", "hd")
+DETAIL_METRICS = ("msi", "dice", "hd95_mm")
 SURFACE_ARRAYS = ("MSI", "SignedDistance_mm")
 
 
@@ -123,20 +123,27 @@ def _msi_curve(rows, title: str, path: Path) -> bool:
 
 
 def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 2, metric: str | None = None) -> list:
-    """Recompute the ``n`` worst case × structure pairs to get their extras (surfaces, MSI slices).
+    """Recompute the ``n`` worst case × structure pairs with the ``msi`` group for their extras.
 
-    ``cases`` are :class:`~segmetrics.batch.Case` objects; ``job`` holds ``metrics``, ``params``
-    and ``resample_to`` as given to the batch. Returns ``[(title, reference_image, StructureResult)]``.
+    Only pairs with status ``ok`` qualify (a missed structure has no surface to show). ``cases``
+    are :class:`~segmetrics.batch.Case` objects; ``job`` holds ``params`` and ``resample_to`` as
+    given to the batch. Returns ``[(title, reference_image, StructureResult)]``; empty when the
+    ``msi`` group (per-slice MSI, coloured test surface) is not available.
     """
     from .batch import load_case
     from .compare import compare
+    from .registry import all_groups
 
     metric = metric or next((m for m in DETAIL_METRICS if agg.worst.get(m)), next(iter(agg.worst), None))
+    if "msi" not in all_groups() or metric is None:
+        return []
+    ranked = [r for r in agg.records if r["metric"] == metric and r["status"] == "ok" and math.isfinite(r["value"])]
+    ranked.sort(key=lambda r: r["value"], reverse=agg.row(OVERALL, metric)["better"] == "lower")
     by_id = {case.case_id: case for case in cases}
     details = []
-    for record in agg.worst.get(metric, [])[:n]:
+    for record in ranked[:n]:
         reference, test = load_case(by_id[record["case_id"]])
-        result = compare(reference, test, labels=[record["structure"]], metrics=job.get("metrics"),
+        result = compare(reference, test, labels=[record["structure"]], metrics="msi",
                          params=job.get("params"), resample_to=job.get("resample_to"))
         title = f"{record['case_id']} / {record['structure']} ({metric} = {format_value(record['value'])})"
         details += [(title, reference, s) for s in result.structures if s.structure == record["structure"]]
@@ -167,8 +174,6 @@ def _detail_figures(details, figures: Path) -> tuple:
             if placed.GetPointData().GetArray(array) is not None:
                 render_surface(placed, array, figures / f"{name}_{array}.png", title=title)
                 blocks.append(("img", f"{name}_{array}.png", f"Test surface coloured by {array}, seen from anterior."))
-    if details and not any(b[0] == "img" for b in blocks):
-        notes.append("The metric groups run here produced no per-slice MSI or per-vertex surface arrays.")
     return blocks, notes
 
 
@@ -195,9 +200,11 @@ def _blocks(agg: Aggregate, figures: Path, details, settings) -> list:
                            [[w["case_id"], w["structure"], format_value(w["value"]), format_value(w["raw_value"]),
                              w["status"]] for w in agg.worst[metric]]))
     detail_blocks, notes = _detail_figures(details, figures)
-    if detail_blocks or notes:
-        blocks.append(("h", 2, "Worst cases in detail"))
-        blocks += [("p", note) for note in notes] + detail_blocks
+    if not details:
+        notes = ["No per-slice MSI curves or surface renders: they need the msi metric group and a case with "
+                 "both structures present."]
+    blocks.append(("h", 2, "Worst cases in detail"))
+    blocks += [("p", note) for note in notes] + detail_blocks
     if agg.failed:
         blocks += [("h", 2, "Failed cases"),
                    ("table", ["case", "error"], [[cid, error] for cid, error in agg.failed.items()])]
