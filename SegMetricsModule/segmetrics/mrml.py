@@ -388,6 +388,16 @@ def worst_slice(structure):
     return int(row[key]), float(row[msi])
 
 
+def worst_slice_ras(outputs: Outputs, structure_name: str):
+    """RAS position (mm) of the centre of a pair's worst MSI slice, or None without per-slice MSI."""
+    structure = next((s for s in outputs.result.structures if s.structure == structure_name), None)
+    worst = worst_slice(structure) if structure is not None else None
+    if worst is None:
+        return None
+    axis = next((v.params.get("axis", 0) for v in structure.values if v.metric == "msi"), 0)
+    return slice_center_ras(outputs.grid, axis, worst[0])
+
+
 def slice_center_ras(grid: LabelImage, axis: int, index: int) -> tuple:
     """RAS position (mm) of the centre of slice ``index`` along array axis ``axis`` of the grid."""
     center = (np.asarray(grid.array.shape, dtype=float) - 1) / 2
