@@ -16,10 +16,11 @@ Surface modes
     is blurred by a Gaussian of one voxel (per axis), the blurred values are clamped so that
     every inside voxel centre stays above 0.5 and every outside centre below it (so no structure,
     however small, disappears and the surface never crosses a voxel centre), and the 0.5
-    iso-surface is extracted (marching cubes in 3-D, marching squares in 2-D) at the voxel
-    spacing. Each triangle (segment) is one surface element at its centroid, weighted by its area
-    (length); its distance to the other surface is the exact point-to-triangle (point-to-segment)
-    distance to the nearest of the other surface's four triangles with the closest centroids.
+    iso-surface is extracted (VTK flying edges in 3-D, marching squares in 2-D) at the voxel
+    spacing. The surface elements are the mesh vertices, each carrying a third of the area of its
+    triangles (half the length of its segments); a vertex's distance to the other surface is the
+    exact point-to-triangle (point-to-segment) distance to the triangles around the other mesh's
+    nearest vertex.
 ``"deepmind"``
     Reproduces DeepMind's ``surface-distance`` package: surface elements sit on the grid of voxel
     corners, where the 2×2(×2) neighbourhood is mixed, weighted by the marching-cubes (squares)
@@ -36,6 +37,8 @@ import numpy as np
 from scipy import ndimage
 from scipy.spatial import cKDTree
 from skimage import measure
+import vtk
+from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
 from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, StructurePair, register_group
 
@@ -45,8 +48,6 @@ PERCENTILE_VARIANTS = ("max_of_directed", "pooled", "mean_of_directed")
 SMOOTHING_SIGMA_VOXELS = 1.0
 #: Inside voxel centres are clamped to at least 0.5 + this, outside centres to at most 0.5 - this.
 CLAMP_MARGIN = 0.05
-#: Candidate triangles (nearest centroids) searched for each point's exact distance.
-CANDIDATE_SIMPLICES = 4
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,16 @@ class SurfaceDistances:
 
 @dataclass
 class _Surface:
-    """Surface elements: ``points`` (n, ndim) in mm, ``sizes`` (n,) in mm² or mm, and the
-    ``simplices`` (n, ndim, ndim) they are the centroids of (``None`` for grid-point surfels)."""
+    """Surface elements: ``points`` (n, ndim) in mm with their ``sizes`` (n,) in mm² or mm.
+
+    For a mesh, the points are its vertices, each carrying a third of the area of its triangles
+    (half the length of its segments in 2-D), and ``faces`` (m, ndim) index the triangles
+    (segments) between them; grid-point surfels have no faces.
+    """
 
     points: np.ndarray
     sizes: np.ndarray
-    simplices: np.ndarray | None = None
+    faces: np.ndarray | None = None
 
 
 def surface_distances(reference, test, spacing, mode: str = "exact") -> SurfaceDistances:
@@ -151,48 +156,83 @@ def _directed(source: _Surface | None, target: _Surface | None):
         return np.zeros(0), np.zeros(0)
     if target is None:
         distances = np.full(len(source.sizes), np.inf)
-    elif target.simplices is None:
+    elif target.faces is None:
         distances = cKDTree(target.points).query(source.points, workers=-1)[0]
     else:
-        distances = _distances_to_simplices(source.points, target.simplices)
+        distances = _distances_to_mesh(source.points, target)
     order = np.lexsort((source.sizes, distances))
     return distances[order], source.sizes[order]
 
 
-# --- "exact": smoothed sub-voxel surface, exact point-to-simplex distances -------------------
+# --- "exact": smoothed sub-voxel mesh, exact point-to-mesh distances ------------------------
 
 
 def _smooth_surface(padded: np.ndarray, spacing: np.ndarray) -> _Surface:
-    """Triangles (3-D) or segments (2-D) of the clamped, blurred mask's 0.5 level, in mm."""
+    """Mesh (3-D) or contours (2-D) of the clamped, blurred mask's 0.5 level, in mm (array order)."""
     field = ndimage.gaussian_filter(padded.astype(np.float32), SMOOTHING_SIGMA_VOXELS, mode="constant", truncate=3.0)
     field = np.where(padded, np.maximum(field, 0.5 + CLAMP_MARGIN), np.minimum(field, 0.5 - CLAMP_MARGIN))
     if padded.ndim == 3:
-        vertices, faces, _, _ = measure.marching_cubes(field, 0.5, spacing=tuple(spacing), allow_degenerate=False)
-        simplices = vertices[faces].astype(float)
-        sizes = 0.5 * np.linalg.norm(np.cross(simplices[:, 1] - simplices[:, 0], simplices[:, 2] - simplices[:, 0]), axis=1)
+        vertices, faces = _iso_surface(field, spacing)
+        corners = vertices[faces]
+        sizes = 0.5 * np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
     else:
-        contours = measure.find_contours(field, 0.5)  # closed: the first point is repeated at the end
-        simplices = np.concatenate([np.stack([c[:-1], c[1:]], axis=1) for c in contours]) * spacing
-        sizes = np.linalg.norm(simplices[:, 1] - simplices[:, 0], axis=1)
-    keep = sizes > 0
-    return _Surface(simplices[keep].mean(axis=1), sizes[keep], simplices[keep])
+        contours = [c[:-1] for c in measure.find_contours(field, 0.5)]  # closed: drop the repeated point
+        first = np.cumsum([0] + [len(c) for c in contours[:-1]])
+        faces = np.concatenate(
+            [np.stack([i + np.arange(len(c)), i + (np.arange(len(c)) + 1) % len(c)], axis=1) for i, c in zip(first, contours)]
+        )
+        vertices = np.concatenate(contours) * spacing
+        sizes = np.linalg.norm(vertices[faces[:, 1]] - vertices[faces[:, 0]], axis=1)
+    faces, sizes = faces[sizes > 0], sizes[sizes > 0]
+    vertex_sizes = np.bincount(faces.ravel(), np.repeat(sizes / faces.shape[1], faces.shape[1]), len(vertices))
+    used = vertex_sizes > 0
+    renumber = np.cumsum(used) - 1
+    return _Surface(vertices[used], vertex_sizes[used], renumber[faces])
 
 
-def _distances_to_simplices(points: np.ndarray, simplices: np.ndarray) -> np.ndarray:
-    """Distance (mm) from each point to the nearest of the candidate triangles/segments.
+def _iso_surface(field: np.ndarray, spacing: np.ndarray):
+    """Vertices (mm, array order) and triangles of the 0.5 iso-surface of a 3-D field (VTK flying edges)."""
+    image = vtk.vtkImageData()
+    image.SetDimensions(field.shape[::-1])
+    image.SetSpacing(spacing[::-1].tolist())
+    image.GetPointData().SetScalars(numpy_to_vtk(field.ravel(), deep=True))
+    surface = vtk.vtkFlyingEdges3D()
+    surface.SetInputData(image)
+    surface.SetValue(0, 0.5)
+    surface.ComputeNormalsOff()
+    surface.ComputeGradientsOff()
+    surface.ComputeScalarsOff()
+    surface.Update()
+    mesh = surface.GetOutput()
+    vertices = vtk_to_numpy(mesh.GetPoints().GetData()).astype(float)[:, ::-1]
+    return vertices, vtk_to_numpy(mesh.GetPolys().GetConnectivityArray()).reshape(-1, 3).astype(np.int64)
 
-    Candidates are the :data:`CANDIDATE_SIMPLICES` simplices with the nearest centroids; a miss
-    can only overestimate the distance, by less than one simplex's size.
+
+def _distances_to_mesh(points: np.ndarray, mesh: _Surface) -> np.ndarray:
+    """Distance (mm) from each point to the triangles (segments) around the mesh vertex nearest to it.
+
+    The closest point of the whole mesh almost always lies on one of them; when it does not,
+    the distance is overestimated by less than one edge length.
     """
-    k = min(CANDIDATE_SIMPLICES, len(simplices))
-    _, nearest = cKDTree(simplices.mean(axis=1)).query(points, k=k, workers=-1)
-    candidates = simplices[nearest.reshape(len(points), k)]  # (n, k, vertices, ndim)
+    _, nearest = cKDTree(mesh.points).query(points, workers=-1)
+    corners = mesh.points[mesh.faces[_incident_faces(mesh.faces, len(mesh.points))[nearest]]]
     p = points[:, None, :]
-    if simplices.shape[1] == 2:
-        distances = _point_segment_distance(p, candidates[:, :, 0], candidates[:, :, 1])
+    if mesh.faces.shape[1] == 2:
+        distances = _point_segment_distance(p, corners[:, :, 0], corners[:, :, 1])
     else:
-        distances = _point_triangle_distance(p, candidates[:, :, 0], candidates[:, :, 1], candidates[:, :, 2])
+        distances = _point_triangle_distance(p, corners[:, :, 0], corners[:, :, 1], corners[:, :, 2])
     return distances.min(axis=1)
+
+
+def _incident_faces(faces: np.ndarray, n_vertices: int) -> np.ndarray:
+    """(n_vertices, max degree) face indices around each vertex, short rows padded with their first face."""
+    flat = faces.ravel()
+    order = np.argsort(flat, kind="stable")
+    counts = np.bincount(flat, minlength=n_vertices)
+    starts = np.cumsum(counts) - counts
+    table = np.repeat((order // faces.shape[1])[starts][:, None], counts.max(), axis=1)
+    table[flat[order], np.arange(flat.size) - np.repeat(starts, counts)] = order // faces.shape[1]
+    return table
 
 
 def _dot(u, v):
@@ -211,13 +251,28 @@ def _point_segment_distance(p, a, b):
 def _point_triangle_distance(p, a, b, c):
     """Euclidean distance from points ``p`` to non-degenerate triangles ``abc`` (3-D, broadcast).
 
-    The distance to the plane when the point projects inside the triangle, else to the nearest edge.
+    The closest point is found from the Voronoi region of ``p`` (a vertex, an edge or the face),
+    following Ericson, *Real-Time Collision Detection* (2005), section 5.1.5.
     """
-    normal = np.cross(b - a, c - a)
-    inside = np.logical_and.reduce([_dot(np.cross(v - u, p - u), normal) >= 0 for u, v in ((a, b), (b, c), (c, a))])
-    plane = np.abs(_dot(p - a, normal)) / np.sqrt(_dot(normal, normal))
-    edges = np.minimum.reduce([_point_segment_distance(p, u, v) for u, v in ((a, b), (b, c), (c, a))])
-    return np.where(inside, plane, edges)
+    ab, ac = b - a, c - a
+    d1, d2 = _dot(ab, p - a), _dot(ac, p - a)
+    d3, d4 = _dot(ab, p - b), _dot(ac, p - b)
+    d5, d6 = _dot(ab, p - c), _dot(ac, p - c)
+    va, vb, vc = d3 * d6 - d5 * d4, d5 * d2 - d1 * d6, d1 * d4 - d3 * d2
+    with np.errstate(divide="ignore", invalid="ignore"):  # unused branches may divide by zero
+        on_bc = (d4 - d3) / ((d4 - d3) + (d5 - d6))
+        regions = [
+            (d1 <= 0) & (d2 <= 0),  # vertex a
+            (d3 >= 0) & (d4 <= d3),  # vertex b
+            (d6 >= 0) & (d5 <= d6),  # vertex c
+            (vc <= 0) & (d1 >= 0) & (d3 <= 0),  # edge ab
+            (vb <= 0) & (d2 >= 0) & (d6 <= 0),  # edge ac
+            (va <= 0) & (d4 >= d3) & (d5 >= d6),  # edge bc
+        ]
+        v = np.select(regions, [0.0, 1.0, 0.0, d1 / (d1 - d3), 0.0, 1.0 - on_bc], vb / (va + vb + vc))
+        w = np.select(regions, [0.0, 0.0, 1.0, 0.0, d2 / (d2 - d6), on_bc], vc / (va + vb + vc))
+    offset = p - a - v[..., None] * ab - w[..., None] * ac
+    return np.sqrt(_dot(offset, offset))
 
 
 # --- "deepmind": corner-grid surfels with marching-cubes areas --------------------------------
