@@ -196,7 +196,7 @@ def _run_batch(args) -> int:
 def _add_demo_parser(subparsers) -> None:
     p = subparsers.add_parser("demo", help="batch + report on built-in real data (slicerio CT chest vs simulated auto-contours)")
     p.add_argument("-o", "--output", default="segmetrics-demo", metavar="DIR", help="output folder (default ./segmetrics-demo)")
-    p.add_argument("--cases", type=int, default=4, help="number of simulated auto-contours (default 4)")
+    p.add_argument("--cases", type=int, default=3, help="number of simulated auto-contours (default 3)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=_run_demo)
