@@ -135,8 +135,6 @@ class SegMetricsWidget(ScriptedLoadableModuleWidget, VTKObservationMixin):
             selector.setCurrentNode(node)
             selector.setCurrentSegmentID(segmentID)
             selector.blockSignals(wasBlocked)
-        for selector in (self.ui.referenceSegmentSelector, self.ui.testSegmentSelector):
-            selector.segmentSelectorVisible = not p.allSegments
         problem = self.logic.validationError(p)
         self.ui.applyButton.enabled = problem is None
         self.ui.applyButton.toolTip = problem or "Compute the selected metrics"
