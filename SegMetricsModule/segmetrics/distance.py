@@ -215,24 +215,20 @@ def _distances_to_mesh(points: np.ndarray, mesh: _Surface) -> np.ndarray:
     the distance is overestimated by less than one edge length.
     """
     _, nearest = cKDTree(mesh.points).query(points, workers=-1)
-    corners = mesh.points[mesh.faces[_incident_faces(mesh.faces, len(mesh.points))[nearest]]]
-    p = points[:, None, :]
-    if mesh.faces.shape[1] == 2:
-        distances = _point_segment_distance(p, corners[:, :, 0], corners[:, :, 1])
+    per_vertex = mesh.faces.shape[1]
+    faces_by_vertex = np.argsort(mesh.faces.ravel(), kind="stable") // per_vertex
+    counts = np.bincount(mesh.faces.ravel(), minlength=len(mesh.points))
+    pairs = counts[nearest]  # every vertex has at least one face
+    pair_starts = np.cumsum(pairs) - pairs
+    first_face = np.cumsum(counts) - counts
+    faces = faces_by_vertex[np.repeat(first_face[nearest] - pair_starts, pairs) + np.arange(pairs.sum())]
+    corners = mesh.points[mesh.faces[faces]]
+    p = np.repeat(points, pairs, axis=0)
+    if per_vertex == 2:
+        distances = _point_segment_distance(p, corners[:, 0], corners[:, 1])
     else:
-        distances = _point_triangle_distance(p, corners[:, :, 0], corners[:, :, 1], corners[:, :, 2])
-    return distances.min(axis=1)
-
-
-def _incident_faces(faces: np.ndarray, n_vertices: int) -> np.ndarray:
-    """(n_vertices, max degree) face indices around each vertex, short rows padded with their first face."""
-    flat = faces.ravel()
-    order = np.argsort(flat, kind="stable")
-    counts = np.bincount(flat, minlength=n_vertices)
-    starts = np.cumsum(counts) - counts
-    table = np.repeat((order // faces.shape[1])[starts][:, None], counts.max(), axis=1)
-    table[flat[order], np.arange(flat.size) - np.repeat(starts, counts)] = order // faces.shape[1]
-    return table
+        distances = _point_triangle_distance(p, corners[:, 0], corners[:, 1], corners[:, 2])
+    return np.minimum.reduceat(distances, pair_starts)
 
 
 def _dot(u, v):
