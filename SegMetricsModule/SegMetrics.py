@@ -142,11 +142,11 @@ class SegMetricsWidget(ScriptedLoadableModuleWidget, VTKObservationMixin):
     def onSegmentSelectionChanged(self, *args):
         if self._parameterNode is None:
             return
-        with slicer.util.NodeModify(self._parameterNode):
-            self._parameterNode.referenceSegmentation = self.ui.referenceSegmentSelector.currentNode()
-            self._parameterNode.referenceSegmentID = self.ui.referenceSegmentSelector.currentSegmentID() or ""
-            self._parameterNode.testSegmentation = self.ui.testSegmentSelector.currentNode()
-            self._parameterNode.testSegmentID = self.ui.testSegmentSelector.currentSegmentID() or ""
+        ref, test = self.ui.referenceSegmentSelector, self.ui.testSegmentSelector
+        # read both selectors before writing: each write re-syncs the selectors from the node
+        selection = (ref.currentNode(), ref.currentSegmentID() or "", test.currentNode(), test.currentSegmentID() or "")
+        p = self._parameterNode
+        p.referenceSegmentation, p.referenceSegmentID, p.testSegmentation, p.testSegmentID = selection
 
     def onApplyButton(self):
         with slicer.util.tryWithErrorDisplay("Failed to compute the segmentation metrics.", waitCursor=True):
