@@ -102,6 +102,17 @@ def test_concentric_spheres_hd_assd_nsd_step(spacing):
     assert D.nsd(sd, 4.0) < 0.01 and D.nsd(sd, 6.0) == 1.0
 
 
+@pytest.mark.parametrize("difference_mm", [0.25, 0.5, 1.0])
+def test_sub_voxel_radius_differences(difference_mm):
+    """Near-identical masks (most voxels shared): ASSD is the radius difference, not grid-quantised."""
+    spacing, shape, centre = (1.0, 1.0, 1.0), (60, 60, 60), (29.3, 30.1, 29.7)
+    ref, test = ball(shape, spacing, centre, 20), ball(shape, spacing, centre, 20 + difference_mm)
+    ours = D.assd(D.surface_distances(ref, test, spacing))
+    assert ours == pytest.approx(difference_mm, abs=0.02)
+    lib = library(ref, test, spacing)
+    assert abs(ours - difference_mm) < abs((lib["mean_rt"] + lib["mean_tr"]) / 2 - difference_mm)
+
+
 @pytest.fixture(scope="module")
 def offset_spheres():
     spacing = ANISO
