@@ -3,9 +3,9 @@
 Needs only what the ``slicer-core`` package provides (MRML nodes and module logics, no Qt, no
 ``slicer.app``), so it runs inside Slicer and in a headless Python process alike.
 
-Coordinates: the Slicer scene is RAS, SegMetrics/ITK geometry is LPS. The conversion happens only
-in :data:`LPS_TO_RAS` and the two functions that use it (:func:`ras_matrix` and
-:func:`label_image_from_volume`) plus :func:`_to_ras` for meshes.
+Coordinates: the Slicer scene is RAS, SegMetrics/ITK geometry is LPS. The conversion is
+:data:`LPS_TO_RAS`, used only by :func:`ras_matrix` and :func:`label_image_from_volume` (grids),
+:func:`_to_ras` (meshes) and :func:`slice_center_ras` (points).
 """
 from __future__ import annotations
 
@@ -277,7 +277,7 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
             structure.reference_label, structure.test_label = pair.reference_id, pair.test_id
             structures.append(structure)
         report(1.0, "done")
-        return ComparisonResult(structures, notes), grid.with_array(np.zeros(grid.array.shape, np.uint8))
+        return ComparisonResult(structures, notes), grid
     finally:
         _remove_nodes_added_since(scene, existing)
 
@@ -365,27 +365,16 @@ def slice_rows(structure) -> list:
     return [dict(r) if isinstance(r, dict) else vars(r) for r in structure.extras.get("msi_slices", [])]
 
 
-def _slice_key(rows: list) -> str:
-    return next((k for k in ("slice", "slice_index", "index") if k in rows[0]), next(iter(rows[0])))
-
-
-def _msi_key(rows: list) -> str:
-    return next((k for k in rows[0] if k.lower() == "msi"), None) or next(
-        k for k, v in rows[0].items() if isinstance(v, (int, float)) and k != _slice_key(rows)
-    )
-
-
 def worst_slice(structure):
     """``(slice index, MSI)`` of the per-slice row with the lowest finite MSI, or None."""
     rows = slice_rows(structure)
     if not rows:
         return None
-    key, msi = _slice_key(rows), _msi_key(rows)
-    finite = [r for r in rows if r[msi] is not None and math.isfinite(r[msi])]
+    finite = [r for r in rows if math.isfinite(r["msi"])]
     if not finite:
         return None
-    row = min(finite, key=lambda r: r[msi])
-    return int(row[key]), float(row[msi])
+    row = min(finite, key=lambda r: r["msi"])
+    return int(row["slice"]), float(row["msi"])
 
 
 def worst_slice_ras(outputs: Outputs, structure_name: str):
@@ -418,8 +407,8 @@ def _write_slice_tables(scene, result, chart_node=None):
         tables[structure.structure] = table
         plot = _output_node(scene, "vtkMRMLPlotSeriesNode", f"series:{structure.structure}", f"MSI {structure.structure}")
         plot.SetAndObserveTableNodeID(table.GetID())
-        plot.SetXColumnName(_slice_key(rows))
-        plot.SetYColumnName(_msi_key(rows))
+        plot.SetXColumnName("slice")
+        plot.SetYColumnName("msi")
         plot.SetPlotType(slicer.vtkMRMLPlotSeriesNode.PlotTypeScatter)
         series.append(plot)
     _remove_stale(scene, "vtkMRMLTableNode", "slices:", tables.values())
