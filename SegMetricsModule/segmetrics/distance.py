@@ -157,11 +157,16 @@ def _directed(source: _Surface | None, target: _Surface | None):
     if target is None:
         distances = np.full(len(source.sizes), np.inf)
     elif target.faces is None:
-        distances = cKDTree(target.points).query(source.points, workers=-1)[0]
+        distances = _tree(target.points).query(source.points, workers=-1)[0]
     else:
         distances = _distances_to_mesh(source.points, target)
     order = np.lexsort((source.sizes, distances))
     return distances[order], source.sizes[order]
+
+
+def _tree(points: np.ndarray) -> cKDTree:
+    """KD-tree for nearest-neighbour queries (unbalanced: builds several times faster, queries as fast)."""
+    return cKDTree(points, balanced_tree=False, compact_nodes=False)
 
 
 # --- "exact": smoothed sub-voxel mesh, exact point-to-mesh distances ------------------------
@@ -214,7 +219,7 @@ def _distances_to_mesh(points: np.ndarray, mesh: _Surface) -> np.ndarray:
     The closest point of the whole mesh almost always lies on one of them; when it does not,
     the distance is overestimated by less than one edge length.
     """
-    _, nearest = cKDTree(mesh.points).query(points, workers=-1)
+    _, nearest = _tree(mesh.points).query(points, workers=-1)
     per_vertex = mesh.faces.shape[1]
     faces_by_vertex = np.argsort(mesh.faces.ravel(), kind="stable") // per_vertex
     counts = np.bincount(mesh.faces.ravel(), minlength=len(mesh.points))
