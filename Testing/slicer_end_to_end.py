@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     args.output_dir.mkdir(parents=True, exist_ok=True)
 
     headless = mrml.create_headless_scene()
-    scene, app_logic = headless
+    scene = headless.scene
     reference = load_segmentation(scene, args.reference, "reference", args.structure)
     test = load_segmentation(scene, args.test, "test", args.structure)
     groups = list(all_groups())
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
             writer.writeheader()
             writer.writerows(rows)
     if outputs.models:
-        mrml.render_png(scene, app_logic, args.output_dir / "surface.png")
+        mrml.render_png(scene, headless.app_logic, args.output_dir / "surface.png")
     print(f"metric groups: {', '.join(groups)}; notes: {'; '.join(outputs.result.notes)}")
     print(f"wrote {', '.join(sorted(p.name for p in args.output_dir.iterdir()))} to {args.output_dir}")
     return 0

@@ -72,7 +72,8 @@ def test_metric_parameters_are_passed_through(module):
 
 
 def test_process_fills_the_table_and_the_parameter_node(module):
-    scene = mrml.create_headless_scene().scene
+    headless = mrml.create_headless_scene()  # keep alive: owns the module logics
+    scene = headless.scene
     reference = np.zeros((12, 12, 12), np.uint8)
     reference[2:8, 2:8, 2:8] = 1
     test = np.roll(reference, 2, axis=2)

@@ -60,9 +60,6 @@ class HeadlessScene:
     app_logic: object
     logics: dict
 
-    def __iter__(self):  # allows ``scene, app_logic = create_headless_scene()``
-        return iter((self.scene, self.app_logic))
-
 
 def create_headless_scene() -> HeadlessScene:
     """A new MRML scene with application, colour, segmentation, volume, model, table and plot logics.
