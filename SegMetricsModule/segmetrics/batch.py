@@ -158,10 +158,12 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
 
 # --------------------------------------------------------------------------------- executors
 def _limit_threads(threads: int) -> None:
-    """Worker initializer: keep N workers from oversubscribing the cores with ITK threads."""
+    """Worker initializer: keep N workers from oversubscribing the cores with ITK/VTK threads."""
     import SimpleITK as sitk
+    import vtk
 
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
+    vtk.vtkSMPTools.Initialize(threads)
 
 
 def _outcomes(cases, job: dict, workers: int, scheduler: str | None):
