@@ -205,6 +205,7 @@ def _dask_outcomes(cases, job: dict, workers: int, scheduler: str):
         cluster = LocalCluster(n_workers=max(workers, 1), threads_per_worker=1, processes=True,
                                dashboard_address=None)
         client = Client(cluster)
+        client.run(_limit_threads, max(1, (os.cpu_count() or 1) // max(workers, 1)))
     else:
         cluster, client = None, Client(scheduler)
     try:
