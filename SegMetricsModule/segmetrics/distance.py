@@ -48,6 +48,8 @@ PERCENTILE_VARIANTS = ("max_of_directed", "pooled", "mean_of_directed")
 SMOOTHING_SIGMA_VOXELS = 1.0
 #: Inside voxel centres are clamped to at least 0.5 + this, outside centres to at most 0.5 - this.
 CLAMP_MARGIN = 0.05
+#: Points handled at once in point-to-mesh distances (about 50 MB of temporaries per block).
+POINTS_PER_BLOCK = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -174,8 +176,9 @@ def _tree(points: np.ndarray) -> cKDTree:
 
 def _smooth_surface(padded: np.ndarray, spacing: np.ndarray) -> _Surface:
     """Mesh (3-D) or contours (2-D) of the clamped, blurred mask's 0.5 level, in mm (array order)."""
-    field = ndimage.gaussian_filter(padded.astype(np.float32), SMOOTHING_SIGMA_VOXELS, mode="constant", truncate=3.0)
-    field = np.where(padded, np.maximum(field, 0.5 + CLAMP_MARGIN), np.minimum(field, 0.5 - CLAMP_MARGIN))
+    field = ndimage.gaussian_filter(padded, SMOOTHING_SIGMA_VOXELS, output=np.float32, mode="constant", truncate=3.0)
+    np.maximum(field, 0.5 + CLAMP_MARGIN, out=field, where=padded)
+    np.minimum(field, 0.5 - CLAMP_MARGIN, out=field, where=~padded)
     if padded.ndim == 3:
         vertices, faces = _iso_surface(field, spacing)
         corners = vertices[faces]
@@ -200,7 +203,7 @@ def _iso_surface(field: np.ndarray, spacing: np.ndarray):
     image = vtk.vtkImageData()
     image.SetDimensions(field.shape[::-1])
     image.SetSpacing(spacing[::-1].tolist())
-    image.GetPointData().SetScalars(numpy_to_vtk(field.ravel(), deep=True))
+    image.GetPointData().SetScalars(numpy_to_vtk(field.ravel(), deep=False))  # field outlives the filter
     surface = vtk.vtkFlyingEdges3D()
     surface.SetInputData(image)
     surface.SetValue(0, 0.5)
@@ -217,23 +220,28 @@ def _distances_to_mesh(points: np.ndarray, mesh: _Surface) -> np.ndarray:
     """Distance (mm) from each point to the triangles (segments) around the mesh vertex nearest to it.
 
     The closest point of the whole mesh almost always lies on one of them; when it does not,
-    the distance is overestimated by less than one edge length.
+    the distance is overestimated by less than one edge length. Points go in blocks of
+    :data:`POINTS_PER_BLOCK` to bound the temporary arrays.
     """
     _, nearest = _tree(mesh.points).query(points, workers=-1)
     per_vertex = mesh.faces.shape[1]
     faces_by_vertex = np.argsort(mesh.faces.ravel(), kind="stable") // per_vertex
-    counts = np.bincount(mesh.faces.ravel(), minlength=len(mesh.points))
-    pairs = counts[nearest]  # every vertex has at least one face
-    pair_starts = np.cumsum(pairs) - pairs
+    counts = np.bincount(mesh.faces.ravel(), minlength=len(mesh.points))  # every vertex has a face
     first_face = np.cumsum(counts) - counts
-    faces = faces_by_vertex[np.repeat(first_face[nearest] - pair_starts, pairs) + np.arange(pairs.sum())]
-    corners = mesh.points[mesh.faces[faces]]
-    p = np.repeat(points, pairs, axis=0)
-    if per_vertex == 2:
-        distances = _point_segment_distance(p, corners[:, 0], corners[:, 1])
-    else:
-        distances = _point_triangle_distance(p, corners[:, 0], corners[:, 1], corners[:, 2])
-    return np.minimum.reduceat(distances, pair_starts)
+    distances = np.empty(len(points))
+    for start in range(0, len(points), POINTS_PER_BLOCK):
+        block = slice(start, start + POINTS_PER_BLOCK)
+        pairs = counts[nearest[block]]
+        pair_starts = np.cumsum(pairs) - pairs
+        faces = faces_by_vertex[np.repeat(first_face[nearest[block]] - pair_starts, pairs) + np.arange(pairs.sum())]
+        corners = mesh.points[mesh.faces[faces]]
+        p = np.repeat(points[block], pairs, axis=0)
+        if per_vertex == 2:
+            pair_distances = _point_segment_distance(p, corners[:, 0], corners[:, 1])
+        else:
+            pair_distances = _point_triangle_distance(p, corners[:, 0], corners[:, 1], corners[:, 2])
+        distances[block] = np.minimum.reduceat(pair_distances, pair_starts)
+    return distances
 
 
 def _dot(u, v):
