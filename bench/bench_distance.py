@@ -1,14 +1,16 @@
 """Benchmark: surface-distance set (HD, HD95, ASSD, NSD@2 mm) against DeepMind's surface-distance.
 
-Two offset spheres in a 300×512×512 volume at spacing (2.5, 0.8, 0.8) mm (array order z, y, x),
-for two organ sizes. Prints, per method, the best-of-3 wall time, the ratio to DeepMind's time
-measured in the same run, the peak traced memory (tracemalloc: NumPy and Python allocations)
-relative to the two input masks, and the error against the analytic truth of the two spheres.
+A 300×512×512 volume at spacing (2.5, 0.8, 0.8) mm (array order z, y, x) holding a reference and
+a test object: offset spheres of two organ sizes (with their analytic truth) and a body-sized
+ellipsoid pair. Per method it prints the best wall time (of 3 runs; 1 for the body), the speed-up
+over DeepMind's library measured in the same run, the peak resident memory the call adds
+(measured in a forked child, Linux) relative to the two input masks, and, for the spheres, the
+error against the continuous truth.
 
-Run: ``python bench/bench_distance.py`` (about a minute on two cores).
+Run: ``python bench/bench_distance.py`` (about two minutes on two cores).
 """
+import multiprocessing
 import time
-import tracemalloc
 
 import numpy as np
 import surface_distance
@@ -17,17 +19,20 @@ from segmetrics import distance as D
 
 SHAPE = (300, 512, 512)
 SPACING = (2.5, 0.8, 0.8)
-OFFSET = np.array([3.0, 2.0, -1.5])  # mm, array order
 TOLERANCE_MM = 2.0
-REPEATS = 3
 
 
-def ball(centre_mm, radius_mm):
-    grids = np.ogrid[tuple(slice(0, n) for n in SHAPE)]
-    return sum((g * s - c) ** 2 for g, s, c in zip(grids, SPACING, centre_mm)) <= radius_mm**2
+def ellipsoid(centre_mm, semi_axes_mm):
+    """Voxels whose centre lies in the ellipsoid, built slice by slice to keep memory low."""
+    rows, cols = np.ogrid[: SHAPE[1], : SHAPE[2]]
+    in_plane = ((rows * SPACING[1] - centre_mm[1]) / semi_axes_mm[1]) ** 2 + ((cols * SPACING[2] - centre_mm[2]) / semi_axes_mm[2]) ** 2
+    mask = np.zeros(SHAPE, bool)
+    for z in range(SHAPE[0]):
+        mask[z] = in_plane + ((z * SPACING[0] - centre_mm[0]) / semi_axes_mm[0]) ** 2 <= 1
+    return mask
 
 
-def truth(c1, r1, c2, r2, n=2_000_000):
+def sphere_truth(c1, r1, c2, r2, n=2_000_000):
     """HD95 (max of directed), ASSD (pooled) and NSD of two continuous spheres, by area sampling."""
     i = np.arange(n) + 0.5
     polar, azimuth = np.arccos(1 - 2 * i / n), np.pi * (1 + 5**0.5) * i
@@ -62,42 +67,67 @@ def ours(mode):
     return run
 
 
-def measure(function, reference, test):
-    """(best wall time in s, peak traced bytes, result) over REPEATS runs."""
-    times = []
-    for _ in range(REPEATS):
+def _status_mb(key):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith(key + ":"))
+
+
+def _peak_child(function, reference, test, queue):
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")  # reset the peak-RSS mark to the current RSS
+    before = _status_mb("VmRSS")
+    function(reference, test)
+    queue.put(_status_mb("VmHWM") - before)
+
+
+def peak_added_mb(function, reference, test):
+    """Peak resident memory (MB) that one call adds, measured in a forked child process."""
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_peak_child, args=(function, reference, test, queue))
+    child.start()
+    peak = queue.get()
+    child.join()
+    return peak
+
+
+def best_time(function, reference, test, repeats):
+    times, result = [], None
+    for _ in range(repeats):
         start = time.perf_counter()
         result = function(reference, test)
         times.append(time.perf_counter() - start)
-    tracemalloc.start()
-    function(reference, test)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return min(times), peak, result
+    return min(times), result
+
+
+def cases():
+    centre = np.array([SHAPE[0] * SPACING[0] / 2 + 0.3, 205.1, 203.7])
+    offset = np.array([3.0, 2.0, -1.5])
+    for radius in (40.0, 70.0):
+        truth = sphere_truth(centre, radius, centre + offset, radius - 3.0)
+        yield f"spheres r={radius:.0f}/{radius - 3:.0f} mm", ellipsoid(centre, [radius] * 3), ellipsoid(centre + offset, [radius - 3] * 3), truth, 3
+    body = ellipsoid(centre, (330.0, 180.0, 150.0)), ellipsoid(centre + [2.0, 1.0, -1.0], (328.0, 178.0, 151.0))
+    yield "body ellipsoid 660x360x300 mm", *body, None, 1
 
 
 def main():
     ours("deepmind")(np.ones((2, 2, 2), bool), np.ones((2, 2, 2), bool))  # build the cached area table once
-    methods = {"deepmind surface-distance": deepmind_library, "segmetrics exact": ours("exact"), "segmetrics deepmind": ours("deepmind")}
-    centre = np.array([SHAPE[0] * SPACING[0] / 2 + 0.3, 205.1, 203.7])
-    print(f"volume {SHAPE} (z, y, x) at {SPACING} mm; test sphere offset {OFFSET.tolist()} mm, 3 mm smaller")
-    header = f"{'radius':>7} {'method':<26} {'time s':>7} {'vs DM':>6} {'peak/inputs':>11} {'HD95 err':>9} {'ASSD err':>9} {'NSD err':>8}"
+    methods = {"DeepMind surface-distance": deepmind_library, "segmetrics exact": ours("exact"), "segmetrics deepmind": ours("deepmind")}
+    print(f"volume {SHAPE} (z, y, x) at {SPACING} mm; HD, HD95, ASSD and NSD@{TOLERANCE_MM:g}mm per call")
+    header = f"{'case':<31} {'method':<26} {'time s':>7} {'speed-up':>8} {'peak/inputs':>11} {'HD95 err':>9} {'ASSD err':>9} {'NSD err':>8}"
     print(header)
     print("-" * len(header))
-    for radius in (40.0, 70.0):
-        reference, test = ball(centre, radius), ball(centre + OFFSET, radius - 3.0)
-        inputs = reference.nbytes + test.nbytes
-        expected = truth(centre, radius, centre + OFFSET, radius - 3.0)
+    for name, reference, test, truth, repeats in cases():
+        inputs_mb = (reference.nbytes + test.nbytes) / 2**20
         baseline = None
-        for name, function in methods.items():
-            seconds, peak, result = measure(function, reference, test)
+        for method, function in methods.items():
+            seconds, result = best_time(function, reference, test, repeats)
             baseline = baseline or seconds
-            errors = {k: result[k] - expected[k] for k in expected}
-            print(
-                f"{radius:>5.0f}mm {name:<26} {seconds:>7.3f} {baseline / seconds:>5.1f}x {peak / inputs:>11.3f} "
-                f"{errors['hd95']:>+9.3f} {errors['assd']:>+9.3f} {errors['nsd']:>+8.4f}"
-            )
-        print(f"{'':>7} truth: HD95 {expected['hd95']:.3f} mm, ASSD {expected['assd']:.3f} mm, NSD@{TOLERANCE_MM:g}mm {expected['nsd']:.4f}")
+            peak = peak_added_mb(function, reference, test) / inputs_mb
+            errors = "".join(f" {result[k] - truth[k]:>+9.3f}" for k in ("hd95", "assd")) + f" {result['nsd'] - truth['nsd']:>+8.4f}" if truth else ""
+            print(f"{name:<31} {method:<26} {seconds:>7.3f} {baseline / seconds:>7.1f}x {peak:>11.2f}{errors}")
+        if truth:
+            print(f"{'':<31} truth: HD95 {truth['hd95']:.3f} mm, ASSD {truth['assd']:.3f} mm, NSD {truth['nsd']:.4f}")
 
 
 if __name__ == "__main__":
