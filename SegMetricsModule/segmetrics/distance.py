@@ -223,12 +223,14 @@ def _distances_to_mesh(points: np.ndarray, mesh: _Surface) -> np.ndarray:
     the distance is overestimated by less than one edge length. Points go in blocks of
     :data:`POINTS_PER_BLOCK` to bound the temporary arrays.
     """
-    _, nearest = _tree(mesh.points).query(points, workers=-1)
+    vertex_distances, nearest = _tree(mesh.points).query(points, workers=-1)
+    distances = np.zeros(len(points))
+    todo = np.flatnonzero(vertex_distances > 0)  # a point on a vertex of the mesh is at distance 0
+    points, nearest = points[todo], nearest[todo]
     per_vertex = mesh.faces.shape[1]
     faces_by_vertex = np.argsort(mesh.faces.ravel(), kind="stable") // per_vertex
     counts = np.bincount(mesh.faces.ravel(), minlength=len(mesh.points))  # every vertex has a face
     first_face = np.cumsum(counts) - counts
-    distances = np.empty(len(points))
     for start in range(0, len(points), POINTS_PER_BLOCK):
         block = slice(start, start + POINTS_PER_BLOCK)
         pairs = counts[nearest[block]]
@@ -240,7 +242,7 @@ def _distances_to_mesh(points: np.ndarray, mesh: _Surface) -> np.ndarray:
             pair_distances = _point_segment_distance(p, corners[:, 0], corners[:, 1])
         else:
             pair_distances = _point_triangle_distance(p, corners[:, 0], corners[:, 1], corners[:, 2])
-        distances[block] = np.minimum.reduceat(pair_distances, pair_starts)
+        distances[todo[block]] = np.minimum.reduceat(pair_distances, pair_starts)
     return distances
 
 
