@@ -53,12 +53,13 @@ def summary_table(agg: Aggregate):
     from rich.table import Table
 
     table = Table(title=f"{agg.n_cases} cases, all classes ({len(agg.failed)} failed)")
-    for name in ("metric", "unit", "n used / n", "mean", "class-balanced mean", "median", "95% CI of mean", "statuses"):
-        table.add_column(name, justify="left" if name in ("metric", "unit", "statuses") else "right")
+    for name in ("metric", "unit", "used/n", "mean", "class mean", "median", "95% CI", "not ok"):
+        table.add_column(name, justify="left" if name in ("metric", "unit", "not ok") else "right", overflow="fold")
     for r in agg.rows:
         if r["structure"] == OVERALL:
-            table.add_row(r["metric"], r["unit"], f"{r['n_used']} / {r['n']}", format_value(r["mean"]),
-                          format_value(r["class_mean"]), format_value(r["median"]), _ci(r), _statuses(r))
+            not_ok = ", ".join(f"{k} {v}" for k, v in r["statuses"].items() if k != "ok")
+            table.add_row(r["metric"], r["unit"], f"{r['n_used']}/{r['n']}", format_value(r["mean"]),
+                          format_value(r["class_mean"]), format_value(r["median"]), _ci(r), not_ok)
     return table
 
 
