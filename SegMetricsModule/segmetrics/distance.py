@@ -265,10 +265,11 @@ def _point_triangle_distance(p, a, b, c):
     The closest point is found from the Voronoi region of ``p`` (a vertex, an edge or the face),
     following Ericson, *Real-Time Collision Detection* (2005), section 5.1.5.
     """
-    ab, ac = b - a, c - a
-    d1, d2 = _dot(ab, p - a), _dot(ac, p - a)
-    d3, d4 = _dot(ab, p - b), _dot(ac, p - b)
-    d5, d6 = _dot(ab, p - c), _dot(ac, p - c)
+    ab, ac, ap = b - a, c - a, p - a
+    d1, d2 = _dot(ab, ap), _dot(ac, ap)
+    ab_ac = _dot(ab, ac)
+    d3, d4 = d1 - _dot(ab, ab), d2 - ab_ac  # (p - b)·ab, (p - b)·ac
+    d5, d6 = d1 - ab_ac, d2 - _dot(ac, ac)  # (p - c)·ab, (p - c)·ac
     va, vb, vc = d3 * d6 - d5 * d4, d5 * d2 - d1 * d6, d1 * d4 - d3 * d2
     with np.errstate(divide="ignore", invalid="ignore"):  # unused branches may divide by zero
         on_bc = (d4 - d3) / ((d4 - d3) + (d5 - d6))
@@ -282,7 +283,7 @@ def _point_triangle_distance(p, a, b, c):
         ]
         v = np.select(regions, [0.0, 1.0, 0.0, d1 / (d1 - d3), 0.0, 1.0 - on_bc], vb / (va + vb + vc))
         w = np.select(regions, [0.0, 0.0, 1.0, 0.0, d2 / (d2 - d6), on_bc], vc / (va + vb + vc))
-    offset = p - a - v[..., None] * ab - w[..., None] * ac
+    offset = ap - v[..., None] * ab - w[..., None] * ac
     return np.sqrt(_dot(offset, offset))
 
 
