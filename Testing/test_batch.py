@@ -108,6 +108,9 @@ def test_killed_run_resumes_without_recomputing(data_dir, tmp_path, monkeypatch)
     orphan = compare(cases[3].reference, cases[3].test, metrics=METRICS).records()[0]
     with open(out / "results.jsonl", "a") as handle:
         handle.write(json.dumps({"case_id": cases[3].case_id, **orphan}) + "\n")
+        handle.write(json.dumps({"case_id": cases[3].case_id, **orphan})[:25])  # a line cut short by the kill
+    with open(out / "cases.jsonl", "a") as handle:
+        handle.write('{"case_id": "')  # the kill can also cut the log line
 
     import segmetrics.batch as batch
 
@@ -117,6 +120,8 @@ def test_killed_run_resumes_without_recomputing(data_dir, tmp_path, monkeypatch)
     summary = run_batch(read_manifest(tmp_path / "manifest.csv"), out, metrics=METRICS, progress=False)
     assert evaluated == [c.case_id for c in cases[3:]]
     assert summary.skipped == [c.case_id for c in cases[:3]]
+    log = read_case_log(out)  # parses every line: the cut line was dropped, not glued to the next
+    assert sorted(log) == sorted(c.case_id for c in cases) and {e["status"] for e in log.values()} == {"ok"}
     records = read_results(out)
     keys = [_key(r) for r in records]
     assert len(keys) == len(set(keys))  # the orphan was dropped, nothing duplicated

@@ -157,11 +157,12 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
 
 
 # --------------------------------------------------------------------------------- executors
-def _limit_threads(threads: int) -> None:
-    """Worker initializer: keep N workers from oversubscribing the cores with ITK/VTK threads."""
+def _limit_threads(workers: int) -> None:
+    """Worker initializer: N workers share the cores instead of each starting one ITK/VTK thread per core."""
     import SimpleITK as sitk
     import vtk
 
+    threads = max(1, (os.cpu_count() or 1) // max(workers, 1))
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
     vtk.vtkSMPTools.Initialize(threads)
 
@@ -177,9 +178,8 @@ def _outcomes(cases, job: dict, workers: int, scheduler: str | None):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        threads = max(1, (os.cpu_count() or 1) // workers)
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_limit_threads, initargs=(threads,)) as pool:
+                                 initializer=_limit_threads, initargs=(workers,)) as pool:
             futures = {pool.submit(evaluate_case, case, **job): case for case in cases}
             for future in as_completed(futures):
                 yield _result_or_failure(future, futures[future])
@@ -198,14 +198,12 @@ def _dask_outcomes(cases, job: dict, workers: int, scheduler: str):
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError as error:
-        raise RuntimeError(
-            "--scheduler needs dask.distributed: pip install 'segmetrics[distributed]'"
-        ) from error
+        raise ImportError("--scheduler needs dask.distributed: pip install 'segmetrics[distributed]'") from error
     if scheduler == "local":
         cluster = LocalCluster(n_workers=max(workers, 1), threads_per_worker=1, processes=True,
                                dashboard_address=None)
         client = Client(cluster)
-        client.run(_limit_threads, max(1, (os.cpu_count() or 1) // max(workers, 1)))
+        client.run(_limit_threads, workers)
     else:
         cluster, client = None, Client(scheduler)
     try:
@@ -232,32 +230,32 @@ def value_from_json(value) -> float:
     return math.nan if value is None else float(value)
 
 
-def read_results(output) -> list:
-    """All records of a batch output folder (``results.jsonl``), values back as floats."""
-    path = Path(output) / "results.jsonl"
+def _read_jsonl(path: Path) -> list:
+    """Objects of a JSON-lines file; a last line cut short by a killed run is ignored."""
     if not path.is_file():
         return []
-    with open(path) as handle:
-        return [{**r, "value": value_from_json(r["value"])} for r in map(json.loads, handle) if r]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        tail = [json.loads(lines[-1])] if lines else []
+    except json.JSONDecodeError:
+        tail = []
+    return [json.loads(line) for line in lines[:-1]] + tail
+
+
+def read_results(output) -> list:
+    """All records of a batch output folder (``results.jsonl``), values back as floats."""
+    return [{**r, "value": value_from_json(r["value"])} for r in _read_jsonl(Path(output) / "results.jsonl")]
 
 
 def read_case_log(output) -> dict:
     """The last logged attempt of each case: ``{case_id: {"status", "error", "diagonal_mm", ...}}``."""
-    path = Path(output) / "cases.jsonl"
-    log = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                entry = json.loads(line)
-                log[entry["case_id"]] = entry
-    return log
+    return {entry["case_id"]: entry for entry in _read_jsonl(Path(output) / "cases.jsonl")}
 
 
 class _ResultWriter:
     """Append-only writer of the three output files; every case is flushed as a unit."""
 
     def __init__(self, output: Path):
-        self.output = output
         new_csv = not (output / "results.csv").is_file()
         self.csv = open(output / "results.csv", "a", newline="")
         self.table = csv.DictWriter(self.csv, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
@@ -291,8 +289,12 @@ def _rewrite_results(output: Path, records: list) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
         writer.writeheader()
         writer.writerows(_csv_row(r) for r in records)
-    with open(output / "results.jsonl", "w") as handle:
-        handle.writelines(_json_line({**r, "value": json_value(r["value"])}) for r in records)
+    _write_jsonl(output / "results.jsonl", ({**r, "value": json_value(r["value"])} for r in records))
+
+
+def _write_jsonl(path: Path, objects) -> None:
+    with open(path, "w") as handle:
+        handle.writelines(_json_line(o) for o in objects)
 
 
 def _write_parquet(output: Path, records: list) -> bool:
@@ -357,6 +359,7 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     output.mkdir(parents=True, exist_ok=True)
     _check_settings(output, _settings(metrics, params, resample_to, labels))
 
+    _write_jsonl(output / "cases.jsonl", _read_jsonl(output / "cases.jsonl"))  # drop a line cut by a kill
     log = read_case_log(output)
     finished = {cid for cid, entry in log.items() if entry["status"] == "ok"}
     order = {case.case_id: i for i, case in enumerate(cases)}
