@@ -12,6 +12,7 @@ Spacings and distances follow the package convention: mm, array-axis order ``(z,
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -390,39 +391,27 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     return BatchSummary(output, [c.case_id for c in cases], computed, skipped, failed, unmatched or {})
 
 
-class _progress_bar:
-    """Context manager yielding ``advance(outcome)``; a rich bar with done/total, rate and ETA."""
+@contextlib.contextmanager
+def _progress_bar(total: int, already: int, enabled: bool):
+    """Yield ``advance(outcome)``; shows a rich bar with cases done/total, failures, rate and time left."""
+    if not enabled:
+        yield lambda outcome: None
+        return
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
-    def __init__(self, total: int, already: int, enabled: bool):
-        self.total, self.already, self.enabled = total, already, enabled
+    bar = Progress(TextColumn("[bold]batch"), BarColumn(), MofNCompleteColumn(), TextColumn("cases"),
+                   TextColumn("{task.fields[rate]}"), TextColumn("failed {task.fields[failed]}"),
+                   TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(), console=Console(stderr=True))
+    task = bar.add_task("batch", total=total, completed=already, rate="", failed=0)
+    started, counts = time.perf_counter(), {"done": 0, "failed": 0}
 
-    def __enter__(self):
-        if not self.enabled:
-            return lambda outcome: None
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+    def advance(outcome):
+        counts["done"] += 1
+        counts["failed"] += outcome.status != "ok"
+        per_minute = 60 * counts["done"] / max(time.perf_counter() - started, 1e-9)
+        bar.update(task, advance=1, rate=f"{per_minute:.1f}/min", failed=counts["failed"])
 
-        self.bar = Progress(
-            TextColumn("[bold]batch"), BarColumn(), MofNCompleteColumn(), TextColumn("cases"),
-            TextColumn("{task.fields[rate]}"), TextColumn("failed {task.fields[failed]}"),
-            TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-            console=Console(stderr=True),
-        )
-        self.bar.start()
-        self.task = self.bar.add_task("batch", total=self.total, completed=self.already,
-                                      rate="", failed=0)
-        self.started, self.done, self.failed = time.perf_counter(), 0, 0
-
-        def advance(outcome):
-            self.done += 1
-            self.failed += outcome.status != "ok"
-            per_minute = 60 * self.done / max(time.perf_counter() - self.started, 1e-9)
-            self.bar.update(self.task, advance=1, rate=f"{per_minute:.1f}/min", failed=self.failed)
-
-        return advance
-
-    def __exit__(self, *exc):
-        if self.enabled:
-            self.bar.stop()
-        return False
+    with bar:
+        yield advance
