@@ -14,6 +14,8 @@ from segmetrics.batch import read_results
 from segmetrics.cli import main
 from segmetrics.demo import reference_path, simulate_auto_contour
 from segmetrics.io import load_label_image
+from segmetrics.registry import all_groups
+from segmetrics.render import rendering_available
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +39,12 @@ def test_report_images_are_embedded_and_not_blank(demo):
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (demo / "report.md").read_text())
     assert sorted(links) == sorted(f"figures/{name}" for name in re.findall(r"<img alt='([^']+)'", html))
     assert all(_not_blank((demo / link).read_bytes()) for link in links)
+    # The worst pairs in detail: per-slice MSI curves and 3-D renders coloured by MSI / signed distance.
+    names = set(re.findall(r"<img alt='([^']+)'", html))
+    if "msi" in all_groups():
+        assert {"worst1_msi_slices.png", "worst2_msi_slices.png"} <= names
+        if rendering_available()[0]:
+            assert {"worst1_MSI.png", "worst1_SignedDistance_mm.png"} <= names
 
 
 def _values(demo, metric):

@@ -74,10 +74,7 @@ def print_summary(agg: Aggregate, html_path) -> None:
 # ---------------------------------------------------------------------------------- figures
 def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
     """Box plot of one metric, one box per class (penalised values included, NaN left out)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
 
     classes = [r["structure"] for r in agg.rows if r["metric"] == metric and r["structure"] != OVERALL]
     data = [[x["value"] for x in agg.records if x["metric"] == metric and x["structure"] == c
@@ -85,7 +82,8 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
     if not any(data):
         return False
     unit = next(r["unit"] for r in agg.rows if r["metric"] == metric)
-    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.28 * len(classes)))
+    fig = Figure(figsize=(7, 1.2 + 0.28 * len(classes)))
+    ax = fig.subplots()
     ax.boxplot(data, orientation="horizontal", showmeans=True)  # matplotlib >= 3.10
     ax.set_yticks(range(1, len(classes) + 1), classes, fontsize=8)
     ax.invert_yaxis()
@@ -94,23 +92,18 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
     return True
 
 
 def _msi_curve(rows, title: str, path: Path) -> bool:
-    """Per-slice MSI of one structure pair (``extras["msi_slices"]`` rows)."""
-    import matplotlib
+    """Per-slice MSI of one structure pair (``extras["msi_slices"]``: :class:`segmetrics.msi.SliceMSI` rows)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [r if isinstance(r, dict) else vars(r) for r in rows]
-    points = [(r.get("slice", i), r.get("msi", math.nan)) for i, r in enumerate(rows)]
-    points = [(x, y) for x, y in points if y is not None and math.isfinite(y)]
+    points = [(r.slice, r.msi) for r in rows if math.isfinite(r.msi)]
     if not points:
         return False
-    fig, ax = plt.subplots(figsize=(7, 2.8))
+    fig = Figure(figsize=(7, 2.8))
+    ax = fig.subplots()
     ax.plot(*zip(*points), marker="o", markersize=3)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("slice index (first array axis)")
@@ -119,7 +112,6 @@ def _msi_curve(rows, title: str, path: Path) -> bool:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
     return True
 
 
