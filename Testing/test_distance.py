@@ -394,3 +394,29 @@ def test_deepmind_mode_matches_library_on_real_masks(data_dir, reference, test):
     assert_matches_library(ref, tst, spacing)
     exact = summary(D.surface_distances(ref, tst, spacing))
     assert all(np.isfinite(v) for v in exact.values())
+
+
+def test_compare_totalsegmentator_labels_match_library(data_dir):
+    """End to end through compare(): per-label deepmind values equal the library's; label 13 is missing in the test."""
+    from segmetrics import compare
+
+    folder = data_dir / "totalsegmentator"
+    result = compare(
+        folder / "example_seg.nii.gz",
+        folder / "example_seg_fast.nii.gz",
+        labels=[5, 13, 33],
+        metrics="distance",
+        params=Parameters(surface_mode="deepmind"),
+    )
+    _, spacing = read_mask(folder / "example_seg.nii.gz")
+    labels_ref = sitk.GetArrayFromImage(sitk.ReadImage(str(folder / "example_seg.nii.gz")))
+    labels_test = sitk.GetArrayFromImage(sitk.ReadImage(str(folder / "example_seg_fast.nii.gz")))
+    for label in (5, 33):  # liver, and a 70-voxel structure
+        expected = library(labels_ref == label, labels_test == label, spacing)
+        record = result[str(label)]
+        assert record.value("hd_mm") == pytest.approx(expected["hd"], abs=1e-6)
+        assert record.value("hd95_mm") == pytest.approx(expected["hd95"], abs=1e-6)
+        assert record.value("nsd") == pytest.approx(expected["nsd2"], abs=1e-6)
+        assert record.get("hd_mm").status == Status.OK
+    missing = result["13"]
+    assert missing.get("hd_mm").status == Status.TEST_EMPTY and missing.value("hd_mm") == math.inf
