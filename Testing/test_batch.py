@@ -14,6 +14,7 @@ import pytest
 from segmetrics import Parameters, compare
 from segmetrics.batch import Case, match_folders, read_case_log, read_manifest, read_results, run_batch
 from segmetrics.cli import main
+from segmetrics.io import load_label_image
 
 METRICS = "overlap"  # cheap, so the real-data runs stay quick; equality does not depend on the group
 
@@ -226,3 +227,17 @@ def test_cli_folders_params_report_and_parquet(data_dir, tmp_path, capsys):
     pq = pytest.importorskip("pyarrow.parquet")
     table = pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()
     assert [(r["case_id"], r["metric"], r["value"]) for r in table] == [(r["case_id"], r["metric"], r["value"]) for r in records]
+
+
+def test_threshold_for_probability_maps(data_dir, tmp_path):
+    folder = data_dir / "metricsreloaded_brain_lesions"
+    case = Case("0001", str(folder / "Ref" / "CorrectLesion_0001_01_Ref.nii.gz"),
+                str(folder / "Pred" / "CorrectLesion_0001_01_Pred.nii.gz"))
+    without = run_batch([case], tmp_path / "plain", metrics="dice", progress=False)
+    assert "non-integer" in without.failed["0001"]  # a probability map is not silently cast to labels
+    run_batch([case], tmp_path / "thresholded", metrics="dice", threshold=0.5, progress=False)
+    (record,) = read_results(tmp_path / "thresholded")
+    reference = load_label_image(case.reference, threshold=0.5).array.astype(bool)
+    test = load_label_image(case.test, threshold=0.5).array.astype(bool)
+    expected = 2 * np.count_nonzero(reference & test) / (np.count_nonzero(reference) + np.count_nonzero(test))
+    assert record["value"] == pytest.approx(expected) and 0.71 <= record["value"] <= 0.92  # MANIFEST range

@@ -124,11 +124,15 @@ def match_folders(reference_dir, test_dir, names=None):
 
 
 # ------------------------------------------------------------------------------------ one case
-def load_case(case: Case):
-    """Read a case's reference and test label images (names from ``case.names`` if given)."""
+def load_case(case: Case, threshold: float | None = None):
+    """Read a case's reference and test label images (names from ``case.names`` if given).
+
+    ``threshold`` binarises both (``value >= threshold``), e.g. 0.5 for probability maps.
+    """
     from .io import load_label_image, read_name_map
 
-    reference, test = load_label_image(case.reference), load_label_image(case.test)
+    reference = load_label_image(case.reference, threshold=threshold)
+    test = load_label_image(case.test, threshold=threshold)
     if case.names:
         names = read_name_map(case.names)
         reference.names, test.names = dict(names), dict(names)
@@ -136,7 +140,7 @@ def load_case(case: Case):
 
 
 def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, resample_to=None,
-                  labels=None) -> CaseOutcome:
+                  labels=None, threshold: float | None = None) -> CaseOutcome:
     """Compare one case; any exception (unreadable file, grid mismatch, MemoryError) is caught.
 
     Runs in worker processes too, so it only takes and returns picklable objects. Records carry
@@ -146,7 +150,7 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
 
     start = time.perf_counter()
     try:
-        reference, test = load_case(case)
+        reference, test = load_case(case, threshold)
         result = compare(reference, test, labels=labels, metrics=metrics, params=params,
                          resample_to=resample_to)
     except Exception as error:  # MemoryError included: a failed case is data, not a crash of the run
@@ -313,9 +317,11 @@ def _write_parquet(output: Path, records: list) -> bool:
     return True
 
 
-def _settings(metrics, params, resample_to, labels) -> dict:
-    return {"metrics": metrics if isinstance(metrics, (str, type(None))) else sorted(metrics),
-            "params": asdict(params), "resample_to": resample_to,
+def _settings(job: dict) -> dict:
+    """The job as plain JSON-able settings (stored in ``run.json``)."""
+    metrics, labels = job["metrics"], job["labels"]
+    return {**job, "params": asdict(job["params"]),
+            "metrics": metrics if isinstance(metrics, (str, type(None))) else sorted(metrics),
             "labels": None if labels is None else [str(x) for x in labels]}
 
 
@@ -333,7 +339,7 @@ def _check_settings(output: Path, settings: dict) -> None:
 
 # --------------------------------------------------------------------------------------- run
 def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, resample_to=None,
-              labels=None, workers: int = 1, scheduler: str | None = None, progress: bool = True,
+              labels=None, threshold: float | None = None, workers: int = 1, scheduler: str | None = None, progress: bool = True,
               unmatched: dict | None = None) -> BatchSummary:
     """Evaluate every case and write the results into the folder ``output``.
 
@@ -347,6 +353,8 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     metrics, params, resample_to, labels
         As for :func:`segmetrics.compare` (``resample_to="reference"`` resamples test images
         onto the reference grid; without it a grid mismatch fails the case).
+    threshold : float, optional
+        Binarise every input at ``value >= threshold`` (probability maps).
     workers : int
         Worker processes (1 = this process); with ``scheduler="local"`` the Dask worker count.
     scheduler : str, optional
@@ -355,10 +363,11 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     progress : bool
         Show a progress bar (cases done, rate, time left) on standard error.
     """
-    params = params or Parameters()
+    job = {"metrics": metrics, "params": params or Parameters(), "resample_to": resample_to, "labels": labels,
+           "threshold": threshold}
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    _check_settings(output, _settings(metrics, params, resample_to, labels))
+    _check_settings(output, _settings(job))
 
     _write_jsonl(output / "cases.jsonl", _read_jsonl(output / "cases.jsonl"))  # drop a line cut by a kill
     log = read_case_log(output)
@@ -370,7 +379,6 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     todo = [case for case in cases if case.case_id not in finished]
     skipped = [case.case_id for case in cases if case.case_id in finished]
 
-    job = {"metrics": metrics, "params": params, "resample_to": resample_to, "labels": labels}
     writer = _ResultWriter(output)
     computed, failed = [], {}
     try:

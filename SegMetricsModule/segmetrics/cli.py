@@ -142,6 +142,7 @@ def _add_batch_parser(subparsers) -> None:
     p.add_argument("--params", metavar="JSON", help="JSON object of metric parameters (segmetrics.Parameters fields, "
                                                      'e.g. {"hd_percentile": 95, "nsd_tolerance_mm": 1})')
     p.add_argument("--resample-to", choices=["reference"], help="resample tests onto the reference grid (nearest)")
+    p.add_argument("--threshold", type=float, help="binarise every input at value >= THRESHOLD (probability maps)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1); Dask workers with --scheduler local")
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster: 'local' or a scheduler address "
                                                          "(tcp://host:8786); needs segmetrics[distributed]")
@@ -178,9 +179,9 @@ def _run_batch(args) -> int:
     except TypeError as error:
         raise UserError(f"--params {args.params}: {error}") from error
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
-    summary = run_batch(cases, args.output, metrics=args.metrics, params=params, resample_to=args.resample_to,
-                        labels=labels, workers=args.workers, scheduler=args.scheduler,
-                        progress=not args.no_progress, unmatched=unmatched)
+    job = {"metrics": args.metrics, "params": params, "resample_to": args.resample_to, "threshold": args.threshold}
+    summary = run_batch(cases, args.output, labels=labels, workers=args.workers, scheduler=args.scheduler,
+                        progress=not args.no_progress, unmatched=unmatched, **job)
     print(f"{len(summary.cases)} cases: {len(summary.computed)} computed, {len(summary.skipped)} already done, "
           f"{len(summary.failed)} failed; results in {summary.output}")
     for case_id, error in summary.failed.items():
@@ -188,7 +189,6 @@ def _run_batch(args) -> int:
     if args.report:
         from .report import print_summary, report_batch
 
-        job = {"metrics": args.metrics, "params": params, "resample_to": args.resample_to}
         print_summary(*report_batch(summary.output, cases, args.report, penalty=penalty, job=job))
     return summary.exit_code
 

@@ -119,8 +119,8 @@ def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 2, metric: str |
     """Recompute the ``n`` worst case × structure pairs with the ``msi`` group for their extras.
 
     Only pairs with status ``ok`` qualify (a missed structure has no surface to show). ``cases``
-    are :class:`~segmetrics.batch.Case` objects; ``job`` holds ``params`` and ``resample_to`` as
-    given to the batch. Returns ``[(title, reference_image, StructureResult)]``; empty when the
+    are :class:`~segmetrics.batch.Case` objects; ``job`` holds ``params``, ``resample_to`` and
+    ``threshold`` as given to the batch. Returns ``[(title, reference_image, StructureResult)]``; empty when the
     ``msi`` group (per-slice MSI, coloured test surface) is not available.
     """
     from .batch import load_case
@@ -135,7 +135,7 @@ def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 2, metric: str |
     by_id = {case.case_id: case for case in cases}
     details = []
     for record in ranked[:n]:
-        reference, test = load_case(by_id[record["case_id"]])
+        reference, test = load_case(by_id[record["case_id"]], job.get("threshold"))
         result = compare(reference, test, labels=[record["structure"]], metrics="msi",
                          params=job.get("params"), resample_to=job.get("resample_to"))
         title = f"{record['case_id']} / {record['structure']} ({metric} = {format_value(record['value'])})"
@@ -294,7 +294,7 @@ def report_batch(output, cases, report_dir, *, penalty="diagonal", job=None, n_d
     """Aggregate a batch output folder and write its report; returns ``(Aggregate, html_path)``.
 
     ``output`` is the folder given to :func:`segmetrics.batch.run_batch`, ``cases`` its cases,
-    ``job`` the ``metrics``/``params``/``resample_to`` of that run (to recompute the worst cases).
+    ``job`` the ``params``/``resample_to``/``threshold`` of that run (to recompute the worst cases).
     """
     from .aggregate import aggregate
     from .batch import read_case_log, read_results, value_from_json
