@@ -43,29 +43,35 @@ def _key(record):
 NODULES = ("LIDC-IDRI-0003_scan14_nod3", "LIDC-IDRI-0004_scan15_nod1")
 
 
-def test_batch_equals_compare_on_real_pairs(data_dir, tmp_path):
-    cases = _totalseg_cases(data_dir) + _lidc_cases(data_dir, NODULES, raters=(1, 2, 3, 4))
-    summary = run_batch(cases, tmp_path / "out", metrics=METRICS, progress=False)
+@pytest.mark.parametrize("dataset, metrics", [("totalsegmentator", "overlap,distance"), ("lidc", "all")])
+def test_batch_equals_compare_on_real_pairs(data_dir, tmp_path, dataset, metrics):
+    if dataset == "totalsegmentator":
+        cases = _totalseg_cases(data_dir)
+    else:
+        cases = _lidc_cases(data_dir, NODULES, raters=(1, 2, 3, 4))
+    summary = run_batch(cases, tmp_path / "out", metrics=metrics, progress=False)
     assert summary.failed == {} and summary.exit_code == 0
     records = read_results(tmp_path / "out")
     for case in cases:
-        expected = compare(case.reference, case.test, metrics=METRICS).records()
+        expected = compare(case.reference, case.test, metrics=metrics).records()
         got = [r for r in records if r["case_id"] == case.case_id]
         assert len(got) == len(expected) > 0
         for g, e in zip(got, expected):
             assert (g["structure"], g["metric"], g["unit"], g["status"]) == (e["structure"], e["metric"], e["unit"], e["status"])
             assert _same(g["value"], e["value"])
+        assert {r["metric"] for r in got} >= {"dice", "hd95_mm"}
 
-    # Independent truth from the data manifest: mean per-label Dice of seg vs seg_fast is 0.902.
-    dice = [r["value"] for r in records if r["case_id"] == "seg_vs_fast" and r["metric"] == "dice"]
-    assert np.mean(dice) == pytest.approx(0.902, abs=0.0015)
-    # ... and LIDC index.csv: the mean over the 6 rater pairs of each nodule.
-    with open(data_dir / "lidc_idri_pylidc_multirater" / "index.csv") as handle:
-        index = {row["case"]: float(row["mean_pairwise_dice"]) for row in csv.DictReader(handle)}
-    for nodule in NODULES:
-        pair_dice = [r["value"] for r in records if r["case_id"].startswith(nodule) and r["metric"] == "dice"]
-        assert len(pair_dice) == 6
-        assert np.mean(pair_dice) == pytest.approx(index[nodule], abs=0.0015)
+    # Independent truth from the data manifest: mean per-label Dice of seg vs seg_fast is 0.902 ...
+    if dataset == "totalsegmentator":
+        dice = [r["value"] for r in records if r["case_id"] == "seg_vs_fast" and r["metric"] == "dice"]
+        assert np.mean(dice) == pytest.approx(0.902, abs=0.0015)
+    else:  # ... and LIDC index.csv gives the mean over the 6 rater pairs of each nodule.
+        with open(data_dir / "lidc_idri_pylidc_multirater" / "index.csv") as handle:
+            index = {row["case"]: float(row["mean_pairwise_dice"]) for row in csv.DictReader(handle)}
+        for nodule in NODULES:
+            pair_dice = [r["value"] for r in records if r["case_id"].startswith(nodule) and r["metric"] == "dice"]
+            assert len(pair_dice) == 6
+            assert np.mean(pair_dice) == pytest.approx(index[nodule], abs=0.0015)
 
     # The CSV holds the same records as the JSON lines, in case order.
     with open(tmp_path / "out" / "results.csv") as handle:
