@@ -255,7 +255,7 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
         for s in outputs.result.structures:
             values = {v.metric: v.value for v in s.values}
             shown = [f"{name} {values[name]:.3g}" for name in ("dice", "hd95_mm", "msi") if name in values]
-            lines.append(f"{s.structure}: {', '.join(shown) or 'computed'} ({mrml.pair_status(s)})")
+            lines.append(f"{s.structure}: {', '.join(shown) or 'computed'} ({s.status})")
         return "\n".join(lines + [f"Note: {note}" for note in outputs.result.notes])
 
     def showArray(self, arrayName):

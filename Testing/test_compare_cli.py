@@ -92,3 +92,40 @@ def test_cli_bad_inputs_exit_2_with_one_line(tmp_path, label_pair, capsys):
     err = capsys.readouterr().err
     assert "spacing differs" in err and "--resample-to reference" in err
     assert main(["compare", str(ref_path), str(other), "--metrics", "dice", "--resample-to", "reference"]) == 0
+
+
+def test_binary_masks_with_different_foreground_values_pair_as_one(tmp_path):
+    reference = np.zeros((20, 20), np.uint8)
+    reference[5:15, 5:15] = 255
+    test = np.zeros_like(reference)
+    test[5:15, 6:16] = 1
+    result = segmetrics.compare(reference, test, spacing=(1, 1), metrics="dice")
+    assert [s.structure for s in result.structures] == ["foreground"]
+    assert result.structures[0].value("dice") == pytest.approx(2 * 90 / 200)
+    assert "different foreground values" in result.notes[0]
+
+
+def test_unknown_structure_name_is_an_error_and_absent_values_are_both_empty(label_pair):
+    ref_path, test_path, _, _ = label_pair
+    with pytest.raises(ValueError, match="unknown structure.*nonexistent.*available: 1, 2, 3"):
+        segmetrics.compare(ref_path, test_path, labels=["1", "nonexistent"], metrics="dice")
+    result = segmetrics.compare(ref_path, test_path, labels=["999"], metrics="dice")
+    assert result.structures[0].status == "both_empty" and math.isnan(result.structures[0].value("dice"))
+
+
+def test_name_map_only_renames_present_labels(label_pair, tmp_path, capsys):
+    ref_path, test_path, _, _ = label_pair
+    names = tmp_path / "names.json"
+    names.write_text(json.dumps({"1": "liver", "2": "spleen", "3": "kidney", "4": "never_present"}))
+    assert main(["compare", str(ref_path), str(test_path), "--names", str(names), "--metrics", "dice",
+                 "--format", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [r["structure"] for r in records] == ["liver", "spleen", "kidney"]
+
+
+def test_threshold_binarises_probability_maps_in_the_api():
+    probability = np.zeros((10, 10))
+    probability[2:6, 2:6] = 0.7
+    probability[6:8, 2:6] = 0.3
+    result = segmetrics.compare(probability, probability > 0.5, spacing=(1, 1), threshold=0.5, metrics="dice")
+    assert result.structures[0].value("dice") == 1.0

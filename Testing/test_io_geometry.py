@@ -109,3 +109,22 @@ def test_label_image_rejects_bad_spacing():
         LabelImage(np.zeros((3, 3, 3)), (1.0, 1.0))
     with pytest.raises(ValueError, match="positive"):
         LabelImage(np.zeros((3, 3)), (1.0, 0.0))
+
+
+def test_colour_pictures_are_refused_but_grey_rgba_is_read(tmp_path, data_dir):
+    from PIL import Image
+
+    photo = data_dir / "fetreg2021_sample/input/Video001_frame00500.png"
+    with pytest.raises(ReadError, match="colour picture"):
+        load_label_image(photo)
+    grey_rgba = load_label_image(data_dir / "msi_fda_miss_tool/seg_mask.png")  # RGBA with equal channels
+    expected = np.asarray(Image.open(data_dir / "msi_fda_miss_tool/seg_mask.png").convert("RGB"))[..., 0]
+    assert np.array_equal(grey_rgba.array, expected)
+
+
+def test_unreadable_file_message_names_the_reason(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("not an image")
+    with pytest.raises(ReadError) as error:
+        load_label_image(text)
+    assert "Exception thrown" not in str(error.value) and "ImageIO" in str(error.value)

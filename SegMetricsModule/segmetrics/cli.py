@@ -71,7 +71,8 @@ def _run_compare(args) -> int:
     test = load_label_image(args.test, threshold=args.threshold)
     if args.names:
         names = read_name_map(args.names)
-        reference.names, test.names = dict(names), dict(names)
+        for image in (reference, test):
+            image.names = {label: names[label] for label in image.labels() if label in names}
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
                      resample_to=args.resample_to)

@@ -30,6 +30,16 @@ class StructureResult:
     def get(self, metric: str) -> MetricValue:
         return next(v for v in self.values if v.metric == metric)
 
+    @property
+    def status(self) -> str:
+        """The distinct non-``ok`` statuses of the values, comma-joined (``ok`` when none).
+
+        ``not_applicable`` (a metric that does not exist for this input, e.g. ``msi_3d`` in 2-D)
+        is left out.
+        """
+        statuses = {v.status for v in self.values} - {Status.OK, Status.NOT_APPLICABLE}
+        return ", ".join(sorted(statuses)) or Status.OK
+
 
 @dataclass
 class ComparisonResult:
@@ -83,28 +93,60 @@ class ComparisonResult:
         return means
 
 
-def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None):
-    """Yield ``(name, reference_label, test_label)`` for the structures to compare.
+def _structures(image: LabelImage) -> dict:
+    """``{name: label}``: the image's named structures (kept even when empty, e.g. declared
+    ``.seg.nrrd`` segments) plus every present label, named by its value when it has no name."""
+    entries = {name: label for label, name in sorted(image.names.items(), key=lambda item: str(item[0]))}
+    for label in image.labels():
+        entries.setdefault(image.names.get(label, str(label)), label)
+    return entries
 
-    Structures are matched by name when both images carry names, otherwise by label value.
-    ``labels`` selects label values or names; default: every non-zero label in either image.
+
+def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None):
+    """Return ``([(name, reference_label, test_label), ...], notes)`` for the structures to compare.
+
+    Structures are paired by name (a label without a name is named by its value, so unnamed
+    label maps pair by value). Two single-structure masks with different foreground values
+    (e.g. 0/255 vs 0/1 pictures) are paired as one structure, with a note. ``labels`` selects
+    structures by name or label value; an unknown name raises ``ValueError``.
     """
-    ref_names, test_names = reference.names or {}, test.names or {}
-    if ref_names and test_names:
-        test_by_name = {name: value for value, name in test_names.items()}
-        pairs = [(name, value, test_by_name.get(name)) for value, name in ref_names.items()]
-        pairs += [(name, None, value) for value, name in test_names.items() if name not in ref_names.values()]
+    ref_entries, test_entries = _structures(reference), _structures(test)
+    notes = []
+    unnamed = not reference.names and not test.names
+    if unnamed and len(ref_entries) == 1 and len(test_entries) == 1 and ref_entries.keys() != test_entries.keys():
+        (ref_label,), (test_label,) = ref_entries.values(), test_entries.values()
+        notes.append(f"binary masks with different foreground values ({ref_label} vs {test_label}) compared as one structure")
+        pairs = [("foreground", ref_label, test_label)]
     else:
-        names = ref_names or test_names
-        values = sorted(set(reference.labels()) | set(test.labels()) | set(names))
-        pairs = [(names.get(v, str(v)), v, v) for v in values]
-    if labels is not None:
-        wanted = {str(x) for x in labels}
-        pairs = [p for p in pairs if p[0] in wanted or str(p[1]) in wanted or str(p[2]) in wanted]
-        missing = wanted - {p[0] for p in pairs} - {str(p[1]) for p in pairs} - {str(p[2]) for p in pairs}
-        if missing:
-            pairs += [(m, _as_number(m), _as_number(m)) for m in sorted(missing) if _as_number(m) is not None]
-    return pairs
+        names = list(ref_entries) + [name for name in test_entries if name not in ref_entries]
+        if unnamed:
+            names.sort(key=lambda name: _as_number(name))
+        pairs = [(name, _partner(name, ref_entries, test_entries), _partner(name, test_entries, ref_entries))
+                 for name in names]
+    if labels is None:
+        return pairs, notes
+    wanted = [str(x).strip() for x in labels]
+    chosen, unknown = [], []
+    for item in wanted:
+        match = [p for p in pairs if item in (p[0], str(p[1]), str(p[2]))]
+        if match:
+            chosen += [p for p in match if p not in chosen]
+        elif _as_number(item) is not None:
+            chosen.append((item, _as_number(item), _as_number(item)))  # a label absent from both
+        else:
+            unknown.append(item)
+    if unknown:
+        available = ", ".join(p[0] for p in pairs) or "none"
+        raise ValueError(f"unknown structure(s) {', '.join(unknown)}; available: {available}")
+    return chosen, notes
+
+
+def _partner(name: str, entries: dict, other: dict):
+    """The label of ``name`` in ``entries``; a structure named only by its value keeps that value
+    on the side where it is absent (its mask there is simply empty)."""
+    if name in entries:
+        return entries[name]
+    return other[name] if name == str(other[name]) else None
 
 
 def _as_number(text):
@@ -130,6 +172,7 @@ def compare(
     metrics=None,
     params: Parameters | None = None,
     resample_to: str | None = None,
+    threshold: float | None = None,
     progress=None,
 ) -> ComparisonResult:
     """Compare a test segmentation with a reference, structure by structure.
@@ -149,14 +192,16 @@ def compare(
     resample_to : {None, "reference"}
         ``"reference"`` resamples the test onto the reference grid (nearest neighbour);
         otherwise a grid mismatch raises :class:`~segmetrics.geometry.GeometryMismatchError`.
+    threshold : float, optional
+        Binarise both inputs at ``value >= threshold`` (probability maps); default: integer labels.
     progress : callable, optional
         Called as ``progress(done, total, structure_name)`` after each structure.
     """
     from .io import load_label_image
 
     params = params or Parameters()
-    reference = load_label_image(reference, spacing)
-    test = load_label_image(test, spacing)
+    reference = load_label_image(reference, spacing, threshold)
+    test = load_label_image(test, spacing, threshold)
     notes = []
     if resample_to == "reference":
         if reference.array.shape != test.array.shape or not np.allclose(reference.spacing, test.spacing):
@@ -168,7 +213,8 @@ def compare(
 
     selection = resolve_selection(metrics)
     groups = all_groups()
-    pairs = _structure_pairs(reference, test, labels)
+    pairs, pairing_notes = _structure_pairs(reference, test, labels)
+    notes += pairing_notes
     results = []
     for index, (name, ref_label, test_label) in enumerate(pairs):
         pair = StructurePair(

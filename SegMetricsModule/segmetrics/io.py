@@ -55,10 +55,17 @@ def read_label_image(path) -> LabelImage:
     except ReadError:
         raise
     except Exception as error:  # SimpleITK, PIL and slicerio raise many types for one cause
-        raise ReadError(f"{path}: cannot be read as an image ({str(error).strip().splitlines()[0]})") from error
+        raise ReadError(f"{path}: cannot be read as an image ({_reason(error)})") from error
     if image.GetNumberOfComponentsPerPixel() != 1:
         raise ReadError(f"{path}: has {image.GetNumberOfComponentsPerPixel()} components per voxel, not a label map")
     return LabelImage.from_sitk(image)
+
+
+def _reason(error: Exception) -> str:
+    """The informative line of a reader's exception (SimpleITK puts it after ``ERROR:``)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    detail = next((line.split("ERROR:", 1)[1].strip() for line in lines if "ERROR:" in line), None)
+    return detail or (lines[0] if lines else type(error).__name__)
 
 
 def read_name_map(path) -> dict:
@@ -82,7 +89,10 @@ def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
         return image.with_array(array.astype(np.uint8))
     if np.issubdtype(array.dtype, np.floating):
         if not np.all(np.isfinite(array)) or not np.array_equal(array, np.round(array)):
-            raise ReadError(f"{source}: holds non-integer values (a probability map?); give a threshold, e.g. 0.5")
+            raise ReadError(
+                f"{source}: holds non-integer values (a probability map?); binarise it with a threshold "
+                "(CLI: --threshold 0.5; Python: threshold=0.5)"
+            )
         return image.with_array(array.astype(np.int64))
     if not np.issubdtype(array.dtype, np.integer):
         raise ReadError(f"{source}: pixel type {array.dtype} is not a label type")
@@ -90,13 +100,18 @@ def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
 
 
 def _read_picture(path: Path) -> LabelImage:
-    """A 2-D picture; colour pictures are reduced to their grey value. Pixels are 1 × 1 mm."""
+    """A 2-D picture with 1 × 1 mm pixels. Grey pictures stored as RGB(A) are accepted; real colour
+    pictures (photographs) are refused, since their grey levels are not labels."""
     from PIL import Image
 
     with Image.open(path) as picture:
-        if picture.mode not in ("L", "I", "I;16", "1", "P"):
-            picture = picture.convert("L")
-        array = np.asarray(picture)
+        if picture.mode in ("RGB", "RGBA", "LA", "CMYK", "YCbCr", "HSV"):
+            rgb = np.asarray(picture.convert("RGB"))
+            if not (np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 0], rgb[..., 2])):
+                raise ReadError(f"{path}: is a colour picture, not a mask or label map")
+            array = rgb[..., 0]
+        else:
+            array = np.asarray(picture)
     return LabelImage(array, (1.0, 1.0))
 
 

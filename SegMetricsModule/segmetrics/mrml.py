@@ -308,12 +308,6 @@ def column_name(metric: str, unit: str) -> str:
     return metric if unit in ("", "1") else f"{metric} [{unit}]"
 
 
-def pair_status(structure) -> str:
-    """``ok`` when every value is ok, else the distinct non-ok statuses joined by commas."""
-    bad = sorted({v.status for v in structure.values if v.status != Status.OK})
-    return ", ".join(bad) if bad else Status.OK
-
-
 def _fill_table(table_node, columns: list) -> None:
     """Replace the table content by ``[(title, values, unit, description), ...]``."""
     table = vtk.vtkTable()
@@ -346,7 +340,7 @@ def fill_results_table(table_node, result: ComparisonResult) -> None:
         ("Structure", [s.structure for s in result.structures], "", "segment pair"),
         ("Reference segment", [s.reference_label for s in result.structures], "", "segment ID"),
         ("Test segment", [s.test_label for s in result.structures], "", "segment ID"),
-        ("Status", [pair_status(s) for s in result.structures], "", "ok, or the non-ok statuses of the row"),
+        ("Status", [s.status for s in result.structures], "", "ok, or the non-ok statuses of the row"),
     ]
     for name in names:
         values = [next((v for v in s.values if v.metric == name), None) for s in result.structures]
