@@ -133,9 +133,10 @@ def load_case(case: Case, threshold: float | None = None):
 
     reference = load_label_image(case.reference, threshold=threshold)
     test = load_label_image(case.test, threshold=threshold)
-    if case.names:
+    if case.names:  # as `segmetrics compare --names`: each image names the labels it holds
         names = read_name_map(case.names)
-        reference.names, test.names = dict(names), dict(names)
+        for image in (reference, test):
+            image.names = {label: names[label] for label in image.labels() if label in names}
     return reference, test
 
 
