@@ -129,14 +129,14 @@ def load_case(case: Case, threshold: float | None = None):
 
     ``threshold`` binarises both (``value >= threshold``), e.g. 0.5 for probability maps.
     """
-    from .io import load_label_image, read_name_map
+    from .io import apply_name_map, load_label_image, read_name_map
 
     reference = load_label_image(case.reference, threshold=threshold)
     test = load_label_image(case.test, threshold=threshold)
     if case.names:  # as `segmetrics compare --names`: each image names the labels it holds
         names = read_name_map(case.names)
         for image in (reference, test):
-            image.names = {label: names[label] for label in image.labels() if label in names}
+            apply_name_map(image, names)
     return reference, test
 
 

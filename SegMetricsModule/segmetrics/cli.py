@@ -11,6 +11,66 @@ class UserError(Exception):
     """An input problem reported as one line, without a traceback."""
 
 
+#: Command-line flag -> ``Parameters`` field; flags left out keep the ``Parameters`` defaults.
+PARAMETER_FLAGS = {
+    "hd_percentile": "hd_percentile",
+    "hd_variant": "hd_percentile_variant",
+    "nsd_tolerance": "nsd_tolerance_mm",
+    "surface_mode": "surface_mode",
+    "msi_il": "msi_il",
+    "msi_ol": "msi_ol",
+    "msi_axis": "msi_axis",
+    "msi_convention": "msi_convention",
+    "msi_units": "msi_units",
+    "msi_align": "msi_align",
+    "roughness_window": "roughness_window_mm",
+    "roughness_convention": "roughness_convention",
+}
+
+
+def _add_parameter_arguments(p) -> None:
+    """Metric-parameter flags shared by ``compare`` and ``batch`` (defaults: ``segmetrics.Parameters``)."""
+    p.add_argument("--params", metavar="JSON", help="JSON object of metric parameters (segmetrics.Parameters fields, "
+                                                     'e.g. {"hd_percentile": 90}); the flags below override it')
+    p.add_argument("--hd-percentile", type=float, help="percentile of the robust Hausdorff hdp_mm (default 95)")
+    p.add_argument("--hd-variant", choices=["max_of_directed", "pooled", "mean_of_directed"],
+                   help="how the two directed percentiles combine (default max_of_directed)")
+    p.add_argument("--nsd-tolerance", type=float, metavar="MM", help="NSD tolerance in mm (default 2)")
+    p.add_argument("--surface-mode", choices=["exact", "deepmind"],
+                   help="surface elements: exact sub-voxel mesh (default) or DeepMind surfels")
+    p.add_argument("--msi-il", type=float, help="MSI penalty level inside the reference (default 1)")
+    p.add_argument("--msi-ol", type=float, help="MSI penalty level outside the reference (default 1)")
+    p.add_argument("--msi-axis", type=int, help="array axis of the MSI slices (default 0 = z of (z, y, x))")
+    p.add_argument("--msi-convention", choices=["default", "fda"],
+                   help="default (ours, mm) or fda (US FDA MISS-tool compatible, pixels)")
+    p.add_argument("--msi-units", choices=["mm", "pixel"], help="MSI distances in mm (default) or pixels")
+    p.add_argument("--msi-align", choices=["none", "com"],
+                   help="align centres of mass only to pair contours (distances stay in place; default none)")
+    p.add_argument("--roughness-window", type=float, metavar="MM",
+                   help="roughness window radius in mm (tile side in voxels with --roughness-convention paper)")
+    p.add_argument("--roughness-convention", choices=["default", "paper"])
+
+
+def _parameters(args):
+    """``Parameters`` from ``--params`` JSON, then the flags that were given."""
+    import json
+    from dataclasses import fields
+
+    from .registry import Parameters
+
+    values = {}
+    if args.params:
+        try:
+            values = json.loads(open(args.params).read())
+        except (OSError, ValueError) as error:
+            raise UserError(f"--params {args.params}: {error}") from error
+        known = {f.name for f in fields(Parameters)}
+        if not isinstance(values, dict) or set(values) - known:
+            raise UserError(f"--params {args.params}: expected a JSON object with keys among {', '.join(sorted(known))}")
+    values.update({field: getattr(args, flag) for flag, field in PARAMETER_FLAGS.items() if getattr(args, flag) is not None})
+    return Parameters(**values)
+
+
 def _add_compare_parser(subparsers) -> None:
     p = subparsers.add_parser("compare", help="compare a test segmentation with a reference, per structure")
     p.add_argument("reference", help="reference label map or mask (NRRD, NIfTI, MHA, .seg.nrrd, PNG)")
@@ -19,52 +79,17 @@ def _add_compare_parser(subparsers) -> None:
     p.add_argument("--threshold", type=float, help="binarise both inputs at value >= THRESHOLD (probability maps)")
     p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"}')
     p.add_argument("--metrics", default="all", help="comma-separated metric or group names (default: all)")
-    p.add_argument("--hd-percentile", type=float, default=95.0, help="percentile of the robust Hausdorff (default 95)")
-    p.add_argument("--hd-variant", default="max_of_directed", choices=["max_of_directed", "pooled", "mean_of_directed"],
-                   help="how the two directed percentiles combine (default max_of_directed)")
-    p.add_argument("--nsd-tolerance", type=float, default=2.0, metavar="MM", help="NSD tolerance in mm (default 2)")
-    p.add_argument("--surface-mode", default="exact", choices=["exact", "deepmind"],
-                   help="surface elements: exact sub-voxel mesh (default) or DeepMind surfels")
-    p.add_argument("--msi-il", type=float, default=1.0, help="MSI penalty level inside the reference (default 1)")
-    p.add_argument("--msi-ol", type=float, default=1.0, help="MSI penalty level outside the reference (default 1)")
-    p.add_argument("--msi-axis", type=int, default=0, help="array axis of the MSI slices (default 0 = z of (z, y, x))")
-    p.add_argument("--msi-convention", default="default", choices=["default", "fda"],
-                   help="default (ours, mm) or fda (US FDA MISS-tool compatible, pixels)")
-    p.add_argument("--msi-units", default="mm", choices=["mm", "pixel"], help="MSI distances in mm or pixels")
-    p.add_argument("--msi-align", default="none", choices=["none", "com"],
-                   help="align centres of mass only to pair contours (distances stay in place)")
+    _add_parameter_arguments(p)
     p.add_argument("--msi-slices", metavar="CSV", help="write the per-slice MSI table to this CSV")
-    p.add_argument("--roughness-window", type=float, metavar="MM",
-                   help="roughness window radius in mm (tile side in voxels with --roughness-convention paper)")
-    p.add_argument("--roughness-convention", default="default", choices=["default", "paper"])
     p.add_argument("--resample-to", choices=["reference"], help="resample the test onto the reference grid (nearest)")
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.set_defaults(run=_run_compare)
 
 
-def _parameters(args):
-    from .registry import Parameters
-
-    return Parameters(
-        hd_percentile=args.hd_percentile,
-        hd_percentile_variant=args.hd_variant,
-        nsd_tolerance_mm=args.nsd_tolerance,
-        surface_mode=args.surface_mode,
-        msi_il=args.msi_il,
-        msi_ol=args.msi_ol,
-        msi_axis=args.msi_axis,
-        msi_convention=args.msi_convention,
-        msi_units=args.msi_units,
-        msi_align=args.msi_align,
-        roughness_window_mm=args.roughness_window,
-        roughness_convention=args.roughness_convention,
-    )
-
-
 def _run_compare(args) -> int:
     from .compare import compare
-    from .io import load_label_image, read_name_map
+    from .io import apply_name_map, load_label_image, read_name_map
     from .output import write_msi_slices, write_result
 
     reference = load_label_image(args.reference, threshold=args.threshold)
@@ -72,7 +97,7 @@ def _run_compare(args) -> int:
     if args.names:
         names = read_name_map(args.names)
         for image in (reference, test):
-            image.names = {label: names[label] for label in image.labels() if label in names}
+            apply_name_map(image, names)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
                      resample_to=args.resample_to)
@@ -140,8 +165,7 @@ def _add_batch_parser(subparsers) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder of the results (resumed if present)")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
     p.add_argument("--metrics", default="all", help="comma-separated metric or group names (default: all)")
-    p.add_argument("--params", metavar="JSON", help="JSON object of metric parameters (segmetrics.Parameters fields, "
-                                                     'e.g. {"hd_percentile": 95, "nsd_tolerance_mm": 1})')
+    _add_parameter_arguments(p)
     p.add_argument("--resample-to", choices=["reference"], help="resample tests onto the reference grid (nearest)")
     p.add_argument("--threshold", type=float, help="binarise every input at value >= THRESHOLD (probability maps)")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1); Dask workers with --scheduler local")
@@ -156,10 +180,8 @@ def _add_batch_parser(subparsers) -> None:
 
 def _run_batch(args) -> int:
     import importlib.util
-    import json
 
     from .batch import match_folders, read_manifest, run_batch
-    from .registry import Parameters
 
     if args.manifest:
         cases, unmatched = read_manifest(args.manifest), {}
@@ -175,15 +197,13 @@ def _run_batch(args) -> int:
     if args.scheduler and importlib.util.find_spec("distributed") is None:
         raise UserError("--scheduler needs dask.distributed: pip install 'segmetrics[distributed]'")
     penalty = args.penalty if args.penalty in ("diagonal", "none") else float(args.penalty)
-    try:
-        params = Parameters(**json.loads(open(args.params).read())) if args.params else Parameters()
-    except TypeError as error:
-        raise UserError(f"--params {args.params}: {error}") from error
+    params = _parameters(args)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     job = {"metrics": args.metrics, "params": params, "resample_to": args.resample_to, "threshold": args.threshold}
     summary = run_batch(cases, args.output, labels=labels, workers=args.workers, scheduler=args.scheduler,
                         progress=not args.no_progress, unmatched=unmatched, **job)
-    print(f"{len(summary.cases)} cases: {len(summary.computed)} computed, {len(summary.skipped)} already done, "
+    evaluated = [case_id for case_id in summary.computed if case_id not in summary.failed]
+    print(f"{len(summary.cases)} cases: {len(evaluated)} evaluated now, {len(summary.skipped)} already done, "
           f"{len(summary.failed)} failed; results in {summary.output}")
     for case_id, error in summary.failed.items():
         print(f"failed {case_id}: {error}", file=sys.stderr)

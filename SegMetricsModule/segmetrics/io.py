@@ -61,6 +61,11 @@ def read_label_image(path) -> LabelImage:
     return LabelImage.from_sitk(image)
 
 
+def apply_name_map(image: LabelImage, names: dict) -> None:
+    """Name the labels ``image`` holds from a ``{label value: name}`` map (others stay unnamed)."""
+    image.names = {label: names[label] for label in image.labels() if label in names}
+
+
 def _reason(error: Exception) -> str:
     """The informative line of a reader's exception (SimpleITK puts it after ``ERROR:``)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
