@@ -20,7 +20,7 @@ from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 from .compare import ComparisonResult, compare
 from .geometry import LabelImage, geometry_differences
 from .registry import Status, metric_specs
-from .render import ARRAY_STYLES, _lookup_table, _value_range
+from .render import ARRAY_STYLES, colour_range, lookup_table
 
 #: Flip of the first two axes: maps LPS to RAS and back (it is its own inverse).
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
@@ -422,7 +422,7 @@ def color_node(scene, colormap: str):
     name = f"SegMetrics {colormap}"
     node = scene.GetFirstNodeByName(name)
     if node is None:
-        lookup = _lookup_table(colormap, (0.0, 1.0))
+        lookup = lookup_table(colormap, (0.0, 1.0))
         node = scene.AddNewNodeByClass("vtkMRMLColorTableNode", name)
         node.SetTypeToUser()
         node.SetNumberOfColors(lookup.GetNumberOfTableValues())
@@ -445,7 +445,7 @@ def show_array(model_node, array_name: str) -> bool:
     display.SetActiveScalar(array_name, vtk.vtkAssignAttribute.POINT_DATA)
     display.SetAndObserveColorNodeID(color_node(model_node.GetScene(), colormap).GetID())
     display.SetScalarRangeFlag(slicer.vtkMRMLDisplayNode.UseManualScalarRange)
-    display.SetScalarRange(*_value_range(polydata, array_name, rule))
+    display.SetScalarRange(*colour_range(polydata, array_name, rule))
     display.SetScalarVisibility(True)
     legend = slicer.vtkSlicerColorLogic.GetColorLegendDisplayNode(model_node) or (
         slicer.vtkSlicerColorLogic.AddDefaultColorLegendDisplayNode(model_node)

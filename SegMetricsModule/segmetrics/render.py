@@ -45,7 +45,8 @@ def rendering_available() -> tuple:
     return True, ""
 
 
-def _lookup_table(colormap: str, value_range):
+def lookup_table(colormap: str, scalar_range):
+    """A 256-entry VTK lookup table of a matplotlib colour map over ``scalar_range``; NaN is grey."""
     import matplotlib
     import vtk
 
@@ -54,13 +55,15 @@ def _lookup_table(colormap: str, value_range):
     table.SetNumberOfTableValues(256)
     for i in range(256):
         table.SetTableValue(i, *cmap(i / 255))
-    table.SetRange(*value_range)
+    table.SetRange(*scalar_range)
     table.SetNanColor(0.6, 0.6, 0.6, 1.0)
     table.Build()
     return table
 
 
-def _value_range(polydata, array_name: str, rule):
+def colour_range(polydata, array_name: str, rule):
+    """Colour range of a point array: ``"symmetric"`` (±98th percentile of |value|, for signed
+    distances), ``"data"`` (min..max) or a fixed ``(low, high)`` pair given as ``rule``."""
     array = polydata.GetPointData().GetArray(array_name)
     values = array.GetRange()
     if rule == "symmetric":  # the 98th percentile of |value|, so that one outlier does not wash out the rest
@@ -96,7 +99,7 @@ def render_surface(polydata, array_name: str, path, *, title: str = "", size=(64
     if polydata.GetPointData().GetArray(array_name) is None:
         raise KeyError(f"surface has no point array {array_name!r}")
     colormap, rule, bar_title = ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))
-    table = _lookup_table(colormap, value_range or _value_range(polydata, array_name, rule))
+    table = lookup_table(colormap, value_range or colour_range(polydata, array_name, rule))
 
     mapper = vtk.vtkPolyDataMapper()
     mapper.SetInputData(polydata)
