@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from . import __version__
@@ -87,6 +88,19 @@ def _add_compare_parser(subparsers) -> None:
     p.set_defaults(run=_run_compare)
 
 
+@contextlib.contextmanager
+def _structure_progress():
+    """Yield a ``progress(done, total, name)`` callback drawing a transient bar on standard error."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task("compare", total=None)
+    with bar:
+        yield lambda done, total, name: bar.update(task, completed=done, total=total, description=f"compared {name}")
+
+
 def _run_compare(args) -> int:
     from .compare import compare
     from .io import apply_name_map, load_label_image, read_name_map
@@ -99,8 +113,9 @@ def _run_compare(args) -> int:
         for image in (reference, test):
             apply_name_map(image, names)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
-    result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
-                     resample_to=args.resample_to)
+    with _structure_progress() as progress:
+        result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
+                         resample_to=args.resample_to, progress=progress)
     write_result(result, args.format, args.output)
     if args.msi_slices:
         write_msi_slices(result, args.msi_slices)

@@ -83,7 +83,7 @@ def class_mean_table(result):
     """Mean of each metric across structures, with how many structures had a finite value."""
     from rich.table import Table
 
-    table = Table(title="mean across structures (UKBOB-style; NaN/inf values not averaged)")
+    table = Table(title="mean across structures (NaN, inf not averaged)")
     for column in ("metric", "unit", "mean", "structures used"):
         table.add_column(column, justify="right" if column in ("mean", "structures used") else "left")
     for metric, summary in result.class_means().items():
