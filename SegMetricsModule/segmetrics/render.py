@@ -8,6 +8,7 @@ the caller.
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,15 @@ ARRAY_STYLES = {
     "MSI": ("RdYlGn", (0.0, 1.0), "MSI\n(1 = acceptable)"),
     "Roughness_mm": ("viridis", "data", "roughness (mm)"),
 }
+
+def prefer_headless_window() -> None:
+    """On Linux without a display, make VTK create EGL windows directly instead of trying X first
+    (which only prints a "bad X server connection" warning before falling back)."""
+    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("VTK_DEFAULT_OPENGL_WINDOW", "vtkEGLRenderWindow")
+
+
+prefer_headless_window()
 
 _PROBE = """
 import vtk
