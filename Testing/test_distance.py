@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segmetrics import distance as D
+from segmetrics import mesh
 from segmetrics.registry import Parameters, Status, StructurePair
 
 surface_distance = pytest.importorskip("surface_distance")
@@ -173,7 +174,9 @@ def test_point_triangle_distance_against_dense_sampling():
     inside = u + v <= 1
     u, v = u[inside], v[inside]
     dense = [np.min(np.linalg.norm(p[i] - (a[i] + u[:, None] * (b[i] - a[i]) + v[:, None] * (c[i] - a[i])), axis=1)) for i in range(300)]
-    got = D._point_triangle_distance(p, a, b, c)
+    triangles = mesh.Surface(np.concatenate([a, b, c]), np.ones(900), np.arange(900).reshape(3, 300).T)
+    offsets, _ = mesh._triangle_offsets(p, np.arange(300), triangles)
+    got = np.linalg.norm(offsets, axis=1)
     assert np.all(got <= np.array(dense) + 1e-12)  # the sampled points lie on the triangle
     np.testing.assert_allclose(got, dense, atol=5e-3)
 
@@ -182,16 +185,14 @@ def test_mesh_distances_against_vtk_point_to_surface():
     vtk = pytest.importorskip("vtk")
     from vtk.util.numpy_support import vtk_to_numpy
 
-    from segmetrics.mesh import mesh_from_numpy
-
     spacing = np.array(ANISO)
     a = np.pad(ball((20, 56, 56), ANISO, (24.3, 22.1, 21.7), 16), 2)
     b = np.pad(ball((20, 56, 56), ANISO, (26.1, 23.4, 22.9), 13), 2)
-    source, target = D._smooth_surface(a, spacing), D._smooth_surface(b, spacing)
-    got = D._distances_to_mesh(source.points, target)
+    source, target = mesh.smooth_surface(a, spacing), mesh.smooth_surface(b, spacing)
+    got = mesh.distances_to_surface(source.points, target)
     exact = vtk.vtkDistancePolyDataFilter()
-    exact.SetInputData(0, mesh_from_numpy(source.points, source.faces))
-    exact.SetInputData(1, mesh_from_numpy(target.points, target.faces))
+    exact.SetInputData(0, mesh.mesh_from_numpy(source.points, source.cells))
+    exact.SetInputData(1, mesh.mesh_from_numpy(target.points, target.cells))
     exact.SignedDistanceOff()
     exact.Update()
     expected = np.abs(vtk_to_numpy(exact.GetOutput().GetPointData().GetArray("Distance")))

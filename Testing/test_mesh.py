@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import vtk
-from vtk.util.numpy_support import vtk_to_numpy
+from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
 from segmetrics import mesh
 from segmetrics.geometry import LabelImage
@@ -48,7 +48,7 @@ def test_sphere_area_volume_and_axis_order():
 def test_border_touching_mask_is_closed():
     mask = np.zeros((6, 7, 8), dtype=bool)
     mask[:, :4, 2:] = True  # touches four faces of the image
-    surface = mesh.surface_mesh(mask, (1.0, 1.0, 1.0), smoothing_iterations=0)
+    surface = mesh.surface_mesh(mask, (1.0, 1.0, 1.0), sigma_voxels=0)
     assert boundary_edge_count(surface) == 0
     assert mesh.signed_volume(surface) > 0
     xyz = mesh.points(surface)
@@ -100,3 +100,47 @@ def test_contours_with_hole_border_and_subdivision():
     fine = mesh.contours_2d(mask, (1.0, 1.0), max_segment_mm=0.1)
     assert max(c.lengths.max() for c in fine) <= 0.1 + 1e-12
     assert sorted(c.length for c in fine) == pytest.approx(sorted(c.length for c in contours))
+
+
+def notched_ball(spacing):
+    """A ball with a box cut out of one corner: convex and concave edges and corners."""
+    mask, _ = ball(9.0, spacing)
+    mask[: mask.shape[0] // 2, :, : mask.shape[2] // 3] = False
+    return mask
+
+
+def test_distances_to_surface_against_vtk_and_the_mask():
+    spacing = (1.2, 0.8, 0.8)
+    mask = notched_ball(spacing)
+    surface = mesh.smooth_surface(mask, spacing)
+    rng = np.random.default_rng(0)
+    points = surface.points[rng.integers(len(surface.points), size=4000)] + rng.normal(scale=1.5, size=(4000, 3))
+    got = mesh.distances_to_surface(points, surface, signed=True)
+    assert np.array_equal(np.abs(got), mesh.distances_to_surface(points, surface))
+    implicit = vtk.vtkImplicitPolyDataDistance()
+    implicit.SetInput(mesh.to_polydata(surface))
+    values = vtk.vtkDoubleArray()
+    implicit.FunctionValue(numpy_to_vtk(points, deep=True), values)
+    exact = np.abs(vtk_to_numpy(values))
+    assert np.all(np.abs(got) >= exact - 1e-9)  # a distance to part of the surface
+    assert np.mean(np.abs(got) - exact < 1e-9) > 0.98  # which almost always holds the closest point
+    # a point farther than half a voxel diagonal from the surface is on its nearest voxel centre's side
+    index = np.round(points[:, ::-1] / spacing).astype(int)
+    far = (exact > 0.5 * np.linalg.norm(spacing)) & np.all((index >= 0) & (index < mask.shape), axis=1)
+    inside = mask[tuple(index[far].T)]
+    assert far.sum() > 500 and inside.any() and not inside.all()
+    np.testing.assert_array_equal(got[far] < 0, inside)
+
+
+def test_points_on_vertices_and_segments_in_2d():
+    spacing = (0.7, 0.5)
+    disc, centre = ball(6.0, spacing)
+    surface = mesh.smooth_surface(disc, spacing)
+    assert np.all(mesh.distances_to_surface(surface.points, surface) == 0)
+    np.testing.assert_allclose(surface.sizes.sum(), 2 * np.pi * 6.0, rtol=0.01)
+    # points on the line through the centre and a vertex, 1 mm outside: within 1 mm of the contour,
+    # and at least the distance to the circle of the contour's largest radius
+    radial = surface.points - centre * spacing
+    radius = np.linalg.norm(radial, axis=1)
+    got = mesh.distances_to_surface(surface.points + radial / radius[:, None], surface)
+    assert np.all(got <= 1.0 + 1e-12) and np.all(got >= radius + 1.0 - radius.max() - 1e-12)

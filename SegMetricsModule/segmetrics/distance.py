@@ -12,15 +12,12 @@ Masks are NumPy arrays in array order ``(z, y, x)`` (3-D) or ``(row, col)`` (2-D
 Surface modes
 -------------
 ``"exact"`` (default)
-    A sub-voxel surface that converges to the continuous boundary as the voxels shrink: the mask
-    is blurred by a Gaussian of one voxel (per axis), the blurred values are clamped so that
-    every inside voxel centre stays above 0.5 and every outside centre below it (so no structure,
-    however small, disappears and the surface never crosses a voxel centre), and the 0.5
-    iso-surface is extracted (VTK flying edges in 3-D, marching squares in 2-D) at the voxel
-    spacing. The surface elements are the mesh vertices, each carrying a third of the area of its
-    triangles (half the length of its segments); a vertex's distance to the other surface is the
-    exact point-to-triangle (point-to-segment) distance to the triangles around the other mesh's
-    nearest vertex.
+    The structure's sub-voxel surface of :mod:`segmetrics.mesh` (a clamped Gaussian blur of one
+    voxel, meshed at its 0.5 level; the same surface the MSI and roughness groups use): it
+    converges to the continuous boundary as the voxels shrink and keeps single voxels. The
+    surface elements are the mesh vertices with their area (length) weights; a vertex's
+    distance to the other surface is :func:`segmetrics.mesh.distances_to_surface` (exact
+    point-to-triangle, point-to-segment in 2-D, around the other mesh's nearest vertex).
 ``"deepmind"``
     Reproduces DeepMind's ``surface-distance`` package: surface elements sit on the grid of voxel
     corners, where the 2×2(×2) neighbourhood is mixed, weighted by the marching-cubes (squares)
@@ -34,29 +31,21 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import ndimage
 from scipy.spatial import cKDTree
 from skimage import measure
-import vtk
-from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
+from . import mesh
 from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, StructurePair, register_group
 
 SURFACE_MODES = ("exact", "deepmind")
 PERCENTILE_VARIANTS = ("max_of_directed", "pooled", "mean_of_directed")
-#: Gaussian blur (in voxels, every axis) of the ``exact`` surface.
-SMOOTHING_SIGMA_VOXELS = 1.0
-#: Inside voxel centres are clamped to at least 0.5 + this, outside centres to at most 0.5 - this.
-CLAMP_MARGIN = 0.05
-#: Points handled at once in point-to-mesh distances (about 50 MB of temporaries per block).
-POINTS_PER_BLOCK = 1 << 15
 
 
 @dataclass(frozen=True)
 class SurfaceDistances:
     """Directed surface distances of a reference/test pair, both ways, with element sizes.
 
-    Each direction is sorted by distance (then size). ``distances_*`` are in mm; ``areas_*`` are
+    Each direction is sorted by distance. ``distances_*`` are in mm; ``areas_*`` are
     element areas in mm² (element lengths in mm for 2-D masks). A missing surface has no
     elements, and the other surface's distances to it are ``inf``.
     """
@@ -66,20 +55,6 @@ class SurfaceDistances:
     distances_test_to_ref: np.ndarray
     areas_test: np.ndarray
     mode: str = "exact"
-
-
-@dataclass
-class _Surface:
-    """Surface elements: ``points`` (n, ndim) in mm with their ``sizes`` (n,) in mm² or mm.
-
-    For a mesh, the points are its vertices, each carrying a third of the area of its triangles
-    (half the length of its segments in 2-D), and ``faces`` (m, ndim) index the triangles
-    (segments) between them; grid-point surfels have no faces.
-    """
-
-    points: np.ndarray
-    sizes: np.ndarray
-    faces: np.ndarray | None = None
 
 
 def surface_distances(reference, test, spacing, mode: str = "exact") -> SurfaceDistances:
@@ -110,188 +85,60 @@ def surface_distances(reference, test, spacing, mode: str = "exact") -> SurfaceD
             f"need 2-D or 3-D masks with one positive spacing per axis, got shape {reference.shape} "
             f"and spacing {spacing.tolist()}"
         )
-    box = _joint_bounding_box(reference, test)
+    box = mesh.joint_bounding_box(reference, test)
     if box is None:
         empty = np.zeros(0)
         return SurfaceDistances(empty, empty, empty, empty, mode)
-    build = _corner_surfels if mode == "deepmind" else _smooth_surface
-    pad = 1 if mode == "deepmind" else 2
-    surfaces = []
-    for mask in (reference, test):
-        crop = np.pad(np.asarray(mask[box], dtype=bool), pad)
-        surfaces.append(build(crop, spacing) if crop.any() else None)
-    ref, tst = surfaces
+    if mode == "exact":
+        origin = [s.start for s in box]
+        return exact_surface_distances(*(mesh.smooth_surface(m, spacing, origin=origin) for m in (reference, test)))
+    ref, tst = (_corner_surfels(np.pad(np.asarray(m[box], dtype=bool), 1), spacing) for m in (reference, test))
     return SurfaceDistances(*_directed(ref, tst), *_directed(tst, ref), mode)
 
 
+def exact_surface_distances(reference: mesh.Surface | None, test: mesh.Surface | None) -> SurfaceDistances:
+    """``exact``-mode :class:`SurfaceDistances` between two surfaces of :mod:`segmetrics.mesh` (``None`` = empty mask)."""
+    directed = []
+    for source, target in ((reference, test), (test, reference)):
+        if source is None:
+            directed += [np.zeros(0), np.zeros(0)]
+            continue
+        distances = np.full(len(source.sizes), np.inf) if target is None else mesh.distances_to_surface(source.points, target)
+        order = np.argsort(distances, kind="stable")
+        directed += [distances[order], source.sizes[order]]
+    return SurfaceDistances(*directed, "exact")
+
+
 def cached_surface_distances(pair: StructurePair, mode: str) -> SurfaceDistances:
-    """:func:`surface_distances` of a structure pair, kept in ``pair.cache[("surface_distances", mode)]``."""
+    """:func:`surface_distances` of a structure pair, kept in ``pair.cache[("surface_distances", mode)]``.
+
+    ``exact`` mode measures on the pair's shared surfaces (:func:`segmetrics.mesh.cached_surface`).
+    """
     key = ("surface_distances", mode)
     if key not in pair.cache:
-        pair.cache[key] = surface_distances(pair.reference, pair.test, pair.spacing, mode)
+        if mode == "exact":  # on the pair's shared surfaces
+            pair.cache[key] = exact_surface_distances(mesh.cached_surface(pair, "reference"), mesh.cached_surface(pair, "test"))
+        else:
+            pair.cache[key] = surface_distances(pair.reference, pair.test, pair.spacing, mode)
     return pair.cache[key]
 
 
-def _bounding_box(mask: np.ndarray):
-    """Tuple of slices around the non-zero voxels, or ``None``; reads the mask about once."""
-    box = []
-    for axis in range(mask.ndim):
-        view = mask[tuple(box)]
-        hits = np.flatnonzero(view.any(axis=tuple(a for a in range(mask.ndim) if a != axis)))
-        if hits.size == 0:
-            return None
-        box.append(slice(int(hits[0]), int(hits[-1]) + 1))
-    return tuple(box)
-
-
-def _joint_bounding_box(reference: np.ndarray, test: np.ndarray):
-    """Smallest box (tuple of slices) holding the foreground of both masks, ``None`` if both are empty."""
-    boxes = [b for b in (_bounding_box(reference), _bounding_box(test)) if b is not None]
-    if not boxes:
-        return None
-    return tuple(slice(min(b[i].start for b in boxes), max(b[i].stop for b in boxes)) for i in range(reference.ndim))
-
-
-def _directed(source: _Surface | None, target: _Surface | None):
-    """(distances, sizes) from the elements of ``source`` to ``target``, sorted by distance then size."""
-    if source is None:
-        return np.zeros(0), np.zeros(0)
-    if target is None:
-        distances = np.full(len(source.sizes), np.inf)
-    elif target.faces is None:
-        distances = _tree(target.points).query(source.points, workers=-1)[0]
+def _directed(source, target):
+    """(distances, sizes) from the surfels ``(points, sizes)`` of ``source`` to the nearest of
+    ``target`` (``inf`` when ``target`` has none), sorted by distance."""
+    if len(target[0]) == 0:
+        distances = np.full(len(source[1]), np.inf)
     else:
-        distances = _distances_to_mesh(source.points, target)
-    order = np.lexsort((source.sizes, distances))
-    return distances[order], source.sizes[order]
-
-
-def _tree(points: np.ndarray) -> cKDTree:
-    """KD-tree for nearest-neighbour queries (unbalanced: builds several times faster, queries as fast)."""
-    return cKDTree(points, balanced_tree=False, compact_nodes=False)
-
-
-# --- "exact": smoothed sub-voxel mesh, exact point-to-mesh distances ------------------------
-
-
-def _smooth_surface(padded: np.ndarray, spacing: np.ndarray) -> _Surface:
-    """Mesh (3-D) or contours (2-D) of the clamped, blurred mask's 0.5 level, in mm (array order)."""
-    field = ndimage.gaussian_filter(padded, SMOOTHING_SIGMA_VOXELS, output=np.float32, mode="constant", truncate=3.0)
-    np.maximum(field, 0.5 + CLAMP_MARGIN, out=field, where=padded)
-    np.minimum(field, 0.5 - CLAMP_MARGIN, out=field, where=~padded)
-    if padded.ndim == 3:
-        vertices, faces = _iso_surface(field, spacing)
-        corners = vertices[faces]
-        sizes = 0.5 * np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
-    else:
-        contours = [c[:-1] for c in measure.find_contours(field, 0.5)]  # closed: drop the repeated point
-        first = np.cumsum([0] + [len(c) for c in contours[:-1]])
-        faces = np.concatenate(
-            [np.stack([i + np.arange(len(c)), i + (np.arange(len(c)) + 1) % len(c)], axis=1) for i, c in zip(first, contours)]
-        )
-        vertices = np.concatenate(contours) * spacing
-        sizes = np.linalg.norm(vertices[faces[:, 1]] - vertices[faces[:, 0]], axis=1)
-    faces, sizes = faces[sizes > 0], sizes[sizes > 0]
-    vertex_sizes = np.bincount(faces.ravel(), np.repeat(sizes / faces.shape[1], faces.shape[1]), len(vertices))
-    used = vertex_sizes > 0
-    renumber = np.cumsum(used) - 1
-    return _Surface(vertices[used], vertex_sizes[used], renumber[faces])
-
-
-def _iso_surface(field: np.ndarray, spacing: np.ndarray):
-    """Vertices (mm, array order) and triangles of the 0.5 iso-surface of a 3-D field (VTK flying edges)."""
-    image = vtk.vtkImageData()
-    image.SetDimensions(field.shape[::-1])
-    image.SetSpacing(spacing[::-1].tolist())
-    image.GetPointData().SetScalars(numpy_to_vtk(field.ravel(), deep=False))  # field outlives the filter
-    surface = vtk.vtkFlyingEdges3D()
-    surface.SetInputData(image)
-    surface.SetValue(0, 0.5)
-    surface.ComputeNormalsOff()
-    surface.ComputeGradientsOff()
-    surface.ComputeScalarsOff()
-    surface.Update()
-    mesh = surface.GetOutput()
-    vertices = vtk_to_numpy(mesh.GetPoints().GetData()).astype(float)[:, ::-1]
-    return vertices, vtk_to_numpy(mesh.GetPolys().GetConnectivityArray()).reshape(-1, 3).astype(np.int64)
-
-
-def _distances_to_mesh(points: np.ndarray, mesh: _Surface) -> np.ndarray:
-    """Distance (mm) from each point to the triangles (segments) around the mesh vertex nearest to it.
-
-    The closest point of the whole mesh almost always lies on one of them; when it does not,
-    the distance is overestimated by less than one edge length. Points go in blocks of
-    :data:`POINTS_PER_BLOCK` to bound the temporary arrays.
-    """
-    vertex_distances, nearest = _tree(mesh.points).query(points, workers=-1)
-    distances = np.zeros(len(points))
-    todo = np.flatnonzero(vertex_distances > 0)  # a point on a vertex of the mesh is at distance 0
-    points, nearest = points[todo], nearest[todo]
-    per_vertex = mesh.faces.shape[1]
-    faces_by_vertex = np.argsort(mesh.faces.ravel(), kind="stable") // per_vertex
-    counts = np.bincount(mesh.faces.ravel(), minlength=len(mesh.points))  # every vertex has a face
-    first_face = np.cumsum(counts) - counts
-    for start in range(0, len(points), POINTS_PER_BLOCK):
-        block = slice(start, start + POINTS_PER_BLOCK)
-        pairs = counts[nearest[block]]
-        pair_starts = np.cumsum(pairs) - pairs
-        faces = faces_by_vertex[np.repeat(first_face[nearest[block]] - pair_starts, pairs) + np.arange(pairs.sum())]
-        corners = mesh.points[mesh.faces[faces]]
-        p = np.repeat(points[block], pairs, axis=0)
-        if per_vertex == 2:
-            pair_distances = _point_segment_distance(p, corners[:, 0], corners[:, 1])
-        else:
-            pair_distances = _point_triangle_distance(p, corners[:, 0], corners[:, 1], corners[:, 2])
-        distances[todo[block]] = np.minimum.reduceat(pair_distances, pair_starts)
-    return distances
-
-
-def _dot(u, v):
-    """Dot products along the last axis."""
-    return np.einsum("...i,...i->...", u, v)
-
-
-def _point_segment_distance(p, a, b):
-    """Euclidean distance from points ``p`` to segments ``ab`` (broadcast over leading axes)."""
-    ab, ap = b - a, p - a
-    t = np.clip(_dot(ap, ab) / _dot(ab, ab), 0.0, 1.0)
-    offset = ap - t[..., None] * ab
-    return np.sqrt(_dot(offset, offset))
-
-
-def _point_triangle_distance(p, a, b, c):
-    """Euclidean distance from points ``p`` to non-degenerate triangles ``abc`` (3-D, broadcast).
-
-    The closest point is found from the Voronoi region of ``p`` (a vertex, an edge or the face),
-    following Ericson, *Real-Time Collision Detection* (2005), section 5.1.5.
-    """
-    ab, ac, ap = b - a, c - a, p - a
-    d1, d2 = _dot(ab, ap), _dot(ac, ap)
-    ab_ac = _dot(ab, ac)
-    d3, d4 = d1 - _dot(ab, ab), d2 - ab_ac  # (p - b)·ab, (p - b)·ac
-    d5, d6 = d1 - ab_ac, d2 - _dot(ac, ac)  # (p - c)·ab, (p - c)·ac
-    va, vb, vc = d3 * d6 - d5 * d4, d5 * d2 - d1 * d6, d1 * d4 - d3 * d2
-    with np.errstate(divide="ignore", invalid="ignore"):  # unused branches may divide by zero
-        on_bc = (d4 - d3) / ((d4 - d3) + (d5 - d6))
-        regions = [
-            (d1 <= 0) & (d2 <= 0),  # vertex a
-            (d3 >= 0) & (d4 <= d3),  # vertex b
-            (d6 >= 0) & (d5 <= d6),  # vertex c
-            (vc <= 0) & (d1 >= 0) & (d3 <= 0),  # edge ab
-            (vb <= 0) & (d2 >= 0) & (d6 <= 0),  # edge ac
-            (va <= 0) & (d4 >= d3) & (d5 >= d6),  # edge bc
-        ]
-        v = np.select(regions, [0.0, 1.0, 0.0, d1 / (d1 - d3), 0.0, 1.0 - on_bc], vb / (va + vb + vc))
-        w = np.select(regions, [0.0, 0.0, 1.0, 0.0, d2 / (d2 - d6), on_bc], vc / (va + vb + vc))
-    offset = ap - v[..., None] * ab - w[..., None] * ac
-    return np.sqrt(_dot(offset, offset))
+        distances = cKDTree(target[0], balanced_tree=False, compact_nodes=False).query(source[0])[0]
+    order = np.argsort(distances, kind="stable")
+    return distances[order], source[1][order]
 
 
 # --- "deepmind": corner-grid surfels with marching-cubes areas --------------------------------
 
 
-def _corner_surfels(padded: np.ndarray, spacing: np.ndarray) -> _Surface:
-    """Surfels at the voxel-corner grid points whose 2×2(×2) neighbourhood is mixed."""
+def _corner_surfels(padded: np.ndarray, spacing: np.ndarray):
+    """Surfels ``(points in mm, sizes)`` at the voxel-corner grid points whose 2×2(×2) neighbourhood is mixed."""
     corners = 2 ** padded.ndim
     codes = np.zeros(tuple(s - 1 for s in padded.shape), dtype=np.uint8)
     for index, corner in enumerate(itertools.product((0, 1), repeat=padded.ndim)):
@@ -299,7 +146,7 @@ def _corner_surfels(padded: np.ndarray, spacing: np.ndarray) -> _Surface:
         codes |= padded[window].view(np.uint8) << (corners - 1 - index)
     border = (codes != 0) & (codes != 2**corners - 1)
     points = np.stack(np.nonzero(border), axis=1) * spacing
-    return _Surface(points, _surfel_size_table(tuple(spacing))[codes[border]])
+    return points, _surfel_size_table(tuple(spacing))[codes[border]]
 
 
 @lru_cache(maxsize=None)

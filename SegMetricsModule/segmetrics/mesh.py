@@ -1,52 +1,261 @@
-"""Surface meshes (3-D) and closed contours (2-D) of binary masks, in millimetres.
+"""Sub-voxel surfaces of binary masks and exact point-to-surface distances, in millimetres.
+
+This module is the one place that builds a structure's surface for measuring: the distance
+group (``exact`` mode), the 3-D MSI and the roughness group all use :func:`smooth_surface`
+through the pair cache (:func:`cached_surface`), so they measure on the same elements, and all
+point-to-surface distances come from :func:`distances_to_surface`.
+
+The surface
+-----------
+The mask is blurred by a Gaussian of :data:`SMOOTHING_SIGMA_VOXELS` voxels on every axis; the
+blurred values are clamped so that every inside voxel centre stays at or above
+0.5 + :data:`CLAMP_MARGIN` and every outside centre at or below 0.5 - :data:`CLAMP_MARGIN` (no
+structure, however small, disappears, and the surface never crosses a voxel centre); the 0.5
+level is extracted at the voxel spacing (VTK flying edges in 3-D, marching squares in 2-D).
+Each vertex carries a third of the area of its triangles (half the length of its segments).
+It converges to the continuous boundary as the voxels shrink and keeps single voxels.
 
 Coordinate conventions
 ----------------------
 Masks are NumPy arrays in array order ``(z, y, x)`` (3-D) or ``(row, col)`` (2-D) and every
 ``spacing`` is in mm **in the same array-axis order**.
 
-* :func:`surface_mesh` returns points in **index-scaled ITK order** ``(x, y, z)`` =
-  ``(col * sx, row * sy, slice * sz)`` in mm, i.e. the array axes reversed, with no origin and no
-  direction applied. Distances between two meshes of one grid are therefore physical distances.
-  :func:`to_physical` applies the image origin and direction (ITK LPS mm) for display.
-* :func:`contours_2d` returns points in **array order** ``(row * sy, col * sx)`` in mm.
+* 3-D surfaces (:class:`Surface` and their polydata view) have points in **index-scaled ITK
+  order** ``(x, y, z)`` = ``(col * sx, row * sy, slice * sz)`` in mm, i.e. the array axes
+  reversed, with no origin and no direction applied. Distances between two surfaces of one grid
+  are therefore physical distances. :func:`to_physical` applies the image origin and direction
+  (ITK LPS mm) for display.
+* 2-D surfaces (closed contours of :func:`smooth_surface`) and :func:`contours_2d` have points
+  in **array order** ``(row * sy, col * sx)`` in mm.
 
-Shared cache keys (see :func:`cached_test_surface`)
----------------------------------------------------
+Shared cache keys (see :func:`cached_surface`)
+----------------------------------------------
+``pair.cache[("surface", "reference")]``, ``pair.cache[("surface", "test")]``
+    :class:`Surface` of each mask (``None`` for an empty mask), built once per pair.
 ``pair.extras["test_surface"]``
-    ``vtkPolyData`` of the test mask (index-scaled mm). Metric groups add point-data arrays to it
+    ``vtkPolyData`` view of the test surface (3-D). Metric groups add point-data arrays to it
     (``SignedDistance_mm`` and ``MSI`` from the MSI group, ``Roughness_mm`` from roughness).
 ``pair.cache["reference_surface"]``
-    ``vtkPolyData`` of the reference mask, same convention.
+    ``vtkPolyData`` view of the reference surface, same convention.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import vtk
+from scipy import ndimage
+from scipy.spatial import cKDTree
 from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
-#: Default number of windowed-sinc smoothing iterations of :func:`surface_mesh`.
-DEFAULT_SMOOTHING_ITERATIONS = 20
-#: Default windowed-sinc pass band (lower = smoother); 20 iterations at 0.01 is Slicer's default
-#: closed-surface smoothing (factor 0.5): sphere area within 1 % from a radius of 10 voxels.
-DEFAULT_PASS_BAND = 0.01
+#: Gaussian blur (in voxels, every axis) of :func:`smooth_surface`.
+SMOOTHING_SIGMA_VOXELS = 1.0
+#: Inside voxel centres are clamped to at least 0.5 + this, outside centres to at most 0.5 - this.
+CLAMP_MARGIN = 0.05
+#: Points handled at once by :func:`distances_to_surface` (temporaries of a few MB per block).
+POINTS_PER_BLOCK = 4096
 
 
-def surface_mesh(
-    mask,
-    spacing,
-    smoothing_iterations: int = DEFAULT_SMOOTHING_ITERATIONS,
-    pass_band: float = DEFAULT_PASS_BAND,
-) -> vtk.vtkPolyData:
-    """Closed triangle surface of a 3-D boolean mask.
+@dataclass(eq=False)
+class Surface:
+    """A closed surface as vertices with their area weights and the cells joining them.
 
-    The mask is padded by one voxel so that structures touching the image border are closed.
-    The surface is the discrete flying-edges iso-surface (vertices half-way between inside and
-    outside voxel centres), optionally smoothed by a windowed-sinc filter (volume-preserving,
-    vertices stay within about half a voxel), with triangles oriented outward and point normals.
+    Attributes
+    ----------
+    points : ndarray, shape (n, ndim)
+        Vertices in mm: 3-D in index-scaled ITK order ``(x, y, z)``, 2-D in array order
+        ``(row, col)`` (see the module docstring).
+    sizes : ndarray, shape (n,)
+        Area (mm², 3-D) or length (mm, 2-D) attributed to each vertex: a third of its triangles'
+        area or half of its segments' length; they sum to the surface area (contour length).
+    cells : ndarray of int64, shape (m, ndim)
+        Outward-oriented triangles (3-D) or segments (2-D) as vertex indices; every vertex
+        belongs to at least one cell of non-zero size.
+    origin : ndarray, shape (ndim,)
+        Where the points' frame starts, in index-scaled mm (same axis order as the points):
+        ``points + origin`` are index-scaled coordinates. Surfaces of one pair share a frame
+        anchored at their joint bounding box, so that their distances do not change by a single
+        rounding when both masks move.
+    """
+
+    points: np.ndarray
+    sizes: np.ndarray
+    cells: np.ndarray
+    origin: np.ndarray = None
+
+    def __post_init__(self):
+        if self.origin is None:
+            self.origin = np.zeros(self.points.shape[1])
+
+    @classmethod
+    def from_polydata(cls, polydata: vtk.vtkPolyData) -> "Surface":
+        """Surface of a closed, outward-oriented triangle polydata (points kept in its frame)."""
+        return cls(points(polydata), point_areas(polydata), triangles(polydata))
+
+    @cached_property
+    def tree(self) -> cKDTree:
+        """KD-tree of the vertices (unbalanced: builds several times faster, queries as fast)."""
+        return cKDTree(self.points, balanced_tree=False, compact_nodes=False)
+
+    @cached_property
+    def cells_by_vertex(self) -> tuple:
+        """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``."""
+        per_cell = self.cells.shape[1]
+        count = np.bincount(self.cells.ravel(), minlength=len(self.points))
+        return np.argsort(self.cells.ravel(), kind="stable") // per_cell, np.cumsum(count) - count, count
+
+    @cached_property
+    def triangle_frames(self) -> tuple:
+        """Per triangle ``a``, ``ab = b - a``, ``ac = c - a`` (mm) and ``(ab·ab, ac·ac, ab·ac)``."""
+        a, b, c = (self.points[self.cells[:, k]] for k in range(3))
+        ab, ac = b - a, c - a
+        return a, ab, ac, np.stack([_dot(ab, ab), _dot(ac, ac), _dot(ab, ac)], axis=1)
+
+    @cached_property
+    def pseudo_normals(self) -> tuple:
+        """Unit face normals, angle-weighted unit vertex normals and, per triangle edge
+        (ab, bc, ca), the other triangle sharing it (itself when there is none).
+
+        The sign of ``(p - q) · N`` with ``q`` the closest surface point and ``N`` the
+        pseudo-normal of the feature holding ``q`` (face normal; sum of the two face normals of
+        an edge; angle-weighted normal of a vertex) says on which side of a closed surface ``p``
+        lies (Bærentzen and Aanæs, IEEE TVCG 11(3), 2005).
+        """
+        a, ab, ac, _ = self.triangle_frames
+        face = np.cross(ab, ac)
+        face /= np.linalg.norm(face, axis=1, keepdims=True)
+        corners = self.points[self.cells]  # (m, 3, 3)
+        to_next = np.roll(corners, -1, axis=1) - corners
+        to_previous = np.roll(corners, 1, axis=1) - corners
+        angles = np.arctan2(np.linalg.norm(np.cross(to_next, to_previous), axis=2), _dot(to_next, to_previous))
+        vertex = np.stack(
+            [np.bincount(self.cells.ravel(), (angles * face[:, None, k]).ravel(), len(self.points)) for k in range(3)], axis=1
+        )
+        vertex /= np.linalg.norm(vertex, axis=1, keepdims=True)
+        n = len(self.points)
+        start, end = self.cells.astype(np.int64), np.roll(self.cells, -1, axis=1).astype(np.int64)
+        keys = (start * n + end).ravel()
+        order = np.argsort(keys)
+        found = np.minimum(np.searchsorted(keys[order], (end * n + start).ravel()), len(keys) - 1)
+        twin = np.where(keys[order][found] == (end * n + start).ravel(), order[found] // 3, np.arange(len(keys)) // 3)
+        return face, vertex, twin.reshape(-1, 3)
+
+
+def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, origin=None) -> Surface | None:
+    """The sub-voxel surface of a 2-D or 3-D mask (see the module docstring).
+
+    Parameters
+    ----------
+    mask : ndarray
+        ``(z, y, x)`` or ``(row, col)`` mask; non-zero is foreground. Structures touching the
+        image border are closed (the crop is padded).
+    spacing : sequence of float
+        Voxel size in mm in **array-axis order**.
+    sigma_voxels : float
+        Gaussian blur in voxels; 0 gives the unblurred marching-cubes (squares) surface, with
+        vertices half-way between inside and outside voxel centres.
+    origin : sequence of int, optional
+        Voxel index (array order) at which the points' frame starts (:attr:`Surface.origin`);
+        default: voxel 0, i.e. index-scaled coordinates.
+
+    Returns
+    -------
+    Surface or None
+        Points in mm (3-D: ``(x, y, z)``; 2-D: ``(row, col)``); ``None`` for an empty mask.
+    """
+    mask = np.asarray(mask)
+    spacing = np.asarray(spacing, dtype=float)
+    if mask.ndim not in (2, 3) or spacing.shape != (mask.ndim,) or np.any(spacing <= 0):
+        raise ValueError(f"need a 2-D or 3-D mask with one positive spacing per axis, got shape {mask.shape} and spacing {spacing.tolist()}")
+    box = bounding_box(mask)
+    if box is None:
+        return None
+    pad = 2  # the clamped field is below 0.5 one voxel outside the mask: the surface closes inside
+    padded = np.pad(np.asarray(mask[box], dtype=bool), pad)
+    # float32 keeps 3-D memory low; 2-D fields are small and float64 keeps symmetric shapes exact
+    field = ndimage.gaussian_filter(padded, sigma_voxels, output=np.float32 if mask.ndim == 3 else float, mode="constant", truncate=3.0)
+    np.maximum(field, 0.5 + CLAMP_MARGIN, out=field, where=padded)
+    np.minimum(field, 0.5 - CLAMP_MARGIN, out=field, where=~padded)
+    origin = np.zeros(mask.ndim, dtype=int) if origin is None else np.asarray(origin)
+    corner = (np.array([s.start - pad for s in box]) - origin) * spacing  # mm, array order
+    if mask.ndim == 3:
+        vertices, cells = _flying_edges(field, spacing)
+        vertices += corner[::-1]
+        spacing, origin = spacing[::-1], origin[::-1]  # in the points' axis order
+        corners = vertices[cells]
+        sizes = 0.5 * np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
+    else:
+        contours = [c[:-1] for c in measure.find_contours(field, 0.5)]  # closed: drop the repeated point
+        first = np.cumsum([0] + [len(c) for c in contours[:-1]])
+        cells = np.concatenate(
+            [np.stack([i + np.arange(len(c)), i + (np.arange(len(c)) + 1) % len(c)], axis=1) for i, c in zip(first, contours)]
+        )
+        vertices = np.concatenate(contours) * spacing + corner
+        sizes = np.linalg.norm(vertices[cells[:, 1]] - vertices[cells[:, 0]], axis=1)
+    cells, sizes = cells[sizes > 0], sizes[sizes > 0]
+    vertex_sizes = np.bincount(cells.ravel(), np.repeat(sizes / cells.shape[1], cells.shape[1]), len(vertices))
+    used = vertex_sizes > 0
+    renumber = np.cumsum(used) - 1
+    return Surface(vertices[used], vertex_sizes[used], renumber[cells], origin * spacing)
+
+
+def bounding_box(mask: np.ndarray):
+    """Tuple of slices around the non-zero voxels, or ``None``; reads the mask about once."""
+    box = []
+    for axis in range(mask.ndim):
+        view = mask[tuple(box)]
+        hits = np.flatnonzero(view.any(axis=tuple(a for a in range(mask.ndim) if a != axis)))
+        if hits.size == 0:
+            return None
+        box.append(slice(int(hits[0]), int(hits[-1]) + 1))
+    return tuple(box)
+
+
+def joint_bounding_box(*masks):
+    """Smallest box (tuple of slices) holding the foreground of every mask, ``None`` if all are empty."""
+    boxes = [b for b in map(bounding_box, masks) if b is not None]
+    if not boxes:
+        return None
+    return tuple(slice(min(b[i].start for b in boxes), max(b[i].stop for b in boxes)) for i in range(masks[0].ndim))
+
+
+def _flying_edges(field: np.ndarray, spacing: np.ndarray):
+    """Vertices (mm, ``(x, y, z)`` from the field's corner) and outward triangles of the 0.5 level of a 3-D field."""
+    image = vtk.vtkImageData()
+    image.SetDimensions(field.shape[::-1])
+    image.SetSpacing(spacing[::-1].tolist())
+    image.GetPointData().SetScalars(numpy_to_vtk(field.ravel(), deep=False))  # field outlives the filter
+    surface = vtk.vtkFlyingEdges3D()  # triangles come out outward-oriented for a field high inside
+    surface.SetInputData(image)
+    surface.SetValue(0, 0.5)
+    surface.ComputeNormalsOff()
+    surface.ComputeGradientsOff()
+    surface.ComputeScalarsOff()
+    surface.Update()
+    output = surface.GetOutput()
+    if output.GetNumberOfPoints() == 0:
+        return np.zeros((0, 3)), np.zeros((0, 3), dtype=np.int64)
+    vertices = vtk_to_numpy(output.GetPoints().GetData()).astype(float)
+    return vertices, vtk_to_numpy(output.GetPolys().GetConnectivityArray()).reshape(-1, 3).astype(np.int64)
+
+
+def to_polydata(surface: Surface | None) -> vtk.vtkPolyData:
+    """``vtkPolyData`` view of a 3-D surface: its points in index-scaled mm ``(x, y, z)``
+    (``points + origin``), its triangles and angle-weighted outward point ``Normals``; an empty
+    polydata for ``None``."""
+    if surface is None:
+        return vtk.vtkPolyData()
+    polydata = mesh_from_numpy(surface.points + surface.origin, surface.cells)
+    normals = numpy_to_vtk(surface.pseudo_normals[1], deep=True)
+    normals.SetName("Normals")
+    polydata.GetPointData().SetNormals(normals)
+    return polydata
+
+
+def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> vtk.vtkPolyData:
+    """Closed, outward-oriented triangle surface of a 3-D mask as ``vtkPolyData``.
 
     Parameters
     ----------
@@ -54,64 +263,169 @@ def surface_mesh(
         The structure, in array order.
     spacing : tuple of 3 float
         Voxel size in mm in **array-axis order** ``(sz, sy, sx)``.
-    smoothing_iterations : int
-        Windowed-sinc iterations; 0 disables smoothing (staircase surface).
-    pass_band : float
-        Windowed-sinc pass band in (0, 2); smaller smooths more.
+    sigma_voxels : float
+        Gaussian blur in voxels (:func:`smooth_surface`); 0 gives the marching-cubes staircase.
 
     Returns
     -------
     vtkPolyData
-        Triangles with points in mm in index-scaled ITK order ``(x, y, z)`` =
-        ``(col*sx, row*sy, slice*sz)`` (no origin/direction) and outward ``Normals``.
-        Empty (no points) when the mask is empty.
+        :func:`to_polydata` of :func:`smooth_surface`: points in mm in index-scaled ITK order
+        ``(x, y, z)`` = ``(col*sx, row*sy, slice*sz)`` (no origin/direction) and outward
+        ``Normals``. Empty (no points) when the mask is empty.
     """
-    mask = np.asarray(mask, dtype=bool)
-    if mask.ndim != 3:
-        raise ValueError(f"surface_mesh needs a 3-D mask, got shape {mask.shape}")
-    if not mask.any():
-        return vtk.vtkPolyData()
-    padded = np.pad(mask, 1).astype(np.uint8)
-    spacing_xyz = [float(s) for s in spacing[::-1]]
-    image = vtk.vtkImageData()
-    image.SetDimensions(padded.shape[::-1])
-    image.SetSpacing(spacing_xyz)
-    image.SetOrigin([-s for s in spacing_xyz])  # undo the one-voxel pad
-    image.GetPointData().SetScalars(numpy_to_vtk(padded.ravel(), deep=True))
+    if np.ndim(mask) != 3:
+        raise ValueError(f"surface_mesh needs a 3-D mask, got shape {np.shape(mask)}")
+    return to_polydata(smooth_surface(mask, spacing, sigma_voxels))
 
-    surface = vtk.vtkDiscreteFlyingEdges3D()
-    surface.SetInputData(image)
-    surface.SetValue(0, 1)
-    surface.ComputeNormalsOff()
-    surface.ComputeGradientsOff()
-    surface.ComputeScalarsOff()
-    output = surface.GetOutputPort()
-    if smoothing_iterations > 0:
-        smoother = vtk.vtkWindowedSincPolyDataFilter()
-        smoother.SetInputConnection(output)
-        smoother.SetNumberOfIterations(int(smoothing_iterations))
-        smoother.SetPassBand(float(pass_band))
-        smoother.NormalizeCoordinatesOn()
-        smoother.BoundarySmoothingOff()
-        smoother.FeatureEdgeSmoothingOff()
-        smoother.NonManifoldSmoothingOn()
-        output = smoother.GetOutputPort()
-    normals = vtk.vtkPolyDataNormals()
-    normals.SetInputConnection(output)
-    normals.SplittingOff()
-    normals.ConsistencyOff()  # flying edges already orients every triangle the same way
-    normals.ComputePointNormalsOn()
-    normals.ComputeCellNormalsOff()
-    normals.Update()
-    mesh = normals.GetOutput()
-    if signed_volume(mesh) < 0:
-        reverse = vtk.vtkReverseSense()
-        reverse.SetInputData(mesh)
-        reverse.ReverseCellsOn()
-        reverse.ReverseNormalsOn()
-        reverse.Update()
-        mesh = reverse.GetOutput()
-    return mesh
+
+def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.ndarray:
+    """Distance (mm) from each point to a surface: triangles in 3-D, segments in 2-D.
+
+    Each point starts at its nearest surface vertex (KD-tree) and takes the exact closest point
+    of the cells around it (point-to-triangle, point-to-segment). While that closest point lies
+    on the rim of the searched cells (a vertex or edge touching none of the searched vertices),
+    the search moves on to the cells around the rim feature's vertices. The walk ends at a local
+    minimum of the distance over the surface: the closest point, unless another part of the
+    surface, not reached from the nearest vertex, is closer still (a sheet folding back within
+    about one cell of the point).
+
+    Parameters
+    ----------
+    points : ndarray, shape (k, ndim)
+        Query points in mm, in the surface's frame.
+    surface : Surface
+        Closed surface (3-D triangles or 2-D segments).
+    signed : bool
+        3-D only: negative inside the surface, from the pseudo-normal of the closest feature
+        (:attr:`Surface.pseudo_normals`).
+
+    Returns
+    -------
+    ndarray, shape (k,)
+        Distances in mm (signed when asked); 0 for a point on a vertex.
+    """
+    points = np.asarray(points, dtype=float)
+    if signed and surface.cells.shape[1] != 3:
+        raise ValueError("signed distances need a 3-D (triangle) surface")
+    distances, nearest = surface.tree.query(points)
+    todo = np.flatnonzero(distances > 0)
+    for start in range(0, len(todo), POINTS_PER_BLOCK):
+        index = todo[start:start + POINTS_PER_BLOCK]
+        offset, cell, feature = _closest_points(points[index], nearest[index], surface)
+        distances[index] = np.sqrt(_dot(offset, offset))
+        if signed:
+            distances[index] *= np.where(_dot(offset, _feature_normals(cell, feature, surface)) < 0, -1.0, 1.0)
+    return distances
+
+
+#: Closest-feature codes. Triangles (:func:`_triangle_offsets`): 0–2 vertex a, b, c; 3 edge ab;
+#: 4 edge ac; 5 edge bc; 6 the face. Segments (:func:`_segment_offsets`): 0–1 vertex a, b; 2 the
+#: segment.
+_FACE = 6
+#: Cell-local corners of each feature code (-1 = none), for triangles (3) and segments (2).
+_FEATURE_CORNERS = {
+    3: np.array([[0, -1, -1], [1, -1, -1], [2, -1, -1], [0, 1, -1], [0, 2, -1], [1, 2, -1], [0, 1, 2]]),
+    2: np.array([[0, -1], [1, -1], [0, 1]]),
+}
+#: Longest walk of :func:`distances_to_surface`, in moves of about one cell (1–2 are usual).
+MAX_WALK_STEPS = 32
+
+
+def _closest_points(p, nearest, surface: Surface):
+    """The walk of :func:`distances_to_surface` for points ``p`` starting at vertices ``nearest``:
+    per point ``p - q`` (q the closest point found), q's cell and its feature code."""
+    best = np.full(len(p), np.inf)
+    offset, cell, feature = np.zeros_like(p), np.zeros(len(p), dtype=np.int64), np.zeros(len(p), dtype=np.int8)
+    walking, centres = np.arange(len(p)), nearest[:, None]  # searched vertices per walking point, -1 = none
+    for _ in range(MAX_WALK_STEPS):
+        found = _closest_in_stars(p[walking], centres, surface)
+        distance = _dot(found[0], found[0])
+        better = distance < best[walking]
+        walking, centres = walking[better], centres[better]
+        best[walking] = distance[better]
+        offset[walking], cell[walking], feature[walking] = (f[better] for f in found)
+        corners = _FEATURE_CORNERS[surface.cells.shape[1]][feature[walking]]
+        vertices = np.where(corners >= 0, surface.cells[cell[walking][:, None], np.maximum(corners, 0)], -1)
+        on_rim = ~np.any((vertices[:, :, None] == centres[:, None, :]) & (vertices[:, :, None] >= 0), axis=(1, 2))
+        walking, centres = walking[on_rim], vertices[on_rim, :2]  # a rim feature is a vertex or an edge
+        if len(walking) == 0:
+            break
+    return offset, cell, feature
+
+
+def _closest_in_stars(p, centres, surface: Surface):
+    """For each point ``p[i]``, ``p - q``, cell and feature code of the closest point ``q`` of the
+    cells around the vertices ``centres[i]`` (-1 = none; at least one per point)."""
+    by_vertex, first, count = surface.cells_by_vertex
+    valid = centres >= 0
+    vertex = centres[valid]
+    owner = np.repeat(np.nonzero(valid)[0], count[vertex])  # ascending: pairs grouped by point
+    pair_start = np.cumsum(count[vertex]) - count[vertex]
+    cells = by_vertex[np.repeat(first[vertex] - pair_start, count[vertex]) + np.arange(len(owner))]
+    if surface.cells.shape[1] == 3:
+        offsets, features = _triangle_offsets(p[owner], cells, surface)
+    else:
+        a = surface.points[surface.cells[cells, 0]]
+        offsets, features = _segment_offsets(p[owner] - a, surface.points[surface.cells[cells, 1]] - a)
+    squared = _dot(offsets, offsets)
+    group_start = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    minimum = np.minimum.reduceat(squared, group_start)
+    ties = np.flatnonzero(squared == minimum[np.searchsorted(group_start, np.arange(len(owner)), side="right") - 1])
+    chosen = ties[np.r_[True, owner[ties][1:] != owner[ties][:-1]]]  # the first closest cell per point
+    return offsets[chosen], cells[chosen], features[chosen]
+
+
+def _dot(u, v):
+    """Dot products along the last axis."""
+    return np.einsum("...i,...i->...", u, v)
+
+
+def _segment_offsets(ap, ab):
+    """``p - q`` and the feature code of the point ``q`` of segment ``ab`` closest to ``p`` (given
+    ``p - a`` and ``b - a``)."""
+    t = _dot(ap, ab) / _dot(ab, ab)
+    feature = np.where(t <= 0, 0, np.where(t >= 1, 1, 2)).astype(np.int8)
+    return ap - np.clip(t, 0.0, 1.0)[:, None] * ab, feature
+
+
+def _triangle_offsets(p, cells, surface: Surface):
+    """``p - q`` for each point and triangle (``q`` the closest point of the triangle) and the
+    code of the feature holding ``q`` (Voronoi regions after Ericson, *Real-Time Collision
+    Detection*, 2005, section 5.1.5, with the triangle's edge vectors precomputed)."""
+    a, ab, ac, dots = surface.triangle_frames
+    ab, ac, dots = ab[cells], ac[cells], dots[cells]
+    ap = p - a[cells]
+    d1, d2 = _dot(ab, ap), _dot(ac, ap)
+    d3, d4 = d1 - dots[:, 0], d2 - dots[:, 2]  # (p - b)·ab, (p - b)·ac
+    d5, d6 = d1 - dots[:, 2], d2 - dots[:, 1]  # (p - c)·ab, (p - c)·ac
+    va, vb, vc = d3 * d6 - d5 * d4, d5 * d2 - d1 * d6, d1 * d4 - d3 * d2
+    regions = [
+        (d1 <= 0) & (d2 <= 0),  # vertex a
+        (d3 >= 0) & (d4 <= d3),  # vertex b
+        (d6 >= 0) & (d5 <= d6),  # vertex c
+        (vc <= 0) & (d1 >= 0) & (d3 <= 0),  # edge ab
+        (vb <= 0) & (d2 >= 0) & (d6 <= 0),  # edge ac
+        (va <= 0) & (d4 >= d3) & (d5 >= d6),  # edge bc
+    ]
+    feature = np.select(regions, np.arange(6, dtype=np.int8), _FACE).astype(np.int8)
+    with np.errstate(divide="ignore", invalid="ignore"):  # unused branches may divide by zero
+        on_bc = (d4 - d3) / ((d4 - d3) + (d5 - d6))
+        denominator = va + vb + vc
+        v = np.select(regions, [0.0, 1.0, 0.0, d1 / (d1 - d3), 0.0, 1.0 - on_bc], vb / denominator)
+        w = np.select(regions, [0.0, 0.0, 1.0, 0.0, d2 / (d2 - d6), on_bc], vc / denominator)
+    return ap - v[:, None] * ab - w[:, None] * ac, feature
+
+
+def _feature_normals(cells, feature, surface: Surface):
+    """Pseudo-normal of the closest feature (code of :func:`_triangle_offsets`) of each triangle."""
+    face, vertex, twin = surface.pseudo_normals
+    normals = face[cells]
+    corner = feature < 3
+    normals[corner] = vertex[surface.cells[cells[corner], feature[corner]]]
+    edge = (feature >= 3) & (feature < _FACE)
+    side = np.array([0, 2, 1])[feature[edge] - 3]  # ab, ac (= ca), bc in the twin table's order
+    normals[edge] += face[twin[cells[edge], side]]
+    return normals
 
 
 def points(polydata: vtk.vtkPolyData) -> np.ndarray:
@@ -179,7 +493,7 @@ def to_physical(polydata: vtk.vtkPolyData, label_image) -> vtk.vtkPolyData:
     """Copy of an index-scaled mesh placed in physical space (ITK LPS mm) for display.
 
     ``p_physical = origin + direction @ p`` where ``p`` is the index-scaled ``(x, y, z)`` point
-    produced by :func:`surface_mesh`, and ``origin``/``direction`` come from ``label_image``
+    of a 3-D :class:`Surface` or :func:`surface_mesh`, and ``origin``/``direction`` come from ``label_image``
     (a :class:`~segmetrics.geometry.LabelImage`). Point data (e.g. ``MSI``) are kept; normals
     are rotated.
     """
@@ -196,21 +510,34 @@ def to_physical(polydata: vtk.vtkPolyData, label_image) -> vtk.vtkPolyData:
     return moved.GetOutput()
 
 
-def cached_test_surface(pair) -> vtk.vtkPolyData:
-    """The test mask's surface of a :class:`~segmetrics.registry.StructurePair`, built once.
+def cached_surface(pair, which: str) -> Surface | None:
+    """:func:`smooth_surface` of a :class:`~segmetrics.registry.StructurePair`'s ``"reference"``
+    or ``"test"`` mask, built once and kept in ``pair.cache[("surface", which)]`` (``None`` for
+    an empty mask). Both surfaces of a pair share a frame starting at the pair's joint bounding
+    box (:attr:`Surface.origin`)."""
+    key = ("surface", which)
+    if key not in pair.cache:
+        box = joint_bounding_box(pair.reference, pair.test)
+        origin = None if box is None else [s.start for s in box]
+        pair.cache[key] = smooth_surface(getattr(pair, which), pair.spacing, origin=origin)
+    return pair.cache[key]
 
-    Stored in ``pair.extras["test_surface"]`` (index-scaled mm, default smoothing) so that every
-    metric group adds its point-data arrays to the same polydata.
+
+def cached_test_surface(pair) -> vtk.vtkPolyData:
+    """Polydata view of the pair's test surface (:func:`cached_surface`), built once.
+
+    Stored in ``pair.extras["test_surface"]`` (index-scaled mm) so that every metric group adds
+    its point-data arrays to the same polydata.
     """
     if "test_surface" not in pair.extras:
-        pair.extras["test_surface"] = surface_mesh(pair.test, pair.spacing)
+        pair.extras["test_surface"] = to_polydata(cached_surface(pair, "test"))
     return pair.extras["test_surface"]
 
 
 def cached_reference_surface(pair) -> vtk.vtkPolyData:
-    """The reference mask's surface, built once and kept in ``pair.cache["reference_surface"]``."""
+    """Polydata view of the reference surface, built once and kept in ``pair.cache["reference_surface"]``."""
     if "reference_surface" not in pair.cache:
-        pair.cache["reference_surface"] = surface_mesh(pair.reference, pair.spacing)
+        pair.cache["reference_surface"] = to_polydata(cached_surface(pair, "reference"))
     return pair.cache["reference_surface"]
 
 

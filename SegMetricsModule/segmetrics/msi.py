@@ -28,12 +28,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import vtk
 from scipy import ndimage
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial import cKDTree
 from skimage import measure
-from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
+from vtk.util.numpy_support import numpy_to_vtk
 
 from . import mesh
 from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group, undefined
@@ -421,26 +420,19 @@ def combine_slices(rows) -> float:
 # ---------------------------------------------------------------- 3-D surface MSI
 
 
-def _surface_distance(points_xyz, surface):
-    """Exact signed distance (negative inside) from points to a closed surface, vectorised in VTK."""
-    implicit = vtk.vtkImplicitPolyDataDistance()
-    implicit.SetInput(surface)
-    values = vtk.vtkDoubleArray()
-    implicit.FunctionValue(numpy_to_vtk(np.ascontiguousarray(points_xyz), deep=True), values)
-    return vtk_to_numpy(values).copy()
-
-
 def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.0):
     """Per-vertex signed BLD and MSI weight on a test surface, and the area-weighted MSI.
 
-    FMinD is the exact distance from a test vertex to the reference surface (its sign says
-    inside/outside); BMaxD(p) is the largest exact distance to the test surface among reference
-    vertices whose nearest test vertex is p.
+    FMinD is the distance from a test vertex to the reference surface and its sign says
+    inside/outside; BMaxD(p) is the largest distance to the test surface among reference
+    vertices whose nearest test vertex is p. Both distances are
+    :func:`segmetrics.mesh.distances_to_surface` (exact point-to-triangle, as the distance group).
 
     Parameters
     ----------
-    test_surface, reference_surface : vtkPolyData
-        Closed, outward-oriented surfaces in one frame (e.g. :func:`segmetrics.mesh.surface_mesh`).
+    test_surface, reference_surface : segmetrics.mesh.Surface or vtkPolyData
+        Closed, outward-oriented triangle surfaces in one frame (mm), e.g. the pair's
+        :func:`segmetrics.mesh.cached_surface`.
     il, ol : float
         Severity levels inside / outside the reference.
 
@@ -451,16 +443,15 @@ def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.
     weights : ndarray (N,)
         WF(|BLD|, il or ol) per test vertex.
     msi : float
-        Mean of ``weights`` weighted by :func:`segmetrics.mesh.point_areas`.
+        Mean of ``weights`` weighted by the vertices' areas.
     """
-    test_xyz, ref_xyz = mesh.points(test_surface), mesh.points(reference_surface)
-    signed = _surface_distance(test_xyz, reference_surface)
-    back = np.abs(_surface_distance(ref_xyz, test_surface))
-    bld = bidirectional_local_distance(test_xyz, ref_xyz, np.abs(signed), back)
+    test, reference = (s if isinstance(s, mesh.Surface) else mesh.Surface.from_polydata(s) for s in (test_surface, reference_surface))
+    signed = mesh.distances_to_surface(test.points, reference, signed=True)
+    back = mesh.distances_to_surface(reference.points, test)
+    bld = bidirectional_local_distance(test.points, reference.points, np.abs(signed), back)
     inside = signed < 0
     weights = weight_function(bld, np.where(inside, il, ol))
-    msi = float(np.average(weights, weights=mesh.point_areas(test_surface)))
-    return np.where(inside, -bld, bld), weights, msi
+    return np.where(inside, -bld, bld), weights, float(np.average(weights, weights=test.sizes))
 
 
 def _add_point_array(polydata, name, values):
@@ -470,16 +461,20 @@ def _add_point_array(polydata, name, values):
 
 
 def _msi_3d(pair: StructurePair, params: Parameters) -> float:
-    test_surface = mesh.cached_test_surface(pair)
-    if params.msi_units == "pixel":  # same mask, same topology: vertices correspond one to one
-        signed, weights, _ = surface_msi(mesh.surface_mesh(pair.test, (1, 1, 1)), mesh.surface_mesh(pair.reference, (1, 1, 1)), params.msi_il, params.msi_ol)
+    """``msi_3d`` on the pair's shared surfaces; adds the per-vertex arrays to ``extras["test_surface"]``."""
+    test = mesh.cached_surface(pair, "test")
+    if params.msi_units == "pixel":  # same masks at unit spacing: vertices correspond one to one
+        origin = [s.start for s in mesh.joint_bounding_box(pair.reference, pair.test)]
+        surfaces = [mesh.smooth_surface(m, (1, 1, 1), origin=origin) for m in (pair.test, pair.reference)]
         name = "SignedDistance_px"
     else:
-        signed, weights, _ = surface_msi(test_surface, mesh.cached_reference_surface(pair), params.msi_il, params.msi_ol)
+        surfaces = [test, mesh.cached_surface(pair, "reference")]
         name = "SignedDistance_mm"
-    _add_point_array(test_surface, name, signed)
-    _add_point_array(test_surface, "MSI", weights)
-    return float(np.average(weights, weights=mesh.point_areas(test_surface)))
+    signed, weights, _ = surface_msi(*surfaces, params.msi_il, params.msi_ol)
+    polydata = mesh.cached_test_surface(pair)
+    _add_point_array(polydata, name, signed)
+    _add_point_array(polydata, "MSI", weights)
+    return float(np.average(weights, weights=test.sizes))
 
 
 # ---------------------------------------------------------------- metric group

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from scipy.spatial import cKDTree
@@ -255,64 +254,29 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
     return gaps
 
 
-@dataclass
-class SurfaceSamples:
-    """Points of a surface with their weights and the cells joining them, in mm.
-
-    ``cells`` are triangles ``(m, 3)`` in 3-D or segments ``(m, 2)`` in 2-D (vertex indices);
-    ``weights`` are areas (mm²) or lengths (mm) attributed to each point; ``polydata`` is the
-    VTK mesh the samples came from (3-D only, else None).
-    """
-
-    points: np.ndarray
-    weights: np.ndarray
-    cells: np.ndarray
-    polydata: object = None
-
-    @classmethod
-    def from_polydata(cls, polydata) -> "SurfaceSamples":
-        """Samples of a triangle mesh from :func:`segmetrics.mesh.surface_mesh`."""
-        return cls(mesh.points(polydata), mesh.point_areas(polydata), mesh.triangles(polydata), polydata)
-
-    @classmethod
-    def from_mask_2d(cls, mask, spacing) -> "SurfaceSamples":
-        """Samples of every closed contour of a 2-D mask (``spacing`` in mm, ``(row, col)``)."""
-        contours = mesh.contours_2d(mask, spacing)
-        sizes = [len(c.points) for c in contours]
-        starts = np.cumsum([0] + sizes[:-1])
-        segments = [s + np.stack([np.arange(n), (np.arange(n) + 1) % n], axis=1) for s, n in zip(starts, sizes)]
-        return cls(
-            np.concatenate([c.points for c in contours]),
-            np.concatenate([c.point_weights for c in contours]),
-            np.concatenate(segments),
-        )
-
-    @property
-    def centre(self) -> np.ndarray:
-        return surface_centre(self.points, self.weights)
-
-
-def roughness_index(surface: SurfaceSamples, radius: float) -> tuple:
-    """RI (mm): weighted mean of :func:`local_roughness` over the surface; returns ``(RI, per-point)``.
+def roughness_index(surface: mesh.Surface, radius: float) -> tuple:
+    """RI (mm): area-weighted mean of :func:`local_roughness` over the surface's vertices; returns
+    ``(RI, per-vertex values)``.
 
     ``radius`` is the window radius in mm.
     """
-    per_point = local_roughness(surface.points, surface.weights, radius)
-    return float(np.average(per_point, weights=surface.weights)), per_point
+    per_point = local_roughness(surface.points, surface.sizes, radius)
+    return float(np.average(per_point, weights=surface.sizes)), per_point
 
 
-def average_roughness_distance(reference: SurfaceSamples, test: SurfaceSamples) -> float:
+def average_roughness_distance(reference: mesh.Surface, test: mesh.Surface) -> float:
     """ARD (mm): weighted mean radial gap between the surfaces, seen from the reference's centre.
 
     Every point of each surface is compared with the other surface along the ray from the
     reference's weighted centre of gravity (:func:`radial_gaps`); the mean runs over the points of
-    both surfaces, weighted by area (length in 2-D). Identical surfaces give 0.
+    both surfaces, weighted by area (length in 2-D). Identical surfaces give 0. Both surfaces
+    must share a frame (as the surfaces of one pair do).
     """
-    centre = reference.centre
+    centre = surface_centre(reference.points, reference.sizes)
     gaps = [
         radial_gaps(a.points, centre, b.points, b.cells) for a, b in ((reference, test), (test, reference))
     ]
-    return float(np.average(np.concatenate(gaps), weights=np.concatenate([reference.weights, test.weights])))
+    return float(np.average(np.concatenate(gaps), weights=np.concatenate([reference.sizes, test.sizes])))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -326,45 +290,39 @@ ROUGHNESS_METRICS = (
     MetricSpec("ard_mm", "mm", "lower", "Average Roughness Distance (mean radial gap between the surfaces)"),
 )
 
-#: RI_reference at or below this (mm, or voxels in the paper convention) counts as 0 (rounding).
-SMOOTH_TOLERANCE = 1e-9
+#: RI_reference at or below this (mm, or voxels in the paper convention) counts as 0: 3-D surface
+#: points come from a float32 iso-surface (about 1e-7 relative), so the RI of an exactly symmetric
+#: surface, e.g. a single voxel's, is of order 1e-8 mm.
+SMOOTH_TOLERANCE = 1e-6
 #: Point-data array added to the test and reference surface polydata (default convention, 3-D).
 ROUGHNESS_ARRAY = "Roughness_mm"
 
 
-def _default_surfaces(pair: StructurePair) -> list:
-    """Surface samples of the reference and test (None for an empty mask).
-
-    3-D surfaces are the shared meshes of :mod:`segmetrics.mesh`; the reference mesh is also
-    published as ``pair.extras["reference_surface"]``.
-    """
-    if pair.reference.ndim == 2:
-        return [SurfaceSamples.from_mask_2d(m, pair.spacing) if m.any() else None for m in (pair.reference, pair.test)]
-    surfaces = []
-    if pair.reference.any():
-        pair.extras["reference_surface"] = mesh.cached_reference_surface(pair)
-        surfaces.append(SurfaceSamples.from_polydata(pair.extras["reference_surface"]))
-    else:
-        surfaces.append(None)
-    surfaces.append(SurfaceSamples.from_polydata(mesh.cached_test_surface(pair)) if pair.test.any() else None)
-    return surfaces
-
-
 def _default_values(pair: StructurePair, window_mm: float | None):
-    """RI of each side, ARD, unit and parameters in the default (mm) convention."""
+    """RI of each side, ARD, unit and parameters in the default (mm) convention.
+
+    The surfaces are the pair's shared ones (:func:`segmetrics.mesh.cached_surface`); in 3-D the
+    per-vertex ``Roughness_mm`` goes on their polydata views, ``pair.extras["test_surface"]`` and
+    ``pair.extras["reference_surface"]`` (also ``pair.cache["reference_surface"]``).
+    """
     radius = DEFAULT_WINDOW_MM if window_mm is None else float(window_mm)
-    surfaces = _default_surfaces(pair)
+    surfaces = [mesh.cached_surface(pair, "reference"), mesh.cached_surface(pair, "test")]
+    if pair.reference.ndim == 3:
+        pair.extras["reference_surface"] = mesh.cached_reference_surface(pair)
+        views = [pair.extras["reference_surface"], mesh.cached_test_surface(pair)]
+    else:
+        views = [None, None]
     ri = []
-    for surface in surfaces:
+    for surface, view in zip(surfaces, views):
         if surface is None:
             ri.append(math.nan)
             continue
         value, per_point = roughness_index(surface, radius)
         ri.append(value)
-        if surface.polydata is not None:
+        if view is not None:
             array = numpy_to_vtk(per_point, deep=True)
             array.SetName(ROUGHNESS_ARRAY)
-            surface.polydata.GetPointData().AddArray(array)
+            view.GetPointData().AddArray(array)
     ard = average_roughness_distance(*surfaces) if None not in surfaces else math.nan
     return ri, ard, "mm", {"convention": "default", "window_mm": radius}
 
