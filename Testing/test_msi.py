@@ -305,3 +305,30 @@ def test_lidc_nodules_through_compare(data_dir):
             for metric in ("msi", "msi_3d"):
                 value = structure.get(metric)
                 assert 0.0 <= value.value <= 1.0 and value.status in (Status.OK, Status.TEST_EMPTY, Status.REFERENCE_EMPTY)
+
+
+def test_msi_3d_and_distance_group_measure_on_the_same_surface():
+    """SignedDistance_mm is BLD = max(FMinD, BMaxD) on the surfaces the distance group uses: its
+    largest magnitude is the Hausdorff distance of the exact mode, and FMinD is the test→reference
+    directed distance of every test vertex."""
+    from segmetrics import distance, mesh
+
+    spacing, shape = (1.5, 0.7, 0.7), (30, 64, 64)
+    reference = ball(14, spacing, shape, (22.0, 22.0, 22.0))
+    test = ball(11, spacing, shape, (24.0, 21.0, 23.5)) | ball(2, spacing, shape, (22.0, 40.0, 22.0))  # and a stray blob
+    pair = StructurePair("s", reference, test, spacing)
+    distance.compute(pair, Parameters())
+    msi.compute(pair, Parameters(msi_il=2, msi_ol=3))
+    sd = pair.cache[("surface_distances", "exact")]
+    signed = vtk_to_numpy(pair.extras["test_surface"].GetPointData().GetArray("SignedDistance_mm"))
+    assert len(signed) == len(mesh.cached_surface(pair, "test").points) == len(sd.areas_test)
+    assert np.max(np.abs(signed)) == pytest.approx(distance.hausdorff(sd), abs=1e-9)
+    test_surface, reference_surface = mesh.cached_surface(pair, "test"), mesh.cached_surface(pair, "reference")
+    fmind = mesh.distances_to_surface(test_surface.points, reference_surface, signed=True)
+    assert np.all(np.abs(signed) >= np.abs(fmind))
+    np.testing.assert_allclose(np.sort(np.abs(fmind)), sd.distances_test_to_ref, atol=1e-12)
+    assert np.max(np.abs(fmind)) == pytest.approx(sd.distances_test_to_ref[-1], abs=1e-9)
+    # the stray blob lies outside the reference: positive; the rest of the test ball is mostly inside
+    assert np.all(np.sign(signed) == np.sign(fmind))
+    blob = (test_surface.points + test_surface.origin)[:, 1] > 34.0  # index-scaled (x, y, z)
+    assert blob.any() and np.all(signed[blob] > 0) and np.mean(signed[~blob] < 0) > 0.5
