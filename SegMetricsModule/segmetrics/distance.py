@@ -85,13 +85,12 @@ def surface_distances(reference, test, spacing, mode: str = "exact") -> SurfaceD
             f"need 2-D or 3-D masks with one positive spacing per axis, got shape {reference.shape} "
             f"and spacing {spacing.tolist()}"
         )
+    if mode == "exact":
+        return exact_surface_distances(*mesh.pair_surfaces(reference, test, spacing))
     box = mesh.joint_bounding_box(reference, test)
     if box is None:
         empty = np.zeros(0)
         return SurfaceDistances(empty, empty, empty, empty, mode)
-    if mode == "exact":
-        origin = [s.start for s in box]
-        return exact_surface_distances(*(mesh.smooth_surface(m, spacing, origin=origin) for m in (reference, test)))
     ref, tst = (_corner_surfels(np.pad(np.asarray(m[box], dtype=bool), 1), spacing) for m in (reference, test))
     return SurfaceDistances(*_directed(ref, tst), *_directed(tst, ref), mode)
 
@@ -129,7 +128,7 @@ def _directed(source, target):
     if len(target[0]) == 0:
         distances = np.full(len(source[1]), np.inf)
     else:
-        distances = cKDTree(target[0], balanced_tree=False, compact_nodes=False).query(source[0])[0]
+        distances = cKDTree(target[0], balanced_tree=False, compact_nodes=False).query(source[0], workers=-1)[0]
     order = np.argsort(distances, kind="stable")
     return distances[order], source[1][order]
 

@@ -107,11 +107,16 @@ class Surface:
         return np.argsort(self.cells.ravel(), kind="stable") // per_cell, np.cumsum(count) - count, count
 
     @cached_property
-    def triangle_frames(self) -> tuple:
-        """Per triangle ``a``, ``ab = b - a``, ``ac = c - a`` (mm) and ``(ab·ab, ac·ac, ab·ac)``."""
-        a, b, c = (self.points[self.cells[:, k]] for k in range(3))
-        ab, ac = b - a, c - a
-        return a, ab, ac, np.stack([_dot(ab, ab), _dot(ac, ac), _dot(ab, ac)], axis=1)
+    def cell_frames(self) -> np.ndarray:
+        """Per cell, one column: ``a`` and ``ab = b - a`` (mm) and, for triangles, ``ac = c - a``
+        and ``(ab·ab, ac·ac, ab·ac)``, with ``a, b, c`` its corners (rows: components)."""
+        components = np.ascontiguousarray(self.points.T)
+        a = np.take(components, self.cells[:, 0], axis=1)
+        frames = [a] + [np.take(components, self.cells[:, k], axis=1) - a for k in range(1, self.cells.shape[1])]
+        if len(frames) == 3:
+            ab, ac = frames[1:]
+            frames.append(np.stack([np.sum(ab * ab, axis=0), np.sum(ac * ac, axis=0), np.sum(ab * ac, axis=0)]))
+        return np.concatenate(frames)
 
     @cached_property
     def pseudo_normals(self) -> tuple:
@@ -123,8 +128,8 @@ class Surface:
         an edge; angle-weighted normal of a vertex) says on which side of a closed surface ``p``
         lies (Bærentzen and Aanæs, IEEE TVCG 11(3), 2005).
         """
-        a, ab, ac, _ = self.triangle_frames
-        face = np.cross(ab, ac)
+        frames = self.cell_frames
+        face = np.cross(frames[3:6].T, frames[6:9].T)
         face /= np.linalg.norm(face, axis=1, keepdims=True)
         corners = self.points[self.cells]  # (m, 3, 3)
         to_next = np.roll(corners, -1, axis=1) - corners
@@ -143,7 +148,7 @@ class Surface:
         return face, vertex, twin.reshape(-1, 3)
 
 
-def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, origin=None) -> Surface | None:
+def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, origin=None, box=None) -> Surface | None:
     """The sub-voxel surface of a 2-D or 3-D mask (see the module docstring).
 
     Parameters
@@ -159,6 +164,8 @@ def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, 
     origin : sequence of int, optional
         Voxel index (array order) at which the points' frame starts (:attr:`Surface.origin`);
         default: voxel 0, i.e. index-scaled coordinates.
+    box : tuple of slice, optional
+        The mask's :func:`bounding_box` when already known (saves reading the mask).
 
     Returns
     -------
@@ -169,7 +176,7 @@ def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, 
     spacing = np.asarray(spacing, dtype=float)
     if mask.ndim not in (2, 3) or spacing.shape != (mask.ndim,) or np.any(spacing <= 0):
         raise ValueError(f"need a 2-D or 3-D mask with one positive spacing per axis, got shape {mask.shape} and spacing {spacing.tolist()}")
-    box = bounding_box(mask)
+    box = bounding_box(mask) if box is None else box
     if box is None:
         return None
     pad = 2  # the clamped field is below 0.5 one voxel outside the mask: the surface closes inside
@@ -215,10 +222,25 @@ def bounding_box(mask: np.ndarray):
 
 def joint_bounding_box(*masks):
     """Smallest box (tuple of slices) holding the foreground of every mask, ``None`` if all are empty."""
-    boxes = [b for b in map(bounding_box, masks) if b is not None]
+    return _union(list(map(bounding_box, masks)))
+
+
+def _union(boxes):
+    """Smallest box holding every box that is not ``None`` (``None`` if there is none)."""
+    boxes = [b for b in boxes if b is not None]
     if not boxes:
         return None
-    return tuple(slice(min(b[i].start for b in boxes), max(b[i].stop for b in boxes)) for i in range(masks[0].ndim))
+    return tuple(slice(min(b[i].start for b in boxes), max(b[i].stop for b in boxes)) for i in range(len(boxes[0])))
+
+
+def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> tuple:
+    """:func:`smooth_surface` of two masks of one grid in a shared frame, starting at their joint
+    bounding box (so that distances between them do not change by a rounding when both masks
+    move); ``(reference surface, test surface)``, ``None`` for an empty mask."""
+    boxes = [bounding_box(np.asarray(m)) for m in (reference, test)]
+    joint = _union(boxes)
+    origin = None if joint is None else [s.start for s in joint]
+    return tuple(smooth_surface(m, spacing, sigma_voxels, origin, b) if b is not None else None for m, b in zip((reference, test), boxes))
 
 
 def _flying_edges(field: np.ndarray, spacing: np.ndarray):
@@ -307,14 +329,14 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     points = np.asarray(points, dtype=float)
     if signed and surface.cells.shape[1] != 3:
         raise ValueError("signed distances need a 3-D (triangle) surface")
-    distances, nearest = surface.tree.query(points)
+    distances, nearest = surface.tree.query(points, workers=-1)
     todo = np.flatnonzero(distances > 0)
     for start in range(0, len(todo), POINTS_PER_BLOCK):
         index = todo[start:start + POINTS_PER_BLOCK]
-        offset, cell, feature = _closest_points(points[index], nearest[index], surface)
-        distances[index] = np.sqrt(_dot(offset, offset))
+        offset, cell, feature = _closest_points(np.ascontiguousarray(points[index].T), nearest[index], surface)
+        distances[index] = np.sqrt(np.sum(offset * offset, axis=0))
         if signed:
-            distances[index] *= np.where(_dot(offset, _feature_normals(cell, feature, surface)) < 0, -1.0, 1.0)
+            distances[index] *= np.where(np.sum(offset * _feature_normals(cell, feature, surface).T, axis=0) < 0, -1.0, 1.0)
     return distances
 
 
@@ -332,18 +354,20 @@ MAX_WALK_STEPS = 32
 
 
 def _closest_points(p, nearest, surface: Surface):
-    """The walk of :func:`distances_to_surface` for points ``p`` starting at vertices ``nearest``:
-    per point ``p - q`` (q the closest point found), q's cell and its feature code."""
-    best = np.full(len(p), np.inf)
-    offset, cell, feature = np.zeros_like(p), np.zeros(len(p), dtype=np.int64), np.zeros(len(p), dtype=np.int8)
-    walking, centres = np.arange(len(p)), nearest[:, None]  # searched vertices per walking point, -1 = none
+    """The walk of :func:`distances_to_surface` for points ``p`` (rows: components) starting at
+    vertices ``nearest``: ``p - q`` (rows: components; q the closest point found), q's cell and
+    its feature code, per point."""
+    best = np.full(p.shape[1], np.inf)
+    offset = np.zeros_like(p)
+    cell, feature = np.zeros(p.shape[1], dtype=np.int64), np.zeros(p.shape[1], dtype=np.int8)
+    walking, centres = np.arange(p.shape[1]), nearest[:, None]  # searched vertices per walking point, -1 = none
     for _ in range(MAX_WALK_STEPS):
-        found = _closest_in_stars(p[walking], centres, surface)
-        distance = _dot(found[0], found[0])
+        found_offset, found_cell, found_feature = _closest_in_stars(p[:, walking], centres, surface)
+        distance = np.sum(found_offset * found_offset, axis=0)
         better = distance < best[walking]
         walking, centres = walking[better], centres[better]
-        best[walking] = distance[better]
-        offset[walking], cell[walking], feature[walking] = (f[better] for f in found)
+        best[walking], offset[:, walking] = distance[better], found_offset[:, better]
+        cell[walking], feature[walking] = found_cell[better], found_feature[better]
         corners = _FEATURE_CORNERS[surface.cells.shape[1]][feature[walking]]
         vertices = np.where(corners >= 0, surface.cells[cell[walking][:, None], np.maximum(corners, 0)], -1)
         on_rim = ~np.any((vertices[:, :, None] == centres[:, None, :]) & (vertices[:, :, None] >= 0), axis=(1, 2))
@@ -354,25 +378,22 @@ def _closest_points(p, nearest, surface: Surface):
 
 
 def _closest_in_stars(p, centres, surface: Surface):
-    """For each point ``p[i]``, ``p - q``, cell and feature code of the closest point ``q`` of the
-    cells around the vertices ``centres[i]`` (-1 = none; at least one per point)."""
+    """For each point ``p[:, i]``: ``p - q`` (rows: components), cell and feature code of the
+    closest point ``q`` of the cells around the vertices ``centres[i]`` (-1 = none; at least one)."""
     by_vertex, first, count = surface.cells_by_vertex
     valid = centres >= 0
     vertex = centres[valid]
     owner = np.repeat(np.nonzero(valid)[0], count[vertex])  # ascending: pairs grouped by point
     pair_start = np.cumsum(count[vertex]) - count[vertex]
     cells = by_vertex[np.repeat(first[vertex] - pair_start, count[vertex]) + np.arange(len(owner))]
-    if surface.cells.shape[1] == 3:
-        offsets, features = _triangle_offsets(p[owner], cells, surface)
-    else:
-        a = surface.points[surface.cells[cells, 0]]
-        offsets, features = _segment_offsets(p[owner] - a, surface.points[surface.cells[cells, 1]] - a)
-    squared = _dot(offsets, offsets)
+    frames, p = np.take(surface.cell_frames, cells, axis=1), np.take(p, owner, axis=1)
+    offsets, features = (_triangle_offsets if surface.cells.shape[1] == 3 else _segment_offsets)(p, frames)
+    squared = np.sum(offsets * offsets, axis=0)
     group_start = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
     minimum = np.minimum.reduceat(squared, group_start)
-    ties = np.flatnonzero(squared == minimum[np.searchsorted(group_start, np.arange(len(owner)), side="right") - 1])
+    ties = np.flatnonzero(squared == np.repeat(minimum, np.diff(np.r_[group_start, len(owner)])))
     chosen = ties[np.r_[True, owner[ties][1:] != owner[ties][:-1]]]  # the first closest cell per point
-    return offsets[chosen], cells[chosen], features[chosen]
+    return offsets[:, chosen], cells[chosen], features[chosen]
 
 
 def _dot(u, v):
@@ -380,40 +401,46 @@ def _dot(u, v):
     return np.einsum("...i,...i->...", u, v)
 
 
-def _segment_offsets(ap, ab):
-    """``p - q`` and the feature code of the point ``q`` of segment ``ab`` closest to ``p`` (given
-    ``p - a`` and ``b - a``)."""
-    t = _dot(ap, ab) / _dot(ab, ab)
-    feature = np.where(t <= 0, 0, np.where(t >= 1, 1, 2)).astype(np.int8)
-    return ap - np.clip(t, 0.0, 1.0)[:, None] * ab, feature
+def _segment_offsets(p, frames):
+    """``p - q`` and the feature code of the point ``q`` of each segment closest to ``p``; points,
+    segment frames (:attr:`Surface.cell_frames`) and offsets have components as rows."""
+    ap, ab = p - frames[0:2], frames[2:4]
+    t = np.sum(ap * ab, axis=0) / np.sum(ab * ab, axis=0)
+    feature = np.full(len(t), 2, dtype=np.int8)
+    feature[t <= 0], feature[t >= 1] = 0, 1
+    return ap - np.clip(t, 0.0, 1.0) * ab, feature
 
 
-def _triangle_offsets(p, cells, surface: Surface):
+def _triangle_offsets(p, frames):
     """``p - q`` for each point and triangle (``q`` the closest point of the triangle) and the
-    code of the feature holding ``q`` (Voronoi regions after Ericson, *Real-Time Collision
-    Detection*, 2005, section 5.1.5, with the triangle's edge vectors precomputed)."""
-    a, ab, ac, dots = surface.triangle_frames
-    ab, ac, dots = ab[cells], ac[cells], dots[cells]
-    ap = p - a[cells]
-    d1, d2 = _dot(ab, ap), _dot(ac, ap)
-    d3, d4 = d1 - dots[:, 0], d2 - dots[:, 2]  # (p - b)·ab, (p - b)·ac
-    d5, d6 = d1 - dots[:, 2], d2 - dots[:, 1]  # (p - c)·ab, (p - c)·ac
+    code of the feature holding ``q``: the Voronoi regions of Ericson, *Real-Time Collision
+    Detection* (2005), section 5.1.5, on precomputed triangle frames (:attr:`Surface.cell_frames`).
+    Points, frames and offsets have components as rows (contiguous, for fast arithmetic)."""
+    ax, ay, az, bx, by, bz, cx, cy, cz, ab_ab, ac_ac, ab_ac = frames  # b, c: the edge vectors ab, ac
+    px, py, pz = p[0] - ax, p[1] - ay, p[2] - az  # ap
+    d1, d2 = bx * px + by * py + bz * pz, cx * px + cy * py + cz * pz  # ab·ap, ac·ap
+    d3, d4 = d1 - ab_ab, d2 - ab_ac  # (p - b)·ab, (p - b)·ac
+    d5, d6 = d1 - ab_ac, d2 - ac_ac  # (p - c)·ab, (p - c)·ac
     va, vb, vc = d3 * d6 - d5 * d4, d5 * d2 - d1 * d6, d1 * d4 - d3 * d2
-    regions = [
-        (d1 <= 0) & (d2 <= 0),  # vertex a
-        (d3 >= 0) & (d4 <= d3),  # vertex b
-        (d6 >= 0) & (d5 <= d6),  # vertex c
-        (vc <= 0) & (d1 >= 0) & (d3 <= 0),  # edge ab
-        (vb <= 0) & (d2 >= 0) & (d6 <= 0),  # edge ac
-        (va <= 0) & (d4 >= d3) & (d5 >= d6),  # edge bc
-    ]
-    feature = np.select(regions, np.arange(6, dtype=np.int8), _FACE).astype(np.int8)
-    with np.errstate(divide="ignore", invalid="ignore"):  # unused branches may divide by zero
-        on_bc = (d4 - d3) / ((d4 - d3) + (d5 - d6))
+    with np.errstate(divide="ignore", invalid="ignore"):  # values of other regions may divide by zero
         denominator = va + vb + vc
-        v = np.select(regions, [0.0, 1.0, 0.0, d1 / (d1 - d3), 0.0, 1.0 - on_bc], vb / denominator)
-        w = np.select(regions, [0.0, 0.0, 1.0, 0.0, d2 / (d2 - d6), on_bc], vc / denominator)
-    return ap - v[:, None] * ab - w[:, None] * ac, feature
+        v, w = vb / denominator, vc / denominator  # the face
+        on_bc = (d4 - d3) / ((d4 - d3) + (d5 - d6))
+        regions = [  # in Ericson's order: the first that holds wins
+            ((d1 <= 0) & (d2 <= 0), 0.0, 0.0),  # vertex a
+            ((d3 >= 0) & (d4 <= d3), 1.0, 0.0),  # vertex b
+            ((d6 >= 0) & (d5 <= d6), 0.0, 1.0),  # vertex c
+            ((vc <= 0) & (d1 >= 0) & (d3 <= 0), d1 / (d1 - d3), 0.0),  # edge ab
+            ((vb <= 0) & (d2 >= 0) & (d6 <= 0), 0.0, d2 / (d2 - d6)),  # edge ac
+            ((va <= 0) & (d4 >= d3) & (d5 >= d6), 1.0 - on_bc, on_bc),  # edge bc
+        ]
+    feature = np.full(len(d1), _FACE, dtype=np.int8)
+    for code in range(5, -1, -1):
+        region, region_v, region_w = regions[code]
+        np.copyto(v, region_v, where=region)
+        np.copyto(w, region_w, where=region)
+        np.copyto(feature, code, where=region)
+    return np.stack([px - v * bx - w * cx, py - v * by - w * cy, pz - v * bz - w * cz]), feature
 
 
 def _feature_normals(cells, feature, surface: Surface):
@@ -513,13 +540,11 @@ def to_physical(polydata: vtk.vtkPolyData, label_image) -> vtk.vtkPolyData:
 def cached_surface(pair, which: str) -> Surface | None:
     """:func:`smooth_surface` of a :class:`~segmetrics.registry.StructurePair`'s ``"reference"``
     or ``"test"`` mask, built once and kept in ``pair.cache[("surface", which)]`` (``None`` for
-    an empty mask). Both surfaces of a pair share a frame starting at the pair's joint bounding
-    box (:attr:`Surface.origin`)."""
+    an empty mask). Both surfaces are built together (:func:`pair_surfaces`) and share a frame
+    starting at the pair's joint bounding box (:attr:`Surface.origin`)."""
     key = ("surface", which)
     if key not in pair.cache:
-        box = joint_bounding_box(pair.reference, pair.test)
-        origin = None if box is None else [s.start for s in box]
-        pair.cache[key] = smooth_surface(getattr(pair, which), pair.spacing, origin=origin)
+        pair.cache[("surface", "reference")], pair.cache[("surface", "test")] = pair_surfaces(pair.reference, pair.test, pair.spacing)
     return pair.cache[key]
 
 

@@ -464,8 +464,7 @@ def _msi_3d(pair: StructurePair, params: Parameters) -> float:
     """``msi_3d`` on the pair's shared surfaces; adds the per-vertex arrays to ``extras["test_surface"]``."""
     test = mesh.cached_surface(pair, "test")
     if params.msi_units == "pixel":  # same masks at unit spacing: vertices correspond one to one
-        origin = [s.start for s in mesh.joint_bounding_box(pair.reference, pair.test)]
-        surfaces = [mesh.smooth_surface(m, (1, 1, 1), origin=origin) for m in (pair.test, pair.reference)]
+        surfaces = mesh.pair_surfaces(pair.reference, pair.test, (1, 1, 1))[::-1]
         name = "SignedDistance_px"
     else:
         surfaces = [test, mesh.cached_surface(pair, "reference")]
