@@ -175,7 +175,7 @@ def test_point_triangle_distance_against_dense_sampling():
     u, v = u[inside], v[inside]
     dense = [np.min(np.linalg.norm(p[i] - (a[i] + u[:, None] * (b[i] - a[i]) + v[:, None] * (c[i] - a[i])), axis=1)) for i in range(300)]
     triangles = mesh.Surface(np.concatenate([a, b, c]), np.ones(900), np.arange(900).reshape(3, 300).T)
-    offsets, _ = mesh._triangle_offsets(np.ascontiguousarray(p.T), triangles.cell_frames)
+    offsets, _ = mesh._triangle_offsets(np.ascontiguousarray(p.T), triangles.cell_frames(np.arange(300)))
     got = np.linalg.norm(offsets, axis=0)
     assert np.all(got <= np.array(dense) + 1e-12)  # the sampled points lie on the triangle
     np.testing.assert_allclose(got, dense, atol=5e-3)

@@ -1,7 +1,9 @@
 """Time MSI on an organ-sized 512×512×300 pair at spacing (2.5, 0.8, 0.8) mm (z, y, x).
 
 No library computes MSI, so the peer timed in the same run is DeepMind ``surface_distance``
-(surface distances of the same pair, the usual cost of a boundary metric).
+(surface distances of the same pair, the usual cost of a boundary metric). ``msi_3d`` is timed
+on the pair's shared surfaces (:func:`segmetrics.mesh.cached_surface`, also used by the
+distance and roughness groups), built once.
 
 Run: ``python bench/bench_msi.py``
 """
@@ -42,10 +44,10 @@ def main():
     pair = StructurePair("organ", reference, test, SPACING)
     params = Parameters(msi_il=1.0, msi_ol=2.0)
     rows, slicewise = timed("msi slice-wise (default convention)", lambda: msi.slice_table(reference, test, SPACING, params))
-    surfaces, meshing = timed("surface meshes (reference + test)", lambda: (mesh.cached_reference_surface(pair), mesh.cached_test_surface(pair)))
-    (_, _, value_3d), surface_time = timed("msi_3d on the meshes", lambda: msi.surface_msi(surfaces[1], surfaces[0], params.msi_il, params.msi_ol))
+    surfaces, meshing = timed("shared surfaces (reference + test)", lambda: (mesh.cached_surface(pair, "reference"), mesh.cached_surface(pair, "test")))
+    (_, _, value_3d), surface_time = timed("msi_3d on the surfaces", lambda: msi.surface_msi(surfaces[1], surfaces[0], params.msi_il, params.msi_ol))
     print(f"msi = {msi.combine_slices(rows):.4f} over {len(rows)} slices; msi_3d = {value_3d:.4f}; "
-          f"{surfaces[1].GetNumberOfPoints()} test vertices, {surfaces[0].GetNumberOfPoints()} reference vertices")
+          f"{len(surfaces[1].points)} test vertices, {len(surfaces[0].points)} reference vertices")
     print(f"ratio to peer: slice-wise {slicewise / peer:.2f}x, meshes + msi_3d {(meshing + surface_time) / peer:.2f}x, "
           f"whole group {(slicewise + meshing + surface_time) / peer:.2f}x")
 

@@ -106,13 +106,13 @@ class Surface:
         count = np.bincount(self.cells.ravel(), minlength=len(self.points))
         return np.argsort(self.cells.ravel(), kind="stable") // per_cell, np.cumsum(count) - count, count
 
-    @cached_property
-    def cell_frames(self) -> np.ndarray:
-        """Per cell, one column: ``a`` and ``ab = b - a`` (mm) and, for triangles, ``ac = c - a``
-        and ``(ab·ab, ac·ac, ab·ac)``, with ``a, b, c`` its corners (rows: components)."""
-        components = np.ascontiguousarray(self.points.T)
-        a = np.take(components, self.cells[:, 0], axis=1)
-        frames = [a] + [np.take(components, self.cells[:, k], axis=1) - a for k in range(1, self.cells.shape[1])]
+    def cell_frames(self, cells: np.ndarray) -> np.ndarray:
+        """Frames of the given cells, one column each: ``a`` and ``ab = b - a`` (mm) and, for
+        triangles, ``ac = c - a`` and ``(ab·ab, ac·ac, ab·ac)``, with ``a, b, c`` the corners
+        (rows: components). Built per block of cells to keep memory low."""
+        corners = np.take(self.points, self.cells[cells], axis=0)  # (cells, corners, components)
+        a = np.ascontiguousarray(corners[:, 0].T)
+        frames = [a] + [corners[:, k].T - a for k in range(1, self.cells.shape[1])]
         if len(frames) == 3:
             ab, ac = frames[1:]
             frames.append(np.stack([np.sum(ab * ab, axis=0), np.sum(ac * ac, axis=0), np.sum(ab * ac, axis=0)]))
@@ -128,8 +128,8 @@ class Surface:
         an edge; angle-weighted normal of a vertex) says on which side of a closed surface ``p``
         lies (Bærentzen and Aanæs, IEEE TVCG 11(3), 2005).
         """
-        frames = self.cell_frames
-        face = np.cross(frames[3:6].T, frames[6:9].T)
+        a = self.points[self.cells[:, 0]]
+        face = np.cross(self.points[self.cells[:, 1]] - a, self.points[self.cells[:, 2]] - a)
         face /= np.linalg.norm(face, axis=1, keepdims=True)
         corners = self.points[self.cells]  # (m, 3, 3)
         to_next = np.roll(corners, -1, axis=1) - corners
@@ -386,7 +386,7 @@ def _closest_in_stars(p, centres, surface: Surface):
     owner = np.repeat(np.nonzero(valid)[0], count[vertex])  # ascending: pairs grouped by point
     pair_start = np.cumsum(count[vertex]) - count[vertex]
     cells = by_vertex[np.repeat(first[vertex] - pair_start, count[vertex]) + np.arange(len(owner))]
-    frames, p = np.take(surface.cell_frames, cells, axis=1), np.take(p, owner, axis=1)
+    frames, p = surface.cell_frames(cells), np.take(p, owner, axis=1)
     offsets, features = (_triangle_offsets if surface.cells.shape[1] == 3 else _segment_offsets)(p, frames)
     squared = np.sum(offsets * offsets, axis=0)
     group_start = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
@@ -403,7 +403,7 @@ def _dot(u, v):
 
 def _segment_offsets(p, frames):
     """``p - q`` and the feature code of the point ``q`` of each segment closest to ``p``; points,
-    segment frames (:attr:`Surface.cell_frames`) and offsets have components as rows."""
+    segment frames (:meth:`Surface.cell_frames`) and offsets have components as rows."""
     ap, ab = p - frames[0:2], frames[2:4]
     t = np.sum(ap * ab, axis=0) / np.sum(ab * ab, axis=0)
     feature = np.full(len(t), 2, dtype=np.int8)
@@ -414,7 +414,7 @@ def _segment_offsets(p, frames):
 def _triangle_offsets(p, frames):
     """``p - q`` for each point and triangle (``q`` the closest point of the triangle) and the
     code of the feature holding ``q``: the Voronoi regions of Ericson, *Real-Time Collision
-    Detection* (2005), section 5.1.5, on precomputed triangle frames (:attr:`Surface.cell_frames`).
+    Detection* (2005), section 5.1.5, on triangle frames (:meth:`Surface.cell_frames`).
     Points, frames and offsets have components as rows (contiguous, for fast arithmetic)."""
     ax, ay, az, bx, by, bz, cx, cy, cz, ab_ab, ac_ac, ab_ac = frames  # b, c: the edge vectors ab, ac
     px, py, pz = p[0] - ax, p[1] - ay, p[2] - az  # ap
