@@ -55,7 +55,7 @@ def weight_function(distance, level):
     return np.exp(-0.5 * (np.asarray(distance, dtype=float) * np.asarray(level, dtype=float) / 10.0) ** 2)
 
 
-def bidirectional_local_distance(test_points, reference_points, test_to_reference=None, reference_to_test=None):
+def bidirectional_local_distance(test_points, reference_points, test_to_reference=None, reference_to_test=None, test_tree=None):
     """BLD = max(FMinD, BMaxD) for every test point, with KD-trees (no all-pairs matrix).
 
     Parameters
@@ -68,6 +68,8 @@ def bidirectional_local_distance(test_points, reference_points, test_to_referenc
     reference_to_test : ndarray (M,), optional
         Same for the reference points; BMaxD(p) is the largest of these among the reference
         points whose nearest test point is p.
+    test_tree : scipy.spatial.cKDTree, optional
+        KD-tree of ``test_points`` when one exists (e.g. :attr:`segmetrics.mesh.Surface.tree`).
 
     Returns
     -------
@@ -76,7 +78,7 @@ def bidirectional_local_distance(test_points, reference_points, test_to_referenc
     """
     if test_to_reference is None:
         test_to_reference = cKDTree(reference_points).query(test_points)[0]
-    back_distance, nearest_test = cKDTree(test_points).query(reference_points)
+    back_distance, nearest_test = (cKDTree(test_points) if test_tree is None else test_tree).query(reference_points, workers=-1)
     if reference_to_test is not None:
         back_distance = reference_to_test
     bmaxd = np.zeros(len(test_points))
@@ -448,7 +450,7 @@ def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.
     test, reference = (s if isinstance(s, mesh.Surface) else mesh.Surface.from_polydata(s) for s in (test_surface, reference_surface))
     signed = mesh.distances_to_surface(test.points, reference, signed=True)
     back = mesh.distances_to_surface(reference.points, test)
-    bld = bidirectional_local_distance(test.points, reference.points, np.abs(signed), back)
+    bld = bidirectional_local_distance(test.points, reference.points, np.abs(signed), back, test.tree)
     inside = signed < 0
     weights = weight_function(bld, np.where(inside, il, ol))
     return np.where(inside, -bld, bld), weights, float(np.average(weights, weights=test.sizes))
