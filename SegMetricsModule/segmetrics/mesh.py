@@ -119,33 +119,33 @@ class Surface:
         return np.concatenate(frames)
 
     @cached_property
-    def pseudo_normals(self) -> tuple:
-        """Unit face normals, angle-weighted unit vertex normals and, per triangle edge
-        (ab, bc, ca), the other triangle sharing it (itself when there is none).
+    def face_normals(self) -> np.ndarray:
+        """Outward unit normals of the triangles, shape (m, 3)."""
+        corners = self.points[self.cells]
+        normals = np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0])
+        return normals / np.linalg.norm(normals, axis=1, keepdims=True)
 
-        The sign of ``(p - q) · N`` with ``q`` the closest surface point and ``N`` the
-        pseudo-normal of the feature holding ``q`` (face normal; sum of the two face normals of
-        an edge; angle-weighted normal of a vertex) says on which side of a closed surface ``p``
-        lies (Bærentzen and Aanæs, IEEE TVCG 11(3), 2005).
-        """
-        a = self.points[self.cells[:, 0]]
-        face = np.cross(self.points[self.cells[:, 1]] - a, self.points[self.cells[:, 2]] - a)
-        face /= np.linalg.norm(face, axis=1, keepdims=True)
-        corners = self.points[self.cells]  # (m, 3, 3)
-        to_next = np.roll(corners, -1, axis=1) - corners
-        to_previous = np.roll(corners, 1, axis=1) - corners
+    @cached_property
+    def vertex_normals(self) -> np.ndarray:
+        """Angle-weighted outward unit normals of the vertices, shape (n, 3) (the polydata's ``Normals``)."""
+        corners = self.points[self.cells]  # (m, 3 corners, 3 components)
+        to_next, to_previous = np.roll(corners, -1, axis=1) - corners, np.roll(corners, 1, axis=1) - corners
         angles = np.arctan2(np.linalg.norm(np.cross(to_next, to_previous), axis=2), _dot(to_next, to_previous))
-        vertex = np.stack(
-            [np.bincount(self.cells.ravel(), (angles * face[:, None, k]).ravel(), len(self.points)) for k in range(3)], axis=1
+        normals = np.stack(
+            [np.bincount(self.cells.ravel(), (angles * self.face_normals[:, None, k]).ravel(), len(self.points)) for k in range(3)],
+            axis=1,
         )
-        vertex /= np.linalg.norm(vertex, axis=1, keepdims=True)
+        return normals / np.linalg.norm(normals, axis=1, keepdims=True)
+
+    @cached_property
+    def edge_twins(self) -> np.ndarray:
+        """Per triangle edge (ab, bc, ca), the other triangle sharing it (itself when there is none), shape (m, 3)."""
         n = len(self.points)
-        start, end = self.cells.astype(np.int64), np.roll(self.cells, -1, axis=1).astype(np.int64)
-        keys = (start * n + end).ravel()
+        start, end = self.cells.ravel(), np.roll(self.cells, -1, axis=1).ravel()
+        keys, twin_keys = start * n + end, end * n + start
         order = np.argsort(keys)
-        found = np.minimum(np.searchsorted(keys[order], (end * n + start).ravel()), len(keys) - 1)
-        twin = np.where(keys[order][found] == (end * n + start).ravel(), order[found] // 3, np.arange(len(keys)) // 3)
-        return face, vertex, twin.reshape(-1, 3)
+        found = order[np.minimum(np.searchsorted(keys, twin_keys, sorter=order), len(keys) - 1)]
+        return np.where(keys[found] == twin_keys, found // 3, np.arange(len(keys)) // 3).reshape(-1, 3)
 
 
 def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, origin=None, box=None) -> Surface | None:
@@ -270,7 +270,7 @@ def to_polydata(surface: Surface | None) -> vtk.vtkPolyData:
     if surface is None:
         return vtk.vtkPolyData()
     polydata = mesh_from_numpy(surface.points + surface.origin, surface.cells)
-    normals = numpy_to_vtk(surface.pseudo_normals[1], deep=True)
+    normals = numpy_to_vtk(surface.vertex_normals, deep=True)
     normals.SetName("Normals")
     polydata.GetPointData().SetNormals(normals)
     return polydata
@@ -318,8 +318,10 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     surface : Surface
         Closed surface (3-D triangles or 2-D segments).
     signed : bool
-        3-D only: negative inside the surface, from the pseudo-normal of the closest feature
-        (:attr:`Surface.pseudo_normals`).
+        3-D only: negative inside the surface. The side is the sign of ``(p - q) · N`` with ``q``
+        the closest point and ``N`` the pseudo-normal of the feature holding it: the face normal,
+        the sum of the two face normals of an edge, or the angle-weighted normal of a vertex
+        (Bærentzen and Aanæs, IEEE TVCG 11(3), 2005).
 
     Returns
     -------
@@ -444,14 +446,14 @@ def _triangle_offsets(p, frames):
 
 
 def _feature_normals(cells, feature, surface: Surface):
-    """Pseudo-normal of the closest feature (code of :func:`_triangle_offsets`) of each triangle."""
-    face, vertex, twin = surface.pseudo_normals
-    normals = face[cells]
+    """Pseudo-normal (see :func:`distances_to_surface`) of the closest feature (code of
+    :func:`_triangle_offsets`) of each triangle, shape (k, 3)."""
+    normals = surface.face_normals[cells]
     corner = feature < 3
-    normals[corner] = vertex[surface.cells[cells[corner], feature[corner]]]
+    normals[corner] = surface.vertex_normals[surface.cells[cells[corner], feature[corner]]]
     edge = (feature >= 3) & (feature < _FACE)
-    side = np.array([0, 2, 1])[feature[edge] - 3]  # ab, ac (= ca), bc in the twin table's order
-    normals[edge] += face[twin[cells[edge], side]]
+    side = np.array([0, 2, 1])[feature[edge] - 3]  # ab, ac (= ca), bc in the order of Surface.edge_twins
+    normals[edge] += surface.face_normals[surface.edge_twins[cells[edge], side]]
     return normals
 
 
