@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.spatial import cKDTree
 from skimage import measure
 
 from . import mesh
@@ -128,7 +127,7 @@ def _directed(source, target):
     if len(target[0]) == 0:
         distances = np.full(len(source[1]), np.inf)
     else:
-        distances = cKDTree(target[0], balanced_tree=False, compact_nodes=False).query(source[0], workers=-1)[0]
+        distances = mesh.kd_tree(target[0]).query(source[0], workers=-1)[0]
     order = np.argsort(distances, kind="stable")
     return distances[order], source[1][order]
 

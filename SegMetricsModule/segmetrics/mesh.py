@@ -96,8 +96,8 @@ class Surface:
 
     @cached_property
     def tree(self) -> cKDTree:
-        """KD-tree of the vertices (unbalanced: builds several times faster, queries as fast)."""
-        return cKDTree(self.points, balanced_tree=False, compact_nodes=False)
+        """KD-tree of the vertices (:func:`kd_tree`)."""
+        return kd_tree(self.points)
 
     @cached_property
     def cells_by_vertex(self) -> tuple:
@@ -146,6 +146,13 @@ class Surface:
         order = np.argsort(keys)
         found = order[np.minimum(np.searchsorted(keys, twin_keys, sorter=order), len(keys) - 1)]
         return np.where(keys[found] == twin_keys, found // 3, np.arange(len(keys)) // 3).reshape(-1, 3)
+
+
+def kd_tree(points) -> cKDTree:
+    """KD-tree for nearest-neighbour queries of surface points: unbalanced (builds several times
+    faster, queries as fast) with leaves of 64 points (queries from a surface a few mm away about
+    20 % faster than scipy's default 16)."""
+    return cKDTree(points, leafsize=64, balanced_tree=False, compact_nodes=False)
 
 
 def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, origin=None, box=None) -> Surface | None:

@@ -302,16 +302,17 @@ def _default_values(pair: StructurePair, window_mm: float | None):
     """RI of each side, ARD, unit and parameters in the default (mm) convention.
 
     The surfaces are the pair's shared ones (:func:`segmetrics.mesh.cached_surface`); in 3-D the
-    per-vertex ``Roughness_mm`` goes on their polydata views, ``pair.extras["test_surface"]`` and
-    ``pair.extras["reference_surface"]`` (also ``pair.cache["reference_surface"]``).
+    per-vertex ``Roughness_mm`` goes on the polydata views of the existing surfaces,
+    ``pair.extras["test_surface"]`` and ``pair.extras["reference_surface"]`` (also
+    ``pair.cache["reference_surface"]``).
     """
     radius = DEFAULT_WINDOW_MM if window_mm is None else float(window_mm)
     surfaces = [mesh.cached_surface(pair, "reference"), mesh.cached_surface(pair, "test")]
-    if pair.reference.ndim == 3:
-        pair.extras["reference_surface"] = mesh.cached_reference_surface(pair)
-        views = [pair.extras["reference_surface"], mesh.cached_test_surface(pair)]
-    else:
-        views = [None, None]
+    views = [None, None]  # polydata views of existing 3-D surfaces
+    if pair.reference.ndim == 3 and surfaces[0] is not None:
+        views[0] = pair.extras["reference_surface"] = mesh.cached_reference_surface(pair)
+    if pair.reference.ndim == 3 and surfaces[1] is not None:
+        views[1] = mesh.cached_test_surface(pair)
     ri = []
     for surface, view in zip(surfaces, views):
         if surface is None:
