@@ -399,7 +399,7 @@ def _closest_in_stars(p, centres, surface: Surface):
     offsets, features = (_triangle_offsets if surface.cells.shape[1] == 3 else _segment_offsets)(p, frames)
     squared = np.sum(offsets * offsets, axis=0)
     group_start = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-    minimum = np.minimum.reduceat(squared, group_start)
+    minimum = np.fmin.reduceat(squared, group_start)  # a degenerate cell's NaN never wins
     ties = np.flatnonzero(squared == np.repeat(minimum, np.diff(np.r_[group_start, len(owner)])))
     chosen = ties[np.r_[True, owner[ties][1:] != owner[ties][:-1]]]  # the first closest cell per point
     return offsets[:, chosen], cells[chosen], features[chosen]
