@@ -397,9 +397,9 @@ def _closest_in_stars(p, centres, surface: Surface):
     cells = by_vertex[np.repeat(first[vertex] - pair_start, count[vertex]) + np.arange(len(owner))]
     frames, p = surface.cell_frames(cells), np.take(p, owner, axis=1)
     offsets, features = (_triangle_offsets if surface.cells.shape[1] == 3 else _segment_offsets)(p, frames)
-    squared = np.sum(offsets * offsets, axis=0)
+    squared = np.nan_to_num(np.sum(offsets * offsets, axis=0), nan=np.inf)  # a degenerate cell never wins
     group_start = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-    minimum = np.fmin.reduceat(squared, group_start)  # a degenerate cell's NaN never wins
+    minimum = np.minimum.reduceat(squared, group_start)
     ties = np.flatnonzero(squared == np.repeat(minimum, np.diff(np.r_[group_start, len(owner)])))
     chosen = ties[np.r_[True, owner[ties][1:] != owner[ties][:-1]]]  # the first closest cell per point
     return offsets[:, chosen], cells[chosen], features[chosen]
