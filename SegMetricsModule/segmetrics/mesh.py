@@ -198,8 +198,7 @@ def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, 
         vertices, cells = _flying_edges(field, spacing)
         vertices += corner[::-1]
         spacing, origin = spacing[::-1], origin[::-1]  # in the points' axis order
-        corners = vertices[cells]
-        sizes = 0.5 * np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
+        sizes = _triangle_areas(vertices, cells)
     else:
         contours = [c[:-1] for c in measure.find_contours(field, 0.5)]  # closed: drop the repeated point
         first = np.cumsum([0] + [len(c) for c in contours[:-1]])
@@ -208,11 +207,13 @@ def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, 
         )
         vertices = np.concatenate(contours) * spacing + corner
         sizes = np.linalg.norm(vertices[cells[:, 1]] - vertices[cells[:, 0]], axis=1)
-    cells, sizes = cells[sizes > 0], sizes[sizes > 0]
+    if not np.all(sizes > 0):  # cells of size 0 (rounding) go, and so do vertices left without a cell
+        cells, sizes = cells[sizes > 0], sizes[sizes > 0]
     vertex_sizes = np.bincount(cells.ravel(), np.repeat(sizes / cells.shape[1], cells.shape[1]), len(vertices))
     used = vertex_sizes > 0
-    renumber = np.cumsum(used) - 1
-    return Surface(vertices[used], vertex_sizes[used], renumber[cells], origin * spacing)
+    if not used.all():
+        vertices, vertex_sizes, cells = vertices[used], vertex_sizes[used], (np.cumsum(used) - 1)[cells]
+    return Surface(vertices, vertex_sizes, cells, origin * spacing)
 
 
 def bounding_box(mask: np.ndarray):
@@ -500,10 +501,17 @@ def mesh_from_numpy(vertices, faces) -> vtk.vtkPolyData:
 
 def triangle_areas(polydata: vtk.vtkPolyData) -> np.ndarray:
     """Area of each triangle (mm² when the points are in mm)."""
-    xyz, tri = points(polydata), triangles(polydata)
-    edges1 = xyz[tri[:, 1]] - xyz[tri[:, 0]]
-    edges2 = xyz[tri[:, 2]] - xyz[tri[:, 0]]
-    return 0.5 * np.linalg.norm(np.cross(edges1, edges2), axis=1)
+    return _triangle_areas(points(polydata), triangles(polydata))
+
+
+def _triangle_areas(vertices: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """Areas of triangles ``cells`` (m, 3) of ``vertices`` (n, 3), computed component by component."""
+    components = np.ascontiguousarray(vertices.T)
+    a, b, c = (np.take(components, cells[:, k], axis=1) for k in range(3))
+    b -= a
+    c -= a
+    cross = np.stack([b[1] * c[2] - b[2] * c[1], b[2] * c[0] - b[0] * c[2], b[0] * c[1] - b[1] * c[0]])
+    return 0.5 * np.sqrt(np.sum(cross * cross, axis=0))
 
 
 def point_areas(polydata: vtk.vtkPolyData) -> np.ndarray:
