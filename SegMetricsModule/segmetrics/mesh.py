@@ -315,9 +315,10 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     of the cells around it (point-to-triangle, point-to-segment). While that closest point lies
     on the rim of the searched cells (a vertex or edge touching none of the searched vertices),
     the search moves on to the cells around the rim feature's vertices. The walk ends at a local
-    minimum of the distance over the surface: the closest point, unless another part of the
-    surface, not reached from the nearest vertex, is closer still (a sheet folding back within
-    about one cell of the point).
+    minimum of the distance over the surface: almost always the closest point; for about 1 % of
+    points a few mm away it is a shallow local minimum of the faceted surface, or a closer part
+    of the surface is not reached from the nearest vertex, and the distance is overestimated
+    (by up to about 0.1–0.2 mm on the surfaces of :func:`smooth_surface`; see docs/METRICS.md).
 
     Parameters
     ----------
