@@ -59,7 +59,7 @@ class SegMetricsParameterNode:
     nsdToleranceMm: Annotated[float, WithinRange(0, 100)] = 2.0
     msiInnerLevel: Annotated[float, WithinRange(0, 100)] = 1.0
     msiOuterLevel: Annotated[float, WithinRange(0, 100)] = 1.0
-    msiAxis: Annotated[int, WithinRange(0, 2)] = 0
+    msiAxis: Annotated[int, WithinRange(-1, 2)] = -1  # -1: the axis with the largest spacing
     roughnessWindowMm: Annotated[float, WithinRange(0, 100)] = 0.0  # 0 = the convention's default
     outputTable: vtkMRMLTableNode
     colorArray: Annotated[str, Choice(list(mrml.SURFACE_ARRAYS))] = "MSI"
@@ -226,7 +226,7 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
             nsd_tolerance_mm=p.nsdToleranceMm,
             msi_il=p.msiInnerLevel,
             msi_ol=p.msiOuterLevel,
-            msi_axis=p.msiAxis,
+            msi_axis=None if p.msiAxis < 0 else p.msiAxis,
             roughness_window_mm=p.roughnessWindowMm or None,
         )
         return groups, params

@@ -332,3 +332,17 @@ def test_msi_3d_and_distance_group_measure_on_the_same_surface():
     assert np.all(np.sign(signed) == np.sign(fmind))
     blob = (test_surface.points + test_surface.origin)[:, 1] > 34.0  # index-scaled (x, y, z)
     assert blob.any() and np.all(signed[blob] > 0) and np.mean(signed[~blob] < 0) > 0.5
+
+
+def test_default_slice_axis_is_the_through_plane_axis():
+    reference = np.zeros((12, 14, 9), bool)
+    reference[2:10, 3:11, 2:7] = True  # five planes along the last axis, eight along the others
+    test = np.roll(reference, 1, axis=1)
+    pair = StructurePair("box", reference, test, spacing=(1.0, 1.0, 3.0))
+    values = {v.metric: v for v in msi.compute(pair, Parameters())}
+    assert values["msi"].params["axis"] == 2
+    assert [row.slice for row in pair.extras["msi_slices"]] == [2, 3, 4, 5, 6]
+    assert [row.position_mm for row in pair.extras["msi_slices"]] == [6.0, 9.0, 12.0, 15.0, 18.0]
+    explicit = StructurePair("box", reference, test, spacing=(1.0, 1.0, 3.0))
+    msi.compute(explicit, Parameters(msi_axis=0))
+    assert [row.slice for row in explicit.extras["msi_slices"]] == list(range(2, 10))

@@ -41,7 +41,8 @@ def _add_parameter_arguments(p) -> None:
                    help="surface elements: exact sub-voxel mesh (default) or DeepMind surfels")
     p.add_argument("--msi-il", type=float, help="MSI penalty level inside the reference (default 1)")
     p.add_argument("--msi-ol", type=float, help="MSI penalty level outside the reference (default 1)")
-    p.add_argument("--msi-axis", type=int, help="array axis of the MSI slices (default 0 = z of (z, y, x))")
+    p.add_argument("--msi-axis", type=int,
+                   help="array axis of the MSI slices, 0 = z of (z, y, x) (default: the axis with the largest spacing)")
     p.add_argument("--msi-convention", choices=["default", "fda"],
                    help="default (ours, mm) or fda (US FDA MISS-tool compatible, pixels)")
     p.add_argument("--msi-units", choices=["mm", "pixel"], help="MSI distances in mm (default) or pixels")

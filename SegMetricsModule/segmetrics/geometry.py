@@ -126,6 +126,15 @@ class LabelImage:
         return np.asarray(self.origin) + scaled @ direction.T
 
 
+def through_plane_axis(spacing) -> int:
+    """The array axis with the largest spacing (the acquisition's slice axis); the first axis on ties.
+
+    For a SimpleITK-ordered ``(z, y, x)`` volume with isotropic or thick slices this is 0 (z).
+    """
+    spacing = np.asarray(spacing, dtype=float)
+    return int(np.flatnonzero(spacing >= spacing.max() * (1 - GEOMETRY_TOLERANCE))[0])
+
+
 def as_label_image(image, spacing=None) -> LabelImage:
     """Accept a :class:`LabelImage`, a SimpleITK image or a NumPy array (with ``spacing``).
 

@@ -35,6 +35,7 @@ from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk
 
 from . import mesh
+from .geometry import through_plane_axis
 from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group, undefined
 
 #: Contours are subdivided to at most this fraction of the smallest pixel size before distances
@@ -368,6 +369,11 @@ def _slice_fda(ref2d, test2d, il, ol):
 # ---------------------------------------------------------------- slice-wise driver
 
 
+def slice_axis(spacing, params: Parameters) -> int:
+    """The array axis cut into MSI slices: ``params.msi_axis``, or the through-plane axis when ``None``."""
+    return through_plane_axis(spacing) if params.msi_axis is None else params.msi_axis % len(spacing)
+
+
 def slice_table(reference, test, spacing, params: Parameters | None = None) -> list:
     """Per-slice MSI of two masks (2-D: one row; 3-D: one row per slice holding either mask).
 
@@ -377,7 +383,8 @@ def slice_table(reference, test, spacing, params: Parameters | None = None) -> l
     spacing : tuple of float
         Voxel size in mm in **array-axis order**.
     params : Parameters
-        ``msi_il``, ``msi_ol``, ``msi_axis`` (array axis cut into slices, default 0),
+        ``msi_il``, ``msi_ol``, ``msi_axis`` (array axis cut into slices; default ``None`` = the
+        through-plane axis, i.e. the one with the largest spacing, axis 0 on ties),
         ``msi_convention`` (``"default"`` or ``"fda"``), ``msi_units`` (``"mm"`` or ``"pixel"``;
         ``fda`` is always in pixels), ``msi_align`` (``"none"`` or ``"com"``, pairing only).
 
@@ -392,7 +399,7 @@ def slice_table(reference, test, spacing, params: Parameters | None = None) -> l
     if reference.ndim == 2:
         reference, test, spacing, axis = reference[None], test[None], np.r_[1.0, spacing], 0
     else:
-        axis = params.msi_axis % 3
+        axis = slice_axis(spacing, params)
     reference, test = np.moveaxis(reference, axis, 0), np.moveaxis(test, axis, 0)
     in_plane = np.delete(spacing, axis)
     scale = np.ones(2) if params.msi_units == "pixel" else in_plane
@@ -487,7 +494,8 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     Empty masks: both empty → NaN (``both_empty``); one empty → 0 (``test_empty`` /
     ``reference_empty``). ``msi_3d`` of a 2-D pair is NaN (``not_applicable``).
     """
-    used = dict(il=params.msi_il, ol=params.msi_ol, axis=params.msi_axis, convention=params.msi_convention,
+    axis = slice_axis(pair.spacing, params) if pair.reference.ndim == 3 else None
+    used = dict(il=params.msi_il, ol=params.msi_ol, axis=axis, convention=params.msi_convention,
                 units="pixel" if params.msi_convention == "fda" else params.msi_units, align=params.msi_align)
     status = pair.emptiness
     if status == Status.BOTH_EMPTY:

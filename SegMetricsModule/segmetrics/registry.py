@@ -53,8 +53,9 @@ class MetricSpec:
 class Parameters:
     """Every tunable of every metric group, with the documented defaults.
 
-    Distances are in mm; ``msi_axis`` is an array axis index (0 = first array axis = z/slice axis
-    of a SimpleITK-ordered 3-D array).
+    Distances are in mm; ``msi_axis`` is an array axis index (0 = first array axis = z of a
+    SimpleITK-ordered 3-D array); ``None`` picks the through-plane axis (largest spacing, see
+    :func:`segmetrics.geometry.through_plane_axis`).
     """
 
     hd_percentile: float = 95.0
@@ -63,7 +64,7 @@ class Parameters:
     surface_mode: str = "exact"  # or "deepmind"
     msi_il: float = 1.0
     msi_ol: float = 1.0
-    msi_axis: int = 0
+    msi_axis: int | None = None
     msi_convention: str = "default"  # or "fda"
     msi_units: str = "mm"  # or "pixel"
     msi_align: str = "none"  # or "com"
