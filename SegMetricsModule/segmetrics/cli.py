@@ -251,8 +251,20 @@ def _run_demo(args) -> int:
     return summary.exit_code
 
 
+def _metric_names() -> list:
+    """Group and metric names accepted by ``--metrics``."""
+    from .registry import all_groups
+
+    return [f"{name} ({', '.join(m.name for m in group.metrics)})" for name, group in all_groups().items()]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="segmetrics", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="segmetrics",
+        description="Segmentation evaluation: overlap, surface distances (mm), MSI, roughness, frame and "
+                    "instance metrics. Arrays are (z, y, x); spacings come from the files, in mm.",
+        epilog="metric names: " + ", ".join(_metric_names()),
+    )
     parser.add_argument("--version", action="version", version=f"segmetrics {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_compare_parser(subparsers)
