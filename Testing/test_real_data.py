@@ -357,9 +357,6 @@ def test_identical_lidc_png_in_fda_and_paper_conventions(data_dir):
     assert s.value("rr") == 0.0 and s.value("ard_mm") == 0.0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "paper roughness: the default tile is 7 % of the FIRST array side (z: 9-30 slices on clinical volumes) "
-    "-> 1 voxel, so RI is 0 for every structure and RR is NaN with status reference_smooth"))
 def test_paper_roughness_default_window_is_usable_on_a_real_nodule(data_dir):
     """A spiculated LIDC nodule (3-D crop) is not smooth: RI_ref > 0 and RR defined with the default window."""
     ref, test = data_dir / LIDC.format("0001_scan12_nod1", 1), data_dir / LIDC.format("0001_scan12_nod1", 3)

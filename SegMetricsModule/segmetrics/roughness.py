@@ -121,9 +121,22 @@ def paper_ard(reference: np.ndarray, test: np.ndarray) -> float:
     return float(np.abs(maps[1] - maps[0]).mean())
 
 
+#: Smallest default tile side of the paper convention (voxels): a tile of side 1 holds one cell,
+#: so RI would be 0; 3 is the smallest window of the authors' published RI curve.
+PAPER_MIN_WINDOW = 3
+
+
 def paper_window(shape) -> int:
-    """The authors' default tile side: 7 % of the first image side, truncated (7 for 100 px)."""
-    return max(int(shape[0] * 0.07), 1)
+    """Default tile side (voxels) of the paper convention for an image of ``shape``.
+
+    The authors used 7 % of the side of square/cubic images (7 for 100 px). Generalised to any
+    shape as 7 % of the **largest** side, truncated, at least :data:`PAPER_MIN_WINDOW`, and at
+    most the smallest side, so that on every axis the first tile lies strictly inside the grid
+    (tiles touching the far border add 0). On cubic images of 43 px or more this is the
+    authors' value; on clinical volumes it no longer collapses to 1 voxel because of a short z
+    axis. Only an image 1 voxel thick along some axis still gets 1 (RI = 0).
+    """
+    return min(max(int(max(shape) * 0.07), PAPER_MIN_WINDOW), min(shape))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -179,10 +192,27 @@ def local_roughness(points: np.ndarray, weights: np.ndarray, radius: float, max_
 def _ray_hits(centre, directions, vertices, cells, max_pairs: int = 1_000_000):
     """Intersections of rays ``centre + t * directions[k]`` (t > 0) with segments or triangles.
 
-    Candidate (ray, cell) pairs come from an angular search: a ray can only hit a cell if its
-    direction lies within the cell's angular radius as seen from ``centre``. The few cells wider
-    than a cap (those passing close to the centre) are tested against every ray. Rays are
+    Candidate (ray, cell) pairs come from an angular search: as seen from ``centre``, a ray can
+    only hit a cell if its unit direction lies within the cell's angular radius (the largest
+    chord between the cell's mean direction and its corners' directions) of the cell's mean
+    direction. Cells are grouped by angular radius into classes a factor 2 apart, each searched
+    with its own radius, so the few wide cells (those passing close to the centre, many on flat
+    or thin structures) do not widen the search for all the others. Cells wider than a chord of 1
+    (60°, where the cap may no longer contain the cell) are tested against every ray. Rays are
     processed in blocks of about ``max_pairs`` candidate pairs.
+
+    Parameters
+    ----------
+    centre : ndarray, shape (ndim,)
+        Origin of every ray (mm, same frame and axis order as ``vertices``).
+    directions : ndarray, shape (k, ndim)
+        Unit ray directions.
+    vertices : ndarray, shape (n, ndim)
+        Surface vertices (mm).
+    cells : ndarray of int, shape (m, ndim)
+        Segments (2-D) or triangles (3-D) as vertex indices.
+    max_pairs : int
+        Approximate number of candidate (ray, cell) pairs held in memory at once.
 
     Returns
     -------
@@ -194,47 +224,76 @@ def _ray_hits(centre, directions, vertices, cells, max_pairs: int = 1_000_000):
     cell_dirs = corner_dirs.sum(axis=1)
     cell_dirs /= np.maximum(np.linalg.norm(cell_dirs, axis=1, keepdims=True), 1e-300)
     chord = np.linalg.norm(corner_dirs - cell_dirs[:, None], axis=2).max(axis=1)
-    cap = min(2 * np.percentile(chord, 99), 1.0)
-    narrow, wide = np.flatnonzero(chord <= cap), np.flatnonzero(chord > cap)
-    cell_tree = cKDTree(cell_dirs[narrow])
-    chunk = max(max_pairs // (len(wide) + 64), 1)
+    frames, numerators = _ray_frames(corners)
+    # unit vectors are at most 2 apart; the slack keeps a ray through a corner despite rounding
+    reach = np.where(chord > 1.0, 2.0, chord) * (1 + 1e-9) + 1e-12
+    exponent = np.frexp(reach)[1]  # classes a factor 2 apart: 2**(exponent - 1) <= reach < 2**exponent
+    classes = []
+    for value in np.unique(exponent):
+        members = np.flatnonzero(exponent == value)
+        classes.append((members, reach[members].max(), cKDTree(cell_dirs[members])))
+    sample = directions[:: max(len(directions) // 200, 1)]
+    per_ray = sum(tree.query_ball_point(sample, radius, return_length=True).mean() for _, radius, tree in classes)
+    chunk = max(int(max_pairs / max(per_ray, 1.0)), 1)
     rays, distances = [], []
     for start in range(0, len(directions), chunk):
         block = directions[start:start + chunk]
-        found = cKDTree(block).sparse_distance_matrix(cell_tree, cap, output_type="ndarray")
-        found = found[found["v"] <= chord[narrow[found["j"]]]]
-        ray = np.concatenate([found["i"], np.repeat(np.arange(len(block)), len(wide))])
-        cell = np.concatenate([narrow[found["j"]], np.tile(wide, len(block))])
-        hit, t = _intersect(block[ray], corners[cell])
+        block_tree = cKDTree(block)
+        ray, cell = [], []
+        for members, radius, tree in classes:
+            found = block_tree.sparse_distance_matrix(tree, radius, output_type="ndarray")
+            found = found[found["v"] <= reach[members[found["j"]]]]
+            ray.append(found["i"])
+            cell.append(members[found["j"]])
+        ray, cell = np.concatenate(ray), np.concatenate(cell)
+        hit, t = _intersect(block[ray], frames[cell], numerators[cell])
         rays.append(ray[hit] + start)
         distances.append(t[hit])
     return np.concatenate(rays), np.concatenate(distances)
 
 
-def _intersect(d, corners):
-    """Ray (origin 0, direction ``d``) against segments (2-D) or triangles (3-D), pairwise."""
-    if d.shape[1] == 2:
-        edge = corners[:, 1] - corners[:, 0]
-        denom = d[:, 0] * edge[:, 1] - d[:, 1] * edge[:, 0]
-        ok = np.abs(denom) > 1e-300
-        denom = np.where(ok, denom, 1.0)
-        a = corners[:, 0]
-        t = (a[:, 0] * edge[:, 1] - a[:, 1] * edge[:, 0]) / denom
-        s = (a[:, 0] * d[:, 1] - a[:, 1] * d[:, 0]) / denom
-        inside = (s >= -_HIT_TOLERANCE) & (s <= 1 + _HIT_TOLERANCE)
-    else:  # Möller–Trumbore with the ray origin at 0
-        e1 = corners[:, 1] - corners[:, 0]
-        e2 = corners[:, 2] - corners[:, 0]
-        p = np.cross(d, e2)
-        det = np.einsum("ij,ij->i", e1, p)
-        ok = np.abs(det) > 1e-300
-        inv = 1.0 / np.where(ok, det, 1.0)
-        s = -corners[:, 0]
-        u = np.einsum("ij,ij->i", s, p) * inv
-        q = np.cross(s, e1)
-        v = np.einsum("ij,ij->i", d, q) * inv
-        t = np.einsum("ij,ij->i", e2, q) * inv
-        inside = (u >= -_HIT_TOLERANCE) & (v >= -_HIT_TOLERANCE) & (u + v <= 1 + _HIT_TOLERANCE)
+def _ray_frames(corners):
+    """Per cell, what a ray from the origin needs to intersect it (Möller–Trumbore, origin 0).
+
+    For a ray of direction ``d`` and ``det = d · frames[:, 0]``, the cell's barycentric
+    coordinates of the crossing point are ``d · frames[:, k] / det`` (k ≥ 1: ``u, v`` of a
+    triangle, the segment parameter ``s`` in 2-D) and the distance along the ray is
+    ``numerators / det``: with the origin fixed, everything but ``d`` is a property of the cell.
+
+    Parameters
+    ----------
+    corners : ndarray, shape (m, ndim, ndim)
+        Corners of segments (2-D) or triangles (3-D) relative to the ray origin (mm).
+
+    Returns
+    -------
+    frames : ndarray, shape (m, ndim, ndim)
+    numerators : ndarray, shape (m,)
+    """
+    a = corners[:, 0]
+    e1 = corners[:, 1] - a
+    if corners.shape[1] == 2:  # segment a + s * e1 against ray t * d
+        frames = np.stack([np.stack([e1[:, 1], -e1[:, 0]], axis=1), np.stack([-a[:, 1], a[:, 0]], axis=1)], axis=1)
+        return frames, a[:, 0] * e1[:, 1] - a[:, 1] * e1[:, 0]
+    e2 = corners[:, 2] - a
+    q = np.cross(-a, e1)
+    frames = np.stack([np.cross(e2, e1), np.cross(e2, -a), q], axis=1)
+    return frames, np.einsum("ij,ij->i", e2, q)
+
+
+def _intersect(d, frames, numerators):
+    """Ray (origin 0, direction ``d``) against cells given by :func:`_ray_frames`, pairwise.
+
+    Returns whether each ray hits its cell (edges and corners included, up to
+    :data:`_HIT_TOLERANCE` in barycentric coordinates, ``t > 0``) and the distance ``t`` (mm).
+    """
+    projections = np.einsum("ij,ikj->ik", d, frames)
+    det = projections[:, 0]
+    ok = np.abs(det) > 1e-300
+    inv = 1.0 / np.where(ok, det, 1.0)
+    coordinates = projections[:, 1:] * inv[:, None]
+    t = numerators * inv
+    inside = np.all(coordinates >= -_HIT_TOLERANCE, axis=1) & (coordinates.sum(axis=1) <= 1 + _HIT_TOLERANCE)
     return ok & inside & (t > 0), t
 
 
@@ -341,7 +400,7 @@ def compute(pair: StructurePair, params: Parameters) -> list:
 
     ``params.roughness_convention`` is ``"default"`` (mm; ``params.roughness_window_mm`` is the
     window radius in mm, default :data:`DEFAULT_WINDOW_MM`) or ``"paper"`` (index units;
-    the window is the tile side in voxels, default 7 % of the first array side). Values that
+    the window is the tile side in voxels, default :func:`paper_window`). Values that
     cannot be computed are NaN with the pair's emptiness status; RR is NaN with status
     ``reference_smooth`` when RI_reference is 0 (up to :data:`SMOOTH_TOLERANCE`).
     """
