@@ -14,7 +14,9 @@ from vtk.util.numpy_support import vtk_to_numpy
 from segmetrics import compare, registry
 from segmetrics.mesh import points as mesh_points
 from segmetrics.registry import Parameters, Status, StructurePair
-from segmetrics.roughness import ROUGHNESS_ARRAY, compute, paper_ard, paper_roughness_index, paper_surface
+from segmetrics import mesh
+from segmetrics.roughness import (ROUGHNESS_ARRAY, _intersect, _ray_frames, _ray_hits, compute, paper_ard,
+                                  paper_roughness_index, paper_surface, paper_window, surface_centre)
 
 
 def _values(reference, test, spacing, **params):
@@ -99,6 +101,29 @@ def test_paper_convention_through_the_group(paper_objects):
     assert round(values["ard_mm"].value, 4) == 0.0592
 
 
+def test_paper_default_window_generalises_the_authors_7_percent():
+    """7 % of the largest side (the authors' 7 for 100 px), at least 3, at most the smallest side."""
+    assert paper_window((100, 100, 100)) == 7 and paper_window((100, 100)) == 7
+    assert paper_window((13, 64, 56)) == 4  # LIDC nodule crop: 7 % of 64 = 4.48; the first side gave 0 -> 1
+    assert paper_window((30, 512, 512)) == 30  # 7 % of 512 = 35.8, capped so a tile fits strictly inside
+    assert paper_window((3, 512, 512)) == 3
+    assert paper_window((20, 20, 20)) == 3
+    assert paper_window((1, 64, 64)) == 1
+
+
+def test_paper_default_window_does_not_depend_on_the_axis_order(paper_objects):
+    """Tiles are cubes from index 0 and ζ is a Euclidean distance, so permuting the axes of both
+    masks permutes the tiles and leaves RI unchanged, provided the default window does not depend
+    on which axis comes first (it used to be 7 % of the first side)."""
+    sphere, one, _ = (m[24:76] for m in paper_objects)  # 52 x 100 x 100: first side 52, largest 100
+    values, _ = _values(sphere, one, (1.0, 1.0, 1.0), roughness_convention="paper")
+    permuted, _ = _values(sphere.transpose(2, 1, 0), one.transpose(2, 1, 0), (1.0, 1.0, 1.0),
+                          roughness_convention="paper")
+    assert values["ri_reference_mm"].params["window_voxels"] == permuted["ri_reference_mm"].params["window_voxels"] == 7
+    for name in ("ri_reference_mm", "ri_test_mm"):
+        assert permuted[name].value == pytest.approx(values[name].value, rel=1e-12)
+
+
 def test_stored_paper_volumes_are_the_described_objects(data_dir, paper_objects):
     import SimpleITK as sitk
 
@@ -121,6 +146,47 @@ def test_paper_2d_images_run(data_dir):
 
 
 # --- default convention -------------------------------------------------------------------------
+
+
+def test_ray_cell_intersection_against_analytic_geometry():
+    """Triangle x + y <= 4 in the plane z = 5 and segment x = 3, 0 <= y <= 4; rays from the origin."""
+    triangle = np.array([[[0.0, 0.0, 5.0], [4.0, 0.0, 5.0], [0.0, 4.0, 5.0]]])
+    directions = np.array([[1.0, 1.0, 5.0], [2.0, 2.0, 5.0], [3.0, 3.0, 5.0], [1.0, 1.0, -5.0], [0.0, 0.0, 1.0]])
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    frames, numerators = _ray_frames(np.repeat(triangle, len(directions), axis=0))
+    hit, t = _intersect(directions, frames, numerators)
+    # (1,1,5) inside, (2,2,5) on the edge x + y = 4, (3,3,5) outside, behind the origin, a corner
+    assert hit.tolist() == [True, True, False, False, True]
+    assert t[hit] == pytest.approx([math.sqrt(27), math.sqrt(33), 5.0])
+    segment = np.array([[[3.0, 0.0], [3.0, 4.0]]])
+    directions = np.array([[0.6, 0.8], [0.8, 0.6], [1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]])
+    frames, numerators = _ray_frames(np.repeat(segment, len(directions), axis=0))
+    hit, t = _intersect(directions, frames, numerators)
+    assert hit.tolist() == [True, True, True, False, False]  # (3, 4) is the end point
+    assert t[hit] == pytest.approx([5.0, 3.75, 3.0])
+
+
+@pytest.mark.parametrize("ndim", [2, 3])
+def test_angular_search_finds_every_hit_of_the_exhaustive_search(ndim):
+    """On a flat structure seen from inside (cells of every angular size, some wide around the
+    centre), the candidate search loses no hit: same (ray, t) as testing every ray against every cell."""
+    shape, spacing = ((3, 24, 24), (1.0, 0.8, 0.8)) if ndim == 3 else ((6, 60), (0.7, 0.9))
+    flat = np.zeros(shape, bool)
+    flat[(slice(None),) + (slice(4, -4),) * (ndim - 1)] = True
+    other = np.zeros(shape, bool)
+    other[(slice(None),) + (slice(6, -3),) * (ndim - 1)] = True
+    reference, test = mesh.pair_surfaces(flat, other, spacing)
+    centre = surface_centre(reference.points, reference.sizes)
+    offsets = np.concatenate([test.points, reference.points]) - centre  # rays through both surfaces' vertices
+    directions = offsets / np.linalg.norm(offsets, axis=1, keepdims=True)
+    ray, t = _ray_hits(centre, directions, reference.points, reference.cells, max_pairs=5_000)
+    frames, numerators = _ray_frames(reference.points[reference.cells] - centre)
+    every_ray, every_cell = np.divmod(np.arange(len(directions) * len(reference.cells)), len(reference.cells))
+    hit, every_t = _intersect(directions[every_ray], frames[every_cell], numerators[every_cell])
+    assert len(ray) >= len(directions)  # every ray from inside a closed surface leaves it
+    found, expected = np.lexsort((t, ray)), np.lexsort((every_t[hit], every_ray[hit]))
+    assert np.array_equal(ray[found], every_ray[hit][expected])
+    assert np.array_equal(t[found], every_t[hit][expected])
 
 
 def test_identical_masks_give_zero_rr_and_ard():

@@ -154,33 +154,38 @@ def surface_centre(points: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.average(points, axis=0, weights=weights)
 
 
-def local_roughness(points: np.ndarray, weights: np.ndarray, radius: float, max_pairs: int = 4_000_000) -> np.ndarray:
-    """Per-point roughness: mean ``|ζ - mean ζ|`` over the window centred on each point (mm).
+def local_roughness(surface: mesh.Surface, radius: float, max_pairs: int = 4_000_000) -> np.ndarray:
+    """Per-vertex roughness: mean ``|ζ - mean ζ|`` over the window centred on each vertex (mm).
 
-    ζ is the distance of a point to the weighted centre of gravity of the surface. The window of
-    point ``j`` holds every surface point within ``radius`` (mm, Euclidean) of it, itself
-    included; both means over the window are weighted by the points' areas (lengths in 2-D).
-    This is the paper's per-window term ``(1/N) Σ |ζ_i - mean ζ|`` with one window per point.
+    ζ is the distance of a vertex to the weighted centre of gravity of the surface. The window of
+    vertex ``j`` holds every vertex within ``radius`` (mm, Euclidean) of it, itself included;
+    both means over the window are weighted by the vertices' areas (lengths in 2-D). This is the
+    paper's per-window term ``(1/N) Σ |ζ_i - mean ζ|`` with one window per vertex. The windows
+    come from the surface's KD-tree (:attr:`segmetrics.mesh.Surface.tree`) as sparse
+    (window, member) pairs, a block of windows at a time.
 
     Parameters
     ----------
-    points : ndarray, shape (n, ndim)
-        Surface points in mm (any fixed axis order).
-    weights : ndarray, shape (n,)
-        Area (mm²) or length (mm) attributed to each point.
+    surface : segmetrics.mesh.Surface
+        Vertices (mm) with their areas (mm²) or lengths (mm, 2-D) as weights.
     radius : float
         Window radius in mm.
     max_pairs : int
         Approximate number of (window, member) pairs held in memory at once.
+
+    Returns
+    -------
+    ndarray, shape (n,)
+        Roughness of each vertex in mm.
     """
+    points, weights = surface.points, surface.sizes
     zeta = np.linalg.norm(points - surface_centre(points, weights), axis=1)
-    tree = cKDTree(points)
     sample = points[:: max(len(points) // 200, 1)]
-    chunk = max(int(max_pairs / tree.query_ball_point(sample, radius, return_length=True).mean()), 1)
+    chunk = max(int(max_pairs / surface.tree.query_ball_point(sample, radius, return_length=True).mean()), 1)
     result = np.empty(len(points))
     for start in range(0, len(points), chunk):
         centres = points[start:start + chunk]
-        pairs = cKDTree(centres).sparse_distance_matrix(tree, radius, output_type="ndarray")
+        pairs = mesh.kd_tree(centres).sparse_distance_matrix(surface.tree, radius, output_type="ndarray")
         window, member = pairs["i"], pairs["j"]
         total = np.bincount(window, weights[member], len(centres))
         mean = np.bincount(window, weights[member] * zeta[member], len(centres)) / total
@@ -303,6 +308,20 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
     For point ``p`` at distance ζ from ``centre``, the ray from ``centre`` through ``p`` is cast
     against the other surface; the gap is ``min |ζ - t|`` over its hits at distances ``t``, or ζ
     when the ray misses (the other object has no extent in that direction).
+
+    Parameters
+    ----------
+    points : ndarray, shape (k, ndim)
+        Points in mm (any axis order shared by all arguments, e.g. a :class:`segmetrics.mesh.Surface` frame).
+    centre : ndarray, shape (ndim,)
+        Origin of the rays (mm).
+    other_vertices, other_cells : ndarray
+        The other surface: vertices (n, ndim) in mm and segments or triangles (m, ndim) as vertex indices.
+
+    Returns
+    -------
+    ndarray, shape (k,)
+        Gap of each point in mm.
     """
     offsets = points - centre
     zeta = np.linalg.norm(offsets, axis=1)
@@ -314,12 +333,23 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
 
 
 def roughness_index(surface: mesh.Surface, radius: float) -> tuple:
-    """RI (mm): area-weighted mean of :func:`local_roughness` over the surface's vertices; returns
-    ``(RI, per-vertex values)``.
+    """RI (mm): area-weighted mean of :func:`local_roughness` over the surface's vertices.
 
-    ``radius`` is the window radius in mm.
+    Parameters
+    ----------
+    surface : segmetrics.mesh.Surface
+        3-D surface or 2-D contours, in mm.
+    radius : float
+        Window radius in mm.
+
+    Returns
+    -------
+    ri : float
+        Roughness Index in mm.
+    per_vertex : ndarray, shape (n,)
+        :func:`local_roughness` of every vertex (mm).
     """
-    per_point = local_roughness(surface.points, surface.sizes, radius)
+    per_point = local_roughness(surface, radius)
     return float(np.average(per_point, weights=surface.sizes)), per_point
 
 

@@ -1,0 +1,85 @@
+"""Seconds per structure of the roughness group (default convention, RI + RR + ARD).
+
+Cases: ``liver`` = the dcmqi liver (512 × 512 × 3 at 1 × 0.81 × 0.81 mm) against itself, as in
+``segmetrics compare liver_seg.nrrd liver_seg.nrrd --metrics roughness``; ``spine`` = label 100 of
+the panoptica spine reference vs prediction (512 × 512 × 17 at 3.3 × 0.59 × 0.59 mm);
+``ellipsoid`` = two organ-sized ellipsoids (semi-axes 100 × 80 × 120 mm and one 3 mm larger,
+shifted by 4 mm) on a 300 × 512 × 512 grid at 2.5 × 0.8 × 0.8 mm (array order z, y, x).
+
+Per case it prints the vertex counts and the seconds spent building the two shared surfaces
+(``segmetrics.mesh``, shared with other groups), computing both RIs (window means), the ARD (ray
+casting) and the whole group. There is no other implementation of these metrics to compare with,
+so the times are absolute.
+
+Usage: python bench/bench_roughness.py [--data ../shared/data] [--cases liver,spine,ellipsoid]
+"""
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import SimpleITK as sitk
+
+from segmetrics import mesh, roughness
+from segmetrics.registry import Parameters, StructurePair
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+def read(path: Path, label=None):
+    """Mask (``== label``, or ``> 0``) in array order (z, y, x) and spacing (mm) in the same order."""
+    image = sitk.ReadImage(str(path))
+    array = sitk.GetArrayFromImage(image)
+    return (array > 0 if label is None else array == label), image.GetSpacing()[::-1]
+
+
+def ellipsoid(shape, spacing, centre_mm, semi_axes_mm) -> np.ndarray:
+    """Voxels whose centre (index * spacing, mm, array order) lies inside the ellipsoid; built in
+    its bounding box only to keep memory low."""
+    lows = [max(int((c - a) / s) - 1, 0) for c, a, s in zip(centre_mm, semi_axes_mm, spacing)]
+    highs = [min(int((c + a) / s) + 2, n) for c, a, s, n in zip(centre_mm, semi_axes_mm, spacing, shape)]
+    grid = np.ogrid[tuple(slice(lo, hi) for lo, hi in zip(lows, highs))]
+    inside = sum(((x * s - c) / a) ** 2 for x, s, c, a in zip(grid, spacing, centre_mm, semi_axes_mm)) <= 1
+    mask = np.zeros(shape, bool)
+    mask[tuple(slice(lo, hi) for lo, hi in zip(lows, highs))] = inside
+    return mask
+
+
+def cases(data: Path, names):
+    if "liver" in names:
+        liver, spacing = read(data / "dcmqi" / "liver_seg.nrrd")
+        yield "liver", liver, liver, spacing
+    if "spine" in names:
+        folder = data / "panoptica_spine" / "semantic"
+        reference, spacing = read(folder / "ref.nii.gz", 100)
+        yield "spine", reference, read(folder / "pred.nii.gz", 100)[0], spacing
+    if "ellipsoid" in names:
+        shape, spacing, centre = (300, 512, 512), (2.5, 0.8, 0.8), (375.0, 205.0, 205.0)
+        reference = ellipsoid(shape, spacing, centre, (100.0, 80.0, 120.0))
+        test = ellipsoid(shape, spacing, (centre[0] + 4.0, centre[1], centre[2]), (103.0, 83.0, 123.0))
+        yield "ellipsoid", reference, test, spacing
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared data folder")
+    parser.add_argument("--cases", default="liver,spine,ellipsoid")
+    args = parser.parse_args()
+    print(f"{'case':10s} {'vertices':>15s} {'surfaces':>9s} {'RI x2':>7s} {'ARD':>7s} {'group':>7s}  (seconds)")
+    for name, reference, test, spacing in cases(args.data.resolve(), args.cases.split(",")):
+        start = time.perf_counter()
+        surfaces = mesh.pair_surfaces(reference, test, spacing)
+        built = time.perf_counter()
+        for surface in surfaces:
+            roughness.roughness_index(surface, roughness.DEFAULT_WINDOW_MM)
+        ri = time.perf_counter()
+        roughness.average_roughness_distance(*surfaces)
+        ard = time.perf_counter()
+        roughness.compute(StructurePair(name, reference, test, spacing), Parameters())  # surfaces included
+        group = time.perf_counter()
+        vertices = "/".join(str(len(s.points)) for s in surfaces)
+        print(f"{name:10s} {vertices:>15s} {built - start:9.2f} {ri - built:7.2f} {ard - ri:7.2f} {group - ard:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
