@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 import vtk
+from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
 from segmetrics import mesh
@@ -144,3 +145,40 @@ def test_points_on_vertices_and_segments_in_2d():
     radius = np.linalg.norm(radial, axis=1)
     got = mesh.distances_to_surface(surface.points + radial / radius[:, None], surface)
     assert np.all(got <= 1.0 + 1e-12) and np.all(got >= radius + 1.0 - radius.max() - 1e-12)
+
+
+def marching_cubes_area(mask, spacing):
+    """Area (mm²) of the marching-cubes surface of a binary mask (scikit-image), closed by padding."""
+    vertices, faces, _, _ = measure.marching_cubes(np.pad(mask, 1).astype(float), 0.5, spacing=spacing)
+    return measure.mesh_surface_area(vertices, faces)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 2, 2), (1, 2, 3)])
+def test_specks_get_their_marching_cubes_surface(shape):
+    """Structures thin in every axis keep a half-voxel surface: an isolated voxel becomes the
+    octahedron through its face centres, small blocks their marching-cubes surface."""
+    spacing = (2.0, 1.0, 0.5)
+    mask = np.zeros((7, 8, 9), dtype=bool)
+    mask[2:2 + shape[0], 3:3 + shape[1], 3:3 + shape[2]] = True
+    polydata = mesh.surface_mesh(mask, spacing)
+    assert boundary_edge_count(polydata) == 0
+    assert mesh.point_areas(polydata).sum() == pytest.approx(marching_cubes_area(mask, spacing), rel=1e-5)
+    if shape == (1, 1, 1):
+        a, b, c = np.array(spacing) / 2
+        assert mesh.point_areas(polydata).sum() == pytest.approx(4 * np.sqrt((a * b) ** 2 + (b * c) ** 2 + (c * a) ** 2), rel=1e-5)
+        assert mesh.signed_volume(polydata) == pytest.approx(4 / 3 * a * b * c, rel=1e-5)
+
+
+def test_thin_tube_and_2d_speck_reach_about_half_a_voxel():
+    spacing = (1.5, 1.0, 0.7)
+    tube = np.zeros((5, 5, 40), dtype=bool)
+    tube[2, 2, 5:35] = True  # one voxel thick along x
+    surface = mesh.smooth_surface(tube, spacing)
+    middle = np.abs(surface.points[:, 0] - 20 * spacing[2]) < 5 * spacing[2]  # away from the ends
+    offsets = surface.points[middle][:, 1:] - np.array([2 * spacing[1], 2 * spacing[0]])  # (y, z) from the centre line
+    # cross-section: the diamond through the half-voxel points of the two thin axes
+    np.testing.assert_allclose(np.abs(offsets / (np.array(spacing[1::-1]) / 2)).sum(axis=1), 1.0, rtol=0.01)
+    speck = np.zeros((5, 5), dtype=bool)
+    speck[2, 2] = True
+    contour = mesh.smooth_surface(speck, (1.5, 0.7))
+    np.testing.assert_allclose(np.abs((contour.points - [3.0, 1.4]) / [0.75, 0.35]).sum(axis=1), 1.0, rtol=0.01)

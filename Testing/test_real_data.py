@@ -288,9 +288,6 @@ def test_exact_mode_within_a_voxel_of_deepmind(data_dir, ref_name, test_name, la
             assert abs(structure.value(metric) - value) <= voxel, (structure.structure, metric, value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "exact mode shrinks small components: a 1-voxel island at 3 mm gets ~0.6 mm2 of surface (DeepMind "
-    "15.6 mm2, voxel faces 54 mm2), so islands drop out of HD95: 2.6 mm vs 87 mm in deepmind mode"))
 def test_exact_hd95_within_a_voxel_of_deepmind_with_small_islands(data_dir):
     """TotalSegmentator label 18: the reference has three small far islands (16, 4 and 1 voxels)."""
     ref_path, test_path = data_dir / TS / "example_seg.nii.gz", data_dir / TS / "example_seg_fast.nii.gz"

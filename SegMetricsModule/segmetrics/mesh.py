@@ -13,7 +13,17 @@ blurred values are clamped so that every inside voxel centre stays at or above
 structure, however small, disappears, and the surface never crosses a voxel centre); the 0.5
 level is extracted at the voxel spacing (VTK flying edges in 3-D, marching squares in 2-D).
 Each vertex carries a third of the area of its triangles (half the length of its segments).
-It converges to the continuous boundary as the voxels shrink and keeps single voxels.
+It converges to the continuous boundary as the voxels shrink.
+
+Structures thinner than the blur would shrink onto their voxel centres, so inside centres whose
+blurred value is below 0.5 count their thin axes: for a structure thin in ``d`` axes (sheet 1,
+tube 2, speck 3; in 2-D line 1, speck 2; 0 for bulk) the blur at a centre falls as ``sigma**-d``, so
+``d = log(b(sigma) / b(3 sigma)) / log 3`` (:data:`THIN_SCALE`). Such a centre's outside face
+neighbours are raised (to at most 0.5 - margin) so that the surface passes
+``reach = 0.5 * clip(d - 1, 0, 1)`` voxels from the centre along each axis: half a voxel for
+tubes, specks and small blobs (a single voxel becomes the octahedron through its face centres,
+a 2×2×2 block its marching-cubes surface), nothing for sheets, which stay thin slabs like
+their 2-D contours (a one-slice volume keeps about twice its in-plane area).
 
 Coordinate conventions
 ----------------------
@@ -54,6 +64,10 @@ from vtk.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to
 SMOOTHING_SIGMA_VOXELS = 1.0
 #: Inside voxel centres are clamped to at least 0.5 + this, outside centres to at most 0.5 - this.
 CLAMP_MARGIN = 0.05
+#: Sigma of the wide blur that counts a structure's thin axes, as a multiple of the surface blur's.
+THIN_SCALE = 3.0
+#: Slices along the first axis blurred at once by :func:`_gaussian_at` (bounds its memory).
+BLUR_SLAB = 64
 #: Points handled at once by :func:`distances_to_surface` (temporaries of a few MB per block).
 POINTS_PER_BLOCK = 4096
 
@@ -188,10 +202,7 @@ def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, 
         return None
     pad = 2  # the clamped field is below 0.5 one voxel outside the mask: the surface closes inside
     padded = np.pad(np.asarray(mask[box], dtype=bool), pad)
-    # float32 keeps 3-D memory low; 2-D fields are small and float64 keeps symmetric shapes exact
-    field = ndimage.gaussian_filter(padded, sigma_voxels, output=np.float32 if mask.ndim == 3 else float, mode="constant", truncate=3.0)
-    np.maximum(field, 0.5 + CLAMP_MARGIN, out=field, where=padded)
-    np.minimum(field, 0.5 - CLAMP_MARGIN, out=field, where=~padded)
+    field = _surface_field(padded, sigma_voxels)
     origin = np.zeros(mask.ndim, dtype=int) if origin is None else np.asarray(origin)
     corner = (np.array([s.start - pad for s in box]) - origin) * spacing  # mm, array order
     if mask.ndim == 3:
@@ -214,6 +225,39 @@ def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, 
     if not used.all():
         vertices, vertex_sizes, cells = vertices[used], vertex_sizes[used], (np.cumsum(used) - 1)[cells]
     return Surface(vertices, vertex_sizes, cells, origin * spacing)
+
+
+def _surface_field(padded: np.ndarray, sigma_voxels: float) -> np.ndarray:
+    """The field whose 0.5 level is :func:`smooth_surface`'s surface, for a padded boolean mask
+    (array order, one value per voxel centre; see the module docstring)."""
+    dtype = np.float32 if padded.ndim == 3 else float  # 3-D: low memory; 2-D: symmetric shapes exact
+    field = ndimage.gaussian_filter(padded, sigma_voxels, output=dtype, mode="constant", truncate=3.0)
+    lost = np.nonzero(padded & (field < 0.5))  # inside centres that the blur alone leaves outside
+    thin_axes = np.log(field[lost] / _gaussian_at(padded, lost, THIN_SCALE * sigma_voxels, dtype)) / np.log(THIN_SCALE)
+    reach = 0.5 * np.clip(thin_axes - 1.0, 0.0, 1.0)  # voxels from the centre to the surface
+    np.maximum(field, 0.5 + CLAMP_MARGIN, out=field, where=padded)
+    np.minimum(field, 0.5 - CLAMP_MARGIN, out=field, where=~padded)
+    centres = np.stack(lost, axis=1)[reach > 0]
+    # between a centre at 0.5 + margin and a neighbour at this value the field is 0.5 `reach` voxels out;
+    # it is at most 0.5 - margin, so inside centres (at least 0.5 + margin) keep their value
+    lift = (0.5 + CLAMP_MARGIN - CLAMP_MARGIN / reach[reach > 0]).astype(dtype)
+    for step in np.concatenate([np.eye(padded.ndim, dtype=int), -np.eye(padded.ndim, dtype=int)]):
+        np.maximum.at(field, tuple((centres + step).T), lift)  # the centre's face neighbours
+    return field
+
+
+def _gaussian_at(padded: np.ndarray, index: tuple, sigma_voxels: float, dtype) -> np.ndarray:
+    """Gaussian blur (``sigma_voxels`` on every axis, zero outside) of a mask at the voxels
+    ``index`` (tuple of index arrays, array order), computed slab by slab along the first axis
+    so that memory stays at a few slabs however large the mask."""
+    halo = int(3.0 * sigma_voxels + 0.5)  # the kernel radius at truncate=3
+    values = np.empty(len(index[0]), dtype=dtype)
+    for start in BLUR_SLAB * np.unique(index[0] // BLUR_SLAB):
+        low = max(start - halo, 0)
+        slab = ndimage.gaussian_filter(padded[low:start + BLUR_SLAB + halo], sigma_voxels, output=dtype, mode="constant", truncate=3.0)
+        inside = (index[0] >= start) & (index[0] < start + BLUR_SLAB)
+        values[inside] = slab[(index[0][inside] - low,) + tuple(i[inside] for i in index[1:])]
+    return values
 
 
 def bounding_box(mask: np.ndarray):
