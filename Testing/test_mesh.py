@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 import vtk
+from scipy import ndimage
 from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
@@ -182,3 +183,12 @@ def test_thin_tube_and_2d_speck_reach_about_half_a_voxel():
     speck[2, 2] = True
     contour = mesh.smooth_surface(speck, (1.5, 0.7))
     np.testing.assert_allclose(np.abs((contour.points - [3.0, 1.4]) / [0.75, 0.35]).sum(axis=1), 1.0, rtol=0.01)
+
+
+def test_blockwise_gaussian_equals_the_full_blur():
+    rng = np.random.default_rng(1)
+    mask = rng.random((40, 75, 70)) < 0.1
+    index = tuple(rng.integers(0, n, size=300) for n in mask.shape)
+    full = ndimage.gaussian_filter(mask, 3.0, output=np.float32, mode="constant", truncate=3.0)
+    np.testing.assert_allclose(mesh._gaussian_at(mask, index, 3.0, np.float32), full[index], rtol=1e-6)
+    assert mesh._gaussian_at(mask, (np.zeros(0, int),) * 3, 3.0, np.float32).size == 0

@@ -66,8 +66,8 @@ SMOOTHING_SIGMA_VOXELS = 1.0
 CLAMP_MARGIN = 0.05
 #: Sigma of the wide blur that counts a structure's thin axes, as a multiple of the surface blur's.
 THIN_SCALE = 3.0
-#: Slices along the first axis blurred at once by :func:`_gaussian_at` (bounds its memory).
-BLUR_SLAB = 64
+#: Voxels per axis of the blocks that :func:`_gaussian_at` blurs one at a time.
+BLUR_BLOCK = 32
 #: Points handled at once by :func:`distances_to_surface` (temporaries of a few MB per block).
 POINTS_PER_BLOCK = 4096
 
@@ -232,7 +232,7 @@ def _surface_field(padded: np.ndarray, sigma_voxels: float) -> np.ndarray:
     (array order, one value per voxel centre; see the module docstring)."""
     dtype = np.float32 if padded.ndim == 3 else float  # 3-D: low memory; 2-D: symmetric shapes exact
     field = ndimage.gaussian_filter(padded, sigma_voxels, output=dtype, mode="constant", truncate=3.0)
-    lost = np.nonzero(padded & (field < 0.5))  # inside centres that the blur alone leaves outside
+    lost = np.nonzero(np.less(field, 0.5, out=np.zeros_like(padded), where=padded))  # inside centres the blur leaves outside
     thin_axes = np.log(field[lost] / _gaussian_at(padded, lost, THIN_SCALE * sigma_voxels, dtype)) / np.log(THIN_SCALE)
     reach = 0.5 * np.clip(thin_axes - 1.0, 0.0, 1.0)  # voxels from the centre to the surface
     np.maximum(field, 0.5 + CLAMP_MARGIN, out=field, where=padded)
@@ -248,15 +248,22 @@ def _surface_field(padded: np.ndarray, sigma_voxels: float) -> np.ndarray:
 
 def _gaussian_at(padded: np.ndarray, index: tuple, sigma_voxels: float, dtype) -> np.ndarray:
     """Gaussian blur (``sigma_voxels`` on every axis, zero outside) of a mask at the voxels
-    ``index`` (tuple of index arrays, array order), computed slab by slab along the first axis
-    so that memory stays at a few slabs however large the mask."""
+    ``index`` (tuple of index arrays, array order). It is computed on a box around each block of
+    :data:`BLUR_BLOCK` voxels per axis holding some of them, so that time and memory follow the
+    voxels asked for (a few on a large smooth structure), not the mask."""
     halo = int(3.0 * sigma_voxels + 0.5)  # the kernel radius at truncate=3
-    values = np.empty(len(index[0]), dtype=dtype)
-    for start in BLUR_SLAB * np.unique(index[0] // BLUR_SLAB):
-        low = max(start - halo, 0)
-        slab = ndimage.gaussian_filter(padded[low:start + BLUR_SLAB + halo], sigma_voxels, output=dtype, mode="constant", truncate=3.0)
-        inside = (index[0] >= start) & (index[0] < start + BLUR_SLAB)
-        values[inside] = slab[(index[0][inside] - low,) + tuple(i[inside] for i in index[1:])]
+    index = np.stack(index, axis=1)
+    values = np.empty(len(index), dtype=dtype)
+    if len(index) == 0:
+        return values
+    block = np.unique(index // BLUR_BLOCK, axis=0, return_inverse=True)[1].ravel()
+    order = np.argsort(block, kind="stable")
+    for members in np.split(order, np.cumsum(np.bincount(block))[:-1]):
+        points = index[members]
+        low = np.maximum(points.min(axis=0) - halo, 0)
+        box = tuple(slice(start, stop) for start, stop in zip(low, points.max(axis=0) + halo + 1))
+        blurred = ndimage.gaussian_filter(padded[box], sigma_voxels, output=dtype, mode="constant", truncate=3.0)
+        values[members] = blurred[tuple((points - low).T)]
     return values
 
 
