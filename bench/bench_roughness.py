@@ -9,11 +9,14 @@ shifted by 4 mm) on a 300 × 512 × 512 grid at 2.5 × 0.8 × 0.8 mm (array orde
 Per case it prints the vertex counts and the seconds spent building the two shared surfaces
 (``segmetrics.mesh``, shared with other groups), computing both RIs (window means), the ARD (ray
 casting) and the whole group. There is no other implementation of these metrics to compare with,
-so the times are absolute.
+so the times are absolute; ``--baseline FILE`` also times the group of another version of
+``roughness.py``, e.g. ``git show <commit>:SegMetricsModule/segmetrics/roughness.py > old.py``.
 
 Usage: python bench/bench_roughness.py [--data ../shared/data] [--cases liver,spine,ellipsoid]
+       [--baseline old.py]
 """
 import argparse
+import importlib.util
 import time
 from pathlib import Path
 
@@ -60,12 +63,24 @@ def cases(data: Path, names):
         yield "ellipsoid", reference, test, spacing
 
 
+def load_baseline(path: Path):
+    """Another version of ``segmetrics/roughness.py`` as module ``segmetrics._baseline_roughness``
+    (its import re-registers the ``roughness`` group; the bench calls its ``compute`` directly)."""
+    spec = importlib.util.spec_from_file_location("segmetrics._baseline_roughness", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared data folder")
     parser.add_argument("--cases", default="liver,spine,ellipsoid")
+    parser.add_argument("--baseline", type=Path, help="another roughness.py whose group is timed too")
     args = parser.parse_args()
-    print(f"{'case':10s} {'vertices':>15s} {'surfaces':>9s} {'RI x2':>7s} {'ARD':>7s} {'group':>7s}  (seconds)")
+    baseline = load_baseline(args.baseline) if args.baseline else None
+    header = f"{'case':10s} {'vertices':>15s} {'surfaces':>9s} {'RI x2':>7s} {'ARD':>7s} {'group':>7s}"
+    print(header + (f" {'baseline group':>15s}" if baseline else "") + "  (seconds)")
     for name, reference, test, spacing in cases(args.data.resolve(), args.cases.split(",")):
         start = time.perf_counter()
         surfaces = mesh.pair_surfaces(reference, test, spacing)
@@ -78,7 +93,11 @@ def main() -> None:
         roughness.compute(StructurePair(name, reference, test, spacing), Parameters())  # surfaces included
         group = time.perf_counter()
         vertices = "/".join(str(len(s.points)) for s in surfaces)
-        print(f"{name:10s} {vertices:>15s} {built - start:9.2f} {ri - built:7.2f} {ard - ri:7.2f} {group - ard:7.2f}")
+        row = f"{name:10s} {vertices:>15s} {built - start:9.2f} {ri - built:7.2f} {ard - ri:7.2f} {group - ard:7.2f}"
+        if baseline:
+            baseline.compute(StructurePair(name, reference, test, spacing), Parameters())
+            row += f" {time.perf_counter() - group:15.2f}"
+        print(row)
 
 
 if __name__ == "__main__":

@@ -134,7 +134,7 @@ def paper_window(shape) -> int:
     most the smallest side, so that on every axis the first tile lies strictly inside the grid
     (tiles touching the far border add 0). On cubic images of 43 px or more this is the
     authors' value; on clinical volumes it no longer collapses to 1 voxel because of a short z
-    axis. Only an image 1 voxel thick along some axis still gets 1 (RI = 0).
+    axis. An image fewer than 3 voxels thick along some axis gets that thickness (1: RI = 0).
     """
     return min(max(int(max(shape) * 0.07), PAPER_MIN_WINDOW), min(shape))
 
