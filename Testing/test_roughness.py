@@ -1,8 +1,9 @@
 """Roughness Index / Roughness Ratio / Average Roughness Distance.
 
 Truth used: the published 3-D table of Rathour et al. (arXiv 2103.12350) for the paper convention;
-analytic geometry (spheres, single voxels, concentric spheres whose radial gap is known) for the
-default convention.
+analytic geometry (spheres, single voxels, concentric spheres whose radial gap is known, rays
+against a known triangle and segment) and the exhaustive ray/cell search for the default convention;
+the authors' 7 %-of-the-side window and the symmetry of cubic tiles for the paper default window.
 """
 import math
 

@@ -201,10 +201,11 @@ def _ray_hits(centre, directions, vertices, cells, max_pairs: int = 1_000_000):
     only hit a cell if its unit direction lies within the cell's angular radius (the largest
     chord between the cell's mean direction and its corners' directions) of the cell's mean
     direction. Cells are grouped by angular radius into classes a factor 2 apart, each searched
-    with its own radius, so the few wide cells (those passing close to the centre, many on flat
-    or thin structures) do not widen the search for all the others. Cells wider than a chord of 1
-    (60°, where the cap may no longer contain the cell) are tested against every ray. Rays are
-    processed in blocks of about ``max_pairs`` candidate pairs.
+    with its own radius, so that wide cells (close to the centre) do not widen the search for all
+    the others: with one radius for all, rays on flat or thin structures seen from inside met
+    thousands of candidates each. Cells wider than a chord of 1 (60°, where the cap may no longer
+    contain the cell) are tested against every ray. Rays are processed in blocks of about
+    ``max_pairs`` candidate pairs.
 
     Parameters
     ----------
@@ -273,13 +274,16 @@ def _ray_frames(corners):
     Returns
     -------
     frames : ndarray, shape (m, ndim, ndim)
+        Per cell, the vector giving ``det`` then those giving the barycentric coordinates.
     numerators : ndarray, shape (m,)
+        Per cell, ``t * det`` (mm).
     """
     a = corners[:, 0]
     e1 = corners[:, 1] - a
-    if corners.shape[1] == 2:  # segment a + s * e1 against ray t * d
-        frames = np.stack([np.stack([e1[:, 1], -e1[:, 0]], axis=1), np.stack([-a[:, 1], a[:, 0]], axis=1)], axis=1)
-        return frames, a[:, 0] * e1[:, 1] - a[:, 1] * e1[:, 0]
+    if corners.shape[1] == 2:  # segment a + s * e1 against ray t * d; x × y = x0 y1 - x1 y0
+        det_vector = np.stack([e1[:, 1], -e1[:, 0]], axis=1)  # d · det_vector = d × e1
+        s_vector = np.stack([-a[:, 1], a[:, 0]], axis=1)  # d · s_vector = a × d = s * det
+        return np.stack([det_vector, s_vector], axis=1), a[:, 0] * e1[:, 1] - a[:, 1] * e1[:, 0]
     e2 = corners[:, 2] - a
     q = np.cross(-a, e1)
     frames = np.stack([np.cross(e2, e1), np.cross(e2, -a), q], axis=1)
