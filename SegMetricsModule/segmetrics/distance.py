@@ -14,7 +14,8 @@ Surface modes
 ``"exact"`` (default)
     The structure's sub-voxel surface of :mod:`segmetrics.mesh` (a clamped Gaussian blur of one
     voxel, meshed at its 0.5 level; the same surface the MSI and roughness groups use): it
-    converges to the continuous boundary as the voxels shrink and keeps single voxels. The
+    converges to the continuous boundary as the voxels shrink, and specks and thin tubes keep a
+    surface half a voxel out from their voxel centres (one-voxel sheets stay thin slabs). The
     surface elements are the mesh vertices with their area (length) weights; a vertex's
     distance to the other surface is :func:`segmetrics.mesh.distances_to_surface` (exact
     point-to-triangle, point-to-segment in 2-D, around the other mesh's nearest vertex).
