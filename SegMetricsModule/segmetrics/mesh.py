@@ -232,15 +232,17 @@ def _surface_field(padded: np.ndarray, sigma_voxels: float) -> np.ndarray:
     (array order, one value per voxel centre; see the module docstring)."""
     dtype = np.float32 if padded.ndim == 3 else float  # 3-D: low memory; 2-D: symmetric shapes exact
     field = ndimage.gaussian_filter(padded, sigma_voxels, output=dtype, mode="constant", truncate=3.0)
-    lost = np.nonzero(np.less(field, 0.5, out=np.zeros_like(padded), where=padded))  # inside centres the blur leaves outside
+    # inside centres that the blur alone leaves outside the surface
+    lost = np.nonzero(np.less(field, 0.5, out=np.zeros_like(padded), where=padded))
     thin_axes = np.log(field[lost] / _gaussian_at(padded, lost, THIN_SCALE * sigma_voxels, dtype)) / np.log(THIN_SCALE)
     reach = 0.5 * np.clip(thin_axes - 1.0, 0.0, 1.0)  # voxels from the centre to the surface
     np.maximum(field, 0.5 + CLAMP_MARGIN, out=field, where=padded)
     np.minimum(field, 0.5 - CLAMP_MARGIN, out=field, where=~padded)
-    centres = np.stack(lost, axis=1)[reach > 0]
+    lifted = reach > 0
+    centres = np.stack(lost, axis=1)[lifted]
     # between a centre at 0.5 + margin and a neighbour at this value the field is 0.5 `reach` voxels out;
     # it is at most 0.5 - margin, so inside centres (at least 0.5 + margin) keep their value
-    lift = (0.5 + CLAMP_MARGIN - CLAMP_MARGIN / reach[reach > 0]).astype(dtype)
+    lift = (0.5 + CLAMP_MARGIN - CLAMP_MARGIN / reach[lifted]).astype(dtype)
     for step in np.concatenate([np.eye(padded.ndim, dtype=int), -np.eye(padded.ndim, dtype=int)]):
         np.maximum.at(field, tuple((centres + step).T), lift)  # the centre's face neighbours
     return field
