@@ -100,6 +100,14 @@ def _deepmind(reference, test, spacing):
     return surface_distance.compute_surface_distances(reference.astype(bool), test.astype(bool), tuple(spacing))
 
 
+def _deepmind_per_structure(result, ref, test, spacing):
+    """Yield ``(structure, DeepMind surface distances)`` for every structure present on both sides."""
+    for structure in result.structures:
+        r, t = ref == structure.reference_label, test == structure.test_label
+        if r.any() and t.any():
+            yield structure, _deepmind(r, t, spacing)
+
+
 def _weighted_percentile(distances, areas, q):
     """DeepMind's robust-Hausdorff percentile rule on one (pooled) set of surfels."""
     order = np.argsort(distances, kind="stable")
@@ -218,11 +226,7 @@ def test_deepmind_mode_reproduces_surface_distance_package(data_dir, ref_name, t
     result = segmetrics.compare(data_dir / ref_name, data_dir / test_name, labels=labels, metrics="distance",
                                 params=params)
     checked = 0
-    for structure in result.structures:
-        r, t = ref == structure.reference_label, test == structure.test_label
-        if not (r.any() and t.any()):
-            continue
-        sd = _deepmind(r, t, spacing)
+    for structure, sd in _deepmind_per_structure(result, ref, test, spacing):
         to_test, to_ref = surface_distance.compute_average_surface_distance(sd)
         area_ref, area_test = sd["surfel_areas_gt"], sd["surfel_areas_pred"]
         d_ref, d_test = sd["distances_gt_to_pred"], sd["distances_pred_to_gt"]
@@ -275,11 +279,7 @@ def test_exact_mode_within_a_voxel_of_deepmind(data_dir, ref_name, test_name, la
     _, test, _ = _read(data_dir / test_name)
     voxel = max(spacing)
     result = segmetrics.compare(data_dir / ref_name, data_dir / test_name, labels=labels, metrics="distance")
-    for structure in result.structures:
-        r, t = ref == structure.reference_label, test == structure.test_label
-        if not (r.any() and t.any()):
-            continue
-        sd = _deepmind(r, t, spacing)
+    for structure, sd in _deepmind_per_structure(result, ref, test, spacing):
         to_test, to_ref = surface_distance.compute_average_surface_distance(sd)
         for metric, value in (("hd_mm", surface_distance.compute_robust_hausdorff(sd, 100)),
                               ("hd95_mm", surface_distance.compute_robust_hausdorff(sd, 95)),
