@@ -79,8 +79,8 @@ OVERLAP_METRICS = (
     MetricSpec("sensitivity", "1", "higher", "true positive rate |R∩T|/|R|"),
     MetricSpec("precision", "1", "higher", "positive predictive value |R∩T|/|T|"),
     MetricSpec("volumetric_similarity", "1", "higher", "1 − ||T|−|R|| / (|T|+|R|)"),
-    MetricSpec("volume_reference_ml", "ml", "higher", "reference volume (area in mm² for 2-D)"),
-    MetricSpec("volume_test_ml", "ml", "higher", "test volume (area in mm² for 2-D)"),
+    MetricSpec("volume_reference_ml", "ml", "none", "reference volume (area in mm² for 2-D)"),
+    MetricSpec("volume_test_ml", "ml", "none", "test volume (area in mm² for 2-D)"),
     MetricSpec("false_positive_volume_ml", "ml", "lower", "volume of test outside the reference"),
     MetricSpec("false_negative_volume_ml", "ml", "lower", "volume of reference missed by the test"),
 )

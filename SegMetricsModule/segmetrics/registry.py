@@ -45,7 +45,7 @@ class MetricSpec:
 
     name: str
     unit: str
-    better: str  # "higher" or "lower"
+    better: str  # "higher", "lower", or "none" for descriptive values (volumes, a surface's own roughness)
     description: str
 
 

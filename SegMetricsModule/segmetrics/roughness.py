@@ -377,8 +377,8 @@ def average_roughness_distance(reference: mesh.Surface, test: mesh.Surface) -> f
 # ---------------------------------------------------------------------------------------------
 
 ROUGHNESS_METRICS = (
-    MetricSpec("ri_reference_mm", "mm", "lower", "Roughness Index of the reference surface"),
-    MetricSpec("ri_test_mm", "mm", "lower", "Roughness Index of the test surface"),
+    MetricSpec("ri_reference_mm", "mm", "none", "Roughness Index of the reference surface"),
+    MetricSpec("ri_test_mm", "mm", "none", "Roughness Index of the test surface"),
     MetricSpec("rr", "1", "lower", "Roughness Ratio |RI_test - RI_reference| / RI_reference"),
     MetricSpec("ard_mm", "mm", "lower", "Average Roughness Distance (mean radial gap between the surfaces)"),
 )
