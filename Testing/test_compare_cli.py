@@ -111,6 +111,17 @@ def test_unknown_structure_name_is_an_error_and_absent_values_are_both_empty(lab
         segmetrics.compare(ref_path, test_path, labels=["1", "nonexistent"], metrics="dice")
     result = segmetrics.compare(ref_path, test_path, labels=["999"], metrics="dice")
     assert result.structures[0].status == "both_empty" and math.isnan(result.structures[0].value("dice"))
+    assert result.notes == ["label 999 is absent from both images (reported as both_empty)"]
+
+
+def test_named_structures_keep_numeric_label_order():
+    labels = np.zeros((4, 30), np.uint8)
+    for value in (2, 10, 11, 100):
+        labels[:, value % 30] = value
+    names = {2: "two", 10: "ten", 11: "eleven", 100: "hundred"}
+    image = LabelImage(labels, (1, 1), names=names)
+    result = segmetrics.compare(image, image, metrics="dice")
+    assert [s.structure for s in result.structures] == ["two", "ten", "eleven", "hundred"]
 
 
 def test_name_map_only_renames_present_labels(label_pair, tmp_path, capsys):

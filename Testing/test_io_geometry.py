@@ -128,3 +128,19 @@ def test_unreadable_file_message_names_the_reason(tmp_path):
     with pytest.raises(ReadError) as error:
         load_label_image(text)
     assert "Exception thrown" not in str(error.value) and "ImageIO" in str(error.value)
+
+
+def test_multi_layer_seg_nrrd_keeps_overlapping_segments():
+    path = os.path.join(os.path.dirname(slicerio.__file__), "data", "SegmentationOverlapping.seg.nrrd")
+    image = load_label_image(path)
+    segmentation = slicerio.read_segmentation(path)
+    assert image.array.shape == (34, 128, 128)
+    for segment in segmentation["segments"]:
+        label = next(k for k, v in image.names.items() if v == segment["name"])
+        expected = slicerio.segment_mask(segmentation, segment["id"])  # (i, j, k) order
+        assert np.array_equal(image.mask(label), np.transpose(expected, (2, 1, 0)) > 0), segment["name"]
+    assert image.segment_masks, "the overlapping sphere must be kept apart from the segments it overlaps"
+    single = load_label_image(SLICERIO_SAMPLE)
+    result = segmetrics.compare(single, image, metrics="dice")  # same grid, matched by segment name
+    assert result["ribs"].value("dice") == 1.0
+    assert result["overlapping sphere"].status == "reference_empty"

@@ -346,3 +346,18 @@ def test_default_slice_axis_is_the_through_plane_axis():
     explicit = StructurePair("box", reference, test, spacing=(1.0, 1.0, 3.0))
     msi.compute(explicit, Parameters(msi_axis=0))
     assert [row.slice for row in explicit.extras["msi_slices"]] == list(range(2, 10))
+
+
+def test_isotropic_default_axis_follows_the_superior_inferior_direction(data_dir):
+    from segmetrics.geometry import through_plane_axis
+    from segmetrics.io import load_label_image
+
+    # SCT t2 is 1 mm isotropic with a permuted direction: the axial (S-I) axis is not array axis 0.
+    image = load_label_image(data_dir / "sct_testing_data/t2/t2_seg-deepseg_sc-2d.nii.gz")
+    direction = np.asarray(image.direction).reshape(3, 3)
+    expected = 2 - int(np.argmax(np.abs(direction[2])))  # the ITK index axis along physical z, as an array axis
+    assert through_plane_axis(image.spacing, image.direction) == expected
+    result = compare(image, image, metrics="msi")
+    cord_slices = int(np.count_nonzero(np.moveaxis(image.array > 0, expected, 0).any(axis=(1, 2))))
+    assert len(result.structures[0].extras["msi_slices"]) == cord_slices
+    assert through_plane_axis((1.0, 1.0, 1.0)) == 0 and through_plane_axis((1.0, 3.0, 1.0)) == 1

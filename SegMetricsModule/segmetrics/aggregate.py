@@ -125,7 +125,11 @@ class Aggregate:
         return list(dict.fromkeys(r["metric"] for r in self.rows))
 
     def row(self, structure: str, metric: str) -> dict:
-        return next(r for r in self.rows if r["structure"] == structure and r["metric"] == metric)
+        """The statistics row of one structure (or :data:`OVERALL`) and metric; ``KeyError`` if absent."""
+        for r in self.rows:
+            if r["structure"] == structure and r["metric"] == metric:
+                return r
+        raise KeyError(f"no aggregate row for structure {structure!r} and metric {metric!r}")
 
 
 def aggregate(records, *, penalty="diagonal", diagonals=None, confidence=0.95, n_boot=2000, seed=0,

@@ -96,7 +96,7 @@ class ComparisonResult:
 def _structures(image: LabelImage) -> dict:
     """``{name: label}``: the image's named structures (kept even when empty, e.g. declared
     ``.seg.nrrd`` segments) plus every present label, named by its value when it has no name."""
-    entries = {name: label for label, name in sorted(image.names.items(), key=lambda item: str(item[0]))}
+    entries = {name: label for label, name in sorted(image.names.items())}
     for label in image.labels():
         entries.setdefault(image.names.get(label, str(label)), label)
     return entries
@@ -132,7 +132,8 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None):
         if match:
             chosen += [p for p in match if p not in chosen]
         elif _as_number(item) is not None:
-            chosen.append((item, _as_number(item), _as_number(item)))  # a label absent from both
+            chosen.append((item, _as_number(item), _as_number(item)))
+            notes.append(f"label {item} is absent from both images (reported as both_empty)")
         else:
             unknown.append(item)
     if unknown:

@@ -126,13 +126,21 @@ class LabelImage:
         return np.asarray(self.origin) + scaled @ direction.T
 
 
-def through_plane_axis(spacing) -> int:
-    """The array axis with the largest spacing (the acquisition's slice axis); the first axis on ties.
+def through_plane_axis(spacing, direction=None) -> int:
+    """The array axis cut into slices by default: the one with the largest spacing (thick slices).
 
-    For a SimpleITK-ordered ``(z, y, x)`` volume with isotropic or thick slices this is 0 (z).
+    On ties (e.g. isotropic voxels) the axis whose physical direction is closest to the patient's
+    superior-inferior axis wins, so that slices are axial; without a ``direction`` (ITK order,
+    row-major), the first array axis (z of ``(z, y, x)``).
     """
     spacing = np.asarray(spacing, dtype=float)
-    return int(np.flatnonzero(spacing >= spacing.max() * (1 - GEOMETRY_TOLERANCE))[0])
+    candidates = np.flatnonzero(spacing >= spacing.max() * (1 - GEOMETRY_TOLERANCE))
+    if direction is None or len(spacing) != 3:
+        return int(candidates[0])
+    matrix = np.asarray(direction, dtype=float).reshape(3, 3)
+    # array axis a is ITK index axis 2 - a, whose physical direction is column 2 - a
+    superior_inferior = np.abs(matrix[2, 2 - candidates])
+    return int(candidates[np.argmax(superior_inferior)])
 
 
 def as_label_image(image, spacing=None) -> LabelImage:

@@ -136,9 +136,9 @@ def _read_seg_nrrd(path: Path) -> LabelImage:
     direction = (axes / spacing_ijk).ravel()
     segments = segmentation["segments"]
     layered = voxels.ndim == 4
-    # slicerio arrays are (i, j, k[, layer]); ours are (k, j, i).
+    # slicerio arrays are ([layer,] i, j, k); ours are (k, j, i).
     if layered:
-        layers = np.transpose(voxels, (3, 2, 1, 0))
+        layers = np.transpose(voxels, (0, 3, 2, 1))
     else:
         layers = np.transpose(voxels, (2, 1, 0))[np.newaxis]
     names, masks = {}, {}

@@ -369,12 +369,13 @@ def _slice_fda(ref2d, test2d, il, ol):
 # ---------------------------------------------------------------- slice-wise driver
 
 
-def slice_axis(spacing, params: Parameters) -> int:
-    """The array axis cut into MSI slices: ``params.msi_axis``, or the through-plane axis when ``None``."""
-    return through_plane_axis(spacing) if params.msi_axis is None else params.msi_axis % len(spacing)
+def slice_axis(spacing, params: Parameters, direction=None) -> int:
+    """The array axis cut into MSI slices: ``params.msi_axis``, or when ``None`` the through-plane
+    axis (:func:`segmetrics.geometry.through_plane_axis`, axial on isotropic data given a ``direction``)."""
+    return through_plane_axis(spacing, direction) if params.msi_axis is None else params.msi_axis % len(spacing)
 
 
-def slice_table(reference, test, spacing, params: Parameters | None = None) -> list:
+def slice_table(reference, test, spacing, params: Parameters | None = None, direction=None) -> list:
     """Per-slice MSI of two masks (2-D: one row; 3-D: one row per slice holding either mask).
 
     Parameters
@@ -384,9 +385,12 @@ def slice_table(reference, test, spacing, params: Parameters | None = None) -> l
         Voxel size in mm in **array-axis order**.
     params : Parameters
         ``msi_il``, ``msi_ol``, ``msi_axis`` (array axis cut into slices; default ``None`` = the
-        through-plane axis, i.e. the one with the largest spacing, axis 0 on ties),
+        through-plane axis, i.e. the one with the largest spacing, on ties the one closest to the
+        superior-inferior axis given ``direction``, else axis 0),
         ``msi_convention`` (``"default"`` or ``"fda"``), ``msi_units`` (``"mm"`` or ``"pixel"``;
         ``fda`` is always in pixels), ``msi_align`` (``"none"`` or ``"com"``, pairing only).
+    direction : tuple of float, optional
+        The image's direction cosines (ITK order, row-major), used only to choose the default axis.
 
     Returns
     -------
@@ -399,7 +403,7 @@ def slice_table(reference, test, spacing, params: Parameters | None = None) -> l
     if reference.ndim == 2:
         reference, test, spacing, axis = reference[None], test[None], np.r_[1.0, spacing], 0
     else:
-        axis = slice_axis(spacing, params)
+        axis = slice_axis(spacing, params, direction)
     reference, test = np.moveaxis(reference, axis, 0), np.moveaxis(test, axis, 0)
     in_plane = np.delete(spacing, axis)
     scale = np.ones(2) if params.msi_units == "pixel" else in_plane
@@ -494,13 +498,14 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     Empty masks: both empty → NaN (``both_empty``); one empty → 0 (``test_empty`` /
     ``reference_empty``). ``msi_3d`` of a 2-D pair is NaN (``not_applicable``).
     """
-    axis = slice_axis(pair.spacing, params) if pair.reference.ndim == 3 else None
+    direction = pair.image.direction if pair.image is not None else None
+    axis = slice_axis(pair.spacing, params, direction) if pair.reference.ndim == 3 else None
     used = dict(il=params.msi_il, ol=params.msi_ol, axis=axis, convention=params.msi_convention,
                 units="pixel" if params.msi_convention == "fda" else params.msi_units, align=params.msi_align)
     status = pair.emptiness
     if status == Status.BOTH_EMPTY:
         return [undefined(MSI, status, used), undefined(MSI_3D, status, used)]
-    rows = slice_table(pair.reference, pair.test, pair.spacing, params)
+    rows = slice_table(pair.reference, pair.test, pair.spacing, params, direction)
     pair.extras["msi_slices"] = rows
     if status != Status.OK:
         msi = MetricValue(MSI.name, 0.0, MSI.unit, status, used)

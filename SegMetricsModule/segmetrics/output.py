@@ -61,10 +61,10 @@ def result_tables(result, structures_per_table: int = 6):
     for start in range(0, len(result.structures), structures_per_table):
         chunk = result.structures[start:start + structures_per_table]
         table = Table(show_lines=False)
-        table.add_column("metric")
+        table.add_column("metric", overflow="fold")
         table.add_column("unit")
         for structure in chunk:
-            table.add_column(structure.structure, justify="right")
+            table.add_column(structure.structure, justify="right", overflow="fold")
         statuses = [s.status for s in chunk]
         table.add_row("status", "", *statuses, end_section=True)
         for metric, unit in metrics:
