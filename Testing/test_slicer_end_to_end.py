@@ -24,6 +24,7 @@ def run(data_dir, tmp_path_factory):
     done = subprocess.run([sys.executable, str(SCRIPT), str(out), "--reference", str(data_dir / REFERENCE),
                            "--test", str(data_dir / TEST)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
+    (out / "stderr.txt").write_text(done.stderr)
     with open(out / "results.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     return out, rows
@@ -53,3 +54,39 @@ def test_render_is_written(run):
         pixels = np.asarray(image.convert("RGB"), dtype=int)
     assert pixels.shape == (600, 800, 3)
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 500  # a shaded surface, not a flat fill
+
+
+def model_pixels(pixels):
+    """The rendered model: largest connected blob that is not background, white text or the magenta box."""
+    from scipy import ndimage
+
+    rgb = pixels / 255
+    background = (rgb[..., 2] > rgb[..., 0] + 0.1) & (rgb[..., 2] > rgb[..., 1] + 0.05)  # Slicer's blue
+    white = rgb.min(axis=-1) > 0.85  # orientation letters and legend text
+    magenta = (rgb[..., 0] > 0.6) & (rgb[..., 2] > 0.6) & (rgb[..., 1] < 0.5)  # bounding box
+    labels, _ = ndimage.label(ndimage.binary_opening(~background & ~white & ~magenta, iterations=2))
+    sizes = np.bincount(labels.ravel())
+    sizes[0] = 0
+    return labels == sizes.argmax(), rgb, white
+
+
+def test_render_of_the_mirrored_direction_data_is_lit_and_coloured(run):
+    """The SCT masks have det(direction) = -1; the cord once rendered black (triangles wound inwards)."""
+    out, _ = run
+    from PIL import Image
+
+    with Image.open(out / "surface.png") as image:
+        pixels = np.asarray(image.convert("RGB"), dtype=float)
+    model, rgb, white = model_pixels(pixels)
+    assert model.sum() > 20000  # the cord fills a good part of the view
+    assert rgb[model].max(axis=-1).mean() > 0.25  # lit (the black render gave 0.002)
+    # MSI is near 1 almost everywhere: the surface shows the green end of the colour map
+    assert np.mean(rgb[model][:, 1] > rgb[model][:, 0] + 0.1) > 0.9
+    rows, cols = np.nonzero(model)
+    box = white[max(rows.min() - 5, 0):rows.max() + 6, max(cols.min() - 5, 0):cols.max() + 6]
+    assert box.sum() < 20, "the legend title must not cover the model"
+
+
+def test_no_error_is_logged(run):
+    out, _ = run
+    assert (out / "stderr.txt").read_text().count("ERR|") == 0

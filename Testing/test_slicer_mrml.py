@@ -299,3 +299,94 @@ def test_msi_slice_table_chart_and_worst_slice(blob_outputs):
     assert 12 <= index < 20, "the worst slice is one of those with the bump"
     ras = mrml.slice_center_ras(outputs.grid, 0, index)
     assert ras == pytest.approx((-(100 + 19.5), -(50 + 19.5), -20 + index))
+
+
+SCT_REFERENCE = "sct_testing_data/history_2016_commit7f79c3e/t2/t2_seg_manual.nii.gz"
+SCT_TEST = "sct_testing_data/t2/t2_seg-deepseg_sc-2d.nii.gz"
+
+
+def segment_names(node):
+    segmentation = node.GetSegmentation()
+    return [segmentation.GetNthSegment(i).GetName() for i in range(segmentation.GetNumberOfSegments())]
+
+
+def test_readme_headless_snippet_on_single_label_masks(headless, data_dir):
+    """README "Python console and other modules": two single-label masks, segments matched by name."""
+    scene = headless.scene
+    reference_label_image = load_label_image(data_dir / SCT_REFERENCE)
+    test_label_image = load_label_image(data_dir / SCT_TEST)
+    assert not reference_label_image.names and not test_label_image.names  # no names in the files
+    ref = mrml.add_segmentation_from_label_image(scene, reference_label_image, "reference")
+    test = mrml.add_segmentation_from_label_image(scene, test_label_image, "test")
+    assert segment_names(ref) == ["Label_1"] and segment_names(test) == ["Label_1"]
+    outputs = mrml.run(ref, test, metrics=["overlap"])
+    assert [s.structure for s in outputs.result.structures] == ["Label_1"]
+    assert outputs.table.GetNumberOfRows() == 1
+    row = row_of(outputs.table, "Label_1")
+    assert outputs.table.GetCellText(row, outputs.table.GetColumnIndex("Status")) == "ok"
+    expected = compare(data_dir / SCT_REFERENCE, data_dir / SCT_TEST, metrics=["overlap"]).structures[0].value("dice")
+    assert cell(outputs.table, row, "dice") == pytest.approx(expected, abs=1e-9)
+    assert cell(outputs.table, row, "dice") == pytest.approx(0.968, abs=0.002)  # the data MANIFEST's Dice
+
+
+def test_segment_names_follow_names_else_label_value(scene):
+    array = np.zeros((4, 6, 6), np.uint8)
+    array[1:3, 1:3, 1:3] = 2
+    array[1:3, 3:5, 3:5] = 7
+    two = mrml.add_segmentation_from_label_image(scene, LabelImage(array, (1, 1, 1), names={7: "cord"}), "two")
+    assert sorted(segment_names(two)) == ["Label_2", "cord"]
+    values = {two.GetSegmentation().GetNthSegment(i).GetName(): two.GetSegmentation().GetNthSegment(i).GetLabelValue()
+              for i in range(2)}
+    assert values == {"Label_2": 2, "cord": 7}
+    one = mrml.add_segmentation_from_label_image(scene, LabelImage((array == 7).astype(np.uint8), (1, 1, 1)), "one")
+    assert segment_names(one) == ["Label_1"]  # not Slicer's default, the node name "one labelmap"
+
+
+def triangle_outwardness(polydata):
+    """Fractions of triangles whose winding normal, and of vertices whose ``Normals``, point away
+    from the centroid."""
+    points = vtk_to_numpy(polydata.GetPoints().GetData())
+    cells = vtk_to_numpy(polydata.GetPolys().GetConnectivityArray()).reshape(-1, 3)
+    a, b, c = (points[cells[:, i]] for i in range(3))
+    centre = points.mean(axis=0)
+    winding = np.einsum("ij,ij->i", np.cross(b - a, c - a), (a + b + c) / 3 - centre) > 0
+    normals = vtk_to_numpy(polydata.GetPointData().GetNormals())
+    return winding.mean(), (np.einsum("ij,ij->i", normals, points - centre) > 0).mean()
+
+
+@pytest.mark.parametrize("direction", [np.diag([1.0, 1.0, -1.0]), np.array([[0, 0, -1], [1, 0, 0], [0, 1, 0]], float)],
+                         ids=["z-mirrored", "sct-t2-frame"])
+def test_mirrored_direction_surface_stays_outward(scene, direction):
+    """det(direction) = -1 mirrors the mesh: winding and normals must still point outward (in LPS and RAS)."""
+    from segmetrics import mesh
+
+    assert np.linalg.det(direction) == pytest.approx(-1.0)
+    z, y, x = np.mgrid[:30, :32, :34]
+    ball = ((z - 15) ** 2 + (y - 16) ** 2 + (x - 17) ** 2 <= 10**2).astype(np.uint8)
+    image = LabelImage(ball, (1.2, 1.0, 0.8), (5.0, -3.0, 2.0), direction.ravel(), names={1: "ball"})
+    raw = mesh.surface_mesh(ball > 0, image.spacing)
+    assert min(triangle_outwardness(raw)) > 0.99  # the index-scaled mesh is outward to start with
+    physical = mesh.to_physical(raw, image)
+    assert min(triangle_outwardness(physical)) > 0.99
+    centre = vtk_to_numpy(physical.GetPoints().GetData()).mean(axis=0)
+    assert centre == pytest.approx(image.index_to_physical((15, 16, 17)), abs=0.05)  # placed, not just flipped
+    if "msi" not in all_groups():
+        return
+    nodes = [mrml.add_segmentation_from_label_image(scene, image, n) for n in ("reference", "test")]
+    model = mrml.run(*nodes, metrics=["msi"]).models["ball"].GetPolyData()
+    assert min(triangle_outwardness(model)) > 0.99
+    msi = vtk_to_numpy(model.GetPointData().GetArray("MSI"))
+    assert len(msi) == model.GetNumberOfPoints() and np.all(msi == 1.0)  # arrays kept (identical masks)
+
+
+def test_headless_scene_logs_no_error_and_keeps_default_colours(headless):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "from segmetrics import mrml; mrml.create_headless_scene()"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ERR|" not in done.stderr and "HomeDirectory" not in done.stderr, done.stderr[-2000:]
+    scene = headless.scene
+    assert scene.GetNodeByID("vtkMRMLColorTableNodeLabels") is not None  # built-in default colour tables
+    assert Path(headless.app_logic.GetTemporaryPath()).is_dir()

@@ -593,7 +593,9 @@ def to_physical(polydata: vtk.vtkPolyData, label_image) -> vtk.vtkPolyData:
     ``p_physical = origin + direction @ p`` where ``p`` is the index-scaled ``(x, y, z)`` point
     of a 3-D :class:`Surface` or :func:`surface_mesh`, and ``origin``/``direction`` come from ``label_image``
     (a :class:`~segmetrics.geometry.LabelImage`). Point data (e.g. ``MSI``) are kept; normals
-    are rotated.
+    are rotated. A mirroring direction (negative determinant) would turn the triangles' winding
+    inwards while the ``Normals`` stay outward (renderers then light the surface from inside, i.e.
+    black), so the triangles are then re-wound: winding and normals both stay outward.
     """
     direction = np.asarray(label_image.direction, dtype=float).reshape(3, 3)
     matrix = np.eye(4)
@@ -605,7 +607,14 @@ def to_physical(polydata: vtk.vtkPolyData, label_image) -> vtk.vtkPolyData:
     moved.SetInputData(polydata)
     moved.SetTransform(transform)
     moved.Update()
-    return moved.GetOutput()
+    if np.linalg.det(direction) >= 0:
+        return moved.GetOutput()
+    rewound = vtk.vtkReverseSense()
+    rewound.SetInputData(moved.GetOutput())
+    rewound.ReverseCellsOn()
+    rewound.ReverseNormalsOff()  # the transform already mapped the normals correctly
+    rewound.Update()
+    return rewound.GetOutput()
 
 
 def cached_surface(pair, which: str) -> Surface | None:
