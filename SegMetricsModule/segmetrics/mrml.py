@@ -10,6 +10,8 @@ Coordinates: the Slicer scene is RAS, SegMetrics/ITK geometry is LPS. The conver
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +31,9 @@ OUTPUT_ATTRIBUTE = "SegMetrics.Output"
 #: Point arrays of the test surface that can colour the 3-D view, in order of preference.
 SURFACE_ARRAYS = ("MSI", "SignedDistance_mm", "Roughness_mm")
 _LABELMAP = "Binary labelmap"
+#: Colour legend width and height as fractions of the view (Slicer's default 0.15 x 0.5 let a long
+#: title reach over tall models in the middle of the view).
+LEGEND_SIZE = (0.08, 0.4)
 
 
 @dataclass
@@ -59,16 +64,26 @@ class HeadlessScene:
     scene: object
     app_logic: object
     logics: dict
+    #: Home and temporary folder of the application logic; removed when this object is collected.
+    home: tempfile.TemporaryDirectory | None = None
 
 
 def create_headless_scene() -> HeadlessScene:
     """A new MRML scene with application, colour, segmentation, volume, model, table and plot logics.
 
     The application logic holds the module logics by raw pointer only, so they are kept in the
-    returned object. Inside Slicer use ``slicer.mrmlScene`` instead.
+    returned object. Its home and temporary path are a new temporary folder (also kept there), with
+    an empty ``share/ColorFiles``: the colour logics look for default colour files there instead of
+    logging "HomeDirectory is not set"; the built-in default colour tables are added as usual.
+    Inside Slicer use ``slicer.mrmlScene`` instead.
     """
+    home = tempfile.TemporaryDirectory(prefix="segmetrics-slicer-")
+    os.makedirs(os.path.join(home.name, "share", "ColorFiles"))
     scene = slicer.vtkMRMLScene()
     app_logic = slicer.vtkSlicerApplicationLogic()
+    app_logic.SetHomeDirectory(home.name)
+    app_logic.SetShareDirectory("share")  # relative to the home directory
+    app_logic.SetTemporaryPath(home.name)
     app_logic.SetMRMLScene(scene)
     app_logic.GetColorLogic().SetMRMLScene(scene)
     app_logic.GetColorLogic().AddDefaultColorNodes()
@@ -84,7 +99,7 @@ def create_headless_scene() -> HeadlessScene:
         logic.SetMRMLApplicationLogic(app_logic)
         logic.SetMRMLScene(scene)
         app_logic.SetModuleLogic(name, logic)
-    return HeadlessScene(scene, app_logic, logics)
+    return HeadlessScene(scene, app_logic, logics, home)
 
 
 # --- geometry: LabelImage (LPS) <-> volume node (RAS) -------------------------------------------
@@ -133,7 +148,8 @@ def add_segmentation_from_label_image(scene, image: LabelImage, name: str):
 def add_segmentation_from_labelmap(scene, labelmap_node, name: str, names: dict | None = None):
     """Add a segmentation node made from a labelmap volume node, on the labelmap's grid.
 
-    ``names`` maps label values to segment names (default ``Label_<value>``).
+    ``names`` maps label values to segment names (default ``Label_<value>``), whatever the number
+    of labels (Slicer itself would name a lone segment after the labelmap node).
     """
     segmentation_node = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", name)
     segmentation_node.SetReferenceImageGeometryParameterFromVolumeNode(labelmap_node)
@@ -142,8 +158,8 @@ def add_segmentation_from_labelmap(scene, labelmap_node, name: str, names: dict 
     segmentation = segmentation_node.GetSegmentation()
     for index in range(segmentation.GetNumberOfSegments()):
         segment = segmentation.GetNthSegment(index)
-        if segment.GetLabelValue() in (names or {}):
-            segment.SetName(names[segment.GetLabelValue()])
+        value = segment.GetLabelValue()
+        segment.SetName(str((names or {}).get(value, f"Label_{value}")))
     return segmentation_node
 
 
@@ -450,7 +466,8 @@ def show_array(model_node, array_name: str) -> bool:
     legend = slicer.vtkSlicerColorLogic.GetColorLegendDisplayNode(model_node) or (
         slicer.vtkSlicerColorLogic.AddDefaultColorLegendDisplayNode(model_node)
     )
-    legend.SetTitleText(title.replace("\n", " "))
+    legend.SetTitleText(title)  # two lines: narrower than one long line
+    legend.SetSize(*LEGEND_SIZE)
     legend.SetVisibility(True)
     return True
 
