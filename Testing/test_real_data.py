@@ -23,7 +23,6 @@ import SimpleITK as sitk
 import segmetrics
 from segmetrics import Parameters
 from segmetrics.cli import main
-from segmetrics.io import load_label_image
 
 surface_distance = pytest.importorskip("surface_distance")
 # The stale surface-distance build imports scipy.ndimage.filters / .morphology (deprecated).

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .geometry import LabelImage, as_label_image, check_same_geometry, resample_nearest
+from .geometry import LabelImage, check_same_geometry, resample_nearest
 from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, resolve_selection
 
 

@@ -21,7 +21,7 @@ from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
 from .compare import ComparisonResult, compare
 from .geometry import LabelImage, geometry_differences
-from .registry import Status, metric_specs
+from .registry import metric_specs
 from .render import ARRAY_STYLES, colour_range, lookup_table
 
 #: Flip of the first two axes: maps LPS to RAS and back (it is its own inverse).

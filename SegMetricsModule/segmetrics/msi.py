@@ -309,7 +309,7 @@ def _round_half_away(values):
 def _fda_counts(mask2d):
     """Objects (8-connected) plus holes (4-connected background not reaching the border)."""
     objects = ndimage.label(mask2d, structure=np.ones((3, 3)))[1]
-    background, count = ndimage.label(np.pad(~mask2d, 1, constant_values=True))
+    count = ndimage.label(np.pad(~mask2d, 1, constant_values=True))[1]
     return objects + count - 1
 
 

@@ -25,7 +25,6 @@ class Status:
     REFERENCE_SMOOTH = "reference_smooth"
     NOT_APPLICABLE = "not_applicable"
     MULTIPLE_OBJECTS = "multiple_objects"
-    ERROR = "error"
 
 
 @dataclass
