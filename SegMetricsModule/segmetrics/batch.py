@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .output import RECORD_FIELDS, json_value
+from .output import RECORD_FIELDS, csv_row, json_value
 from .registry import Parameters
 
 #: Columns of ``results.csv`` (the compare record fields, prefixed with the case id).
@@ -223,10 +223,6 @@ def _dask_outcomes(cases, job: dict, workers: int, scheduler: str):
 
 
 # ------------------------------------------------------------------------------------ outputs
-def _csv_row(record: dict) -> dict:
-    return {**record, "params": json.dumps(record.get("params", {}), sort_keys=True)}
-
-
 def _json_line(payload: dict) -> str:
     return json.dumps(payload, default=str) + "\n"
 
@@ -273,7 +269,7 @@ class _ResultWriter:
     def add(self, outcome: CaseOutcome) -> None:
         # Records first, then the log line: a case counts as done only once its log line exists.
         for record in outcome.records:
-            self.table.writerow(_csv_row(record))
+            self.table.writerow(csv_row(record))
             self.jsonl.write(_json_line({**record, "value": json_value(record["value"])}))
         for handle in (self.csv, self.jsonl):
             handle.flush()
@@ -294,7 +290,7 @@ def _rewrite_results(output: Path, records: list) -> None:
     with open(output / "results.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
         writer.writeheader()
-        writer.writerows(_csv_row(r) for r in records)
+        writer.writerows(csv_row(r) for r in records)
     _write_jsonl(output / "results.jsonl", ({**r, "value": json_value(r["value"])} for r in records))
 
 
@@ -310,7 +306,7 @@ def _write_parquet(output: Path, records: list) -> bool:
         import pyarrow.parquet as pq
     except ImportError:
         return False
-    columns = {name: [_csv_row(r)[name] for r in records] for name in BATCH_FIELDS}
+    columns = {name: [csv_row(r)[name] for r in records] for name in BATCH_FIELDS}
     columns["value"] = [float(r["value"]) for r in records]
     columns["reference_label"] = [str(v) for v in columns["reference_label"]]
     columns["test_label"] = [str(v) for v in columns["test_label"]]

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .geometry import LabelImage, check_same_geometry, resample_nearest
+from .geometry import LabelImage, check_same_geometry, geometry_differences, resample_nearest
 from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, resolve_selection
 
 
@@ -20,15 +20,16 @@ class StructureResult:
     values: list
     extras: dict = field(default_factory=dict)
 
-    def value(self, metric: str) -> float:
-        """The value of one metric by name (KeyError when it was not computed)."""
+    def get(self, metric: str) -> MetricValue:
+        """The :class:`MetricValue` of one metric by name (KeyError when it was not computed)."""
         for v in self.values:
             if v.metric == metric:
-                return v.value
+                return v
         raise KeyError(metric)
 
-    def get(self, metric: str) -> MetricValue:
-        return next(v for v in self.values if v.metric == metric)
+    def value(self, metric: str) -> float:
+        """The value of one metric by name (KeyError when it was not computed)."""
+        return self.get(metric).value
 
     @property
     def status(self) -> str:
@@ -205,8 +206,9 @@ def compare(
     test = load_label_image(test, spacing, threshold)
     notes = []
     if resample_to == "reference":
-        if reference.array.shape != test.array.shape or not np.allclose(reference.spacing, test.spacing):
-            notes.append("test resampled onto the reference grid (nearest neighbour)")
+        differences = geometry_differences(reference, test)
+        if differences:
+            notes.append("test resampled onto the reference grid (nearest neighbour): " + "; ".join(differences))
         test = resample_nearest(test, reference)
     elif resample_to is not None:
         raise ValueError(f"resample_to must be None or 'reference', got {resample_to!r}")

@@ -30,13 +30,17 @@ def records_to_json(records) -> str:
     return json.dumps([{**r, "value": json_value(r["value"])} for r in records], indent=2, default=str)
 
 
+def csv_row(record: dict) -> dict:
+    """A record ready for ``csv.DictWriter``: ``params`` as a JSON object string."""
+    return {**record, "params": json.dumps(record.get("params", {}), sort_keys=True)}
+
+
 def records_to_csv(records, fields=RECORD_FIELDS) -> str:
-    """CSV text, one record per line; ``params`` as a JSON object string."""
+    """CSV text, one record per line (see :func:`csv_row`)."""
     buffer = _io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    for record in records:
-        writer.writerow({**record, "params": json.dumps(record.get("params", {}), sort_keys=True)})
+    writer.writerows(csv_row(record) for record in records)
     return buffer.getvalue()
 
 
