@@ -50,6 +50,7 @@ Shared cache keys (see :func:`cached_surface`)
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -60,16 +61,19 @@ from scipy.spatial import cKDTree
 from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
+from . import _walk
+
 #: Gaussian blur (in voxels, every axis) of :func:`smooth_surface`.
 SMOOTHING_SIGMA_VOXELS = 1.0
 #: Inside voxel centres are clamped to at least 0.5 + this, outside centres to at most 0.5 - this.
 CLAMP_MARGIN = 0.05
 #: Sigma of the wide blur that counts a structure's thin axes, as a multiple of the surface blur's.
 THIN_SCALE = 3.0
+#: Largest share of the image's voxels in the pair's joint box for :func:`pair_surfaces` to mesh
+#: both masks at once (each holds a float32 field of its box while meshed).
+PARALLEL_BOX_FRACTION = 0.125
 #: Voxels per axis of the blocks that :func:`_gaussian_at` blurs one at a time.
 BLUR_BLOCK = 32
-#: Points handled at once by :func:`distances_to_surface` (temporaries of a few MB per block).
-POINTS_PER_BLOCK = 4096
 
 
 @dataclass(eq=False)
@@ -114,23 +118,18 @@ class Surface:
         return kd_tree(self.points)
 
     @cached_property
+    def vertex_grid(self) -> tuple:
+        """Buckets of the vertices for nearest-vertex search: ``(bucket size in mm, ...)`` of
+        :func:`segmetrics._walk.vertex_grid`, sized to hold about
+        :data:`~segmetrics._walk.VERTICES_PER_BUCKET` vertices on a flat patch."""
+        mean_size = float(np.mean(self.sizes))  # mm² per vertex (mm in 2-D)
+        bucket_mm = np.sqrt(_walk.VERTICES_PER_BUCKET) * mean_size ** (1.0 / (self.points.shape[1] - 1))
+        return (bucket_mm, *_walk.vertex_grid(_three_components(self.points), bucket_mm))
+
+    @cached_property
     def cells_by_vertex(self) -> tuple:
         """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``."""
-        per_cell = self.cells.shape[1]
-        count = np.bincount(self.cells.ravel(), minlength=len(self.points))
-        return np.argsort(self.cells.ravel(), kind="stable") // per_cell, np.cumsum(count) - count, count
-
-    def cell_frames(self, cells: np.ndarray) -> np.ndarray:
-        """Frames of the given cells, one column each: ``a`` and ``ab = b - a`` (mm) and, for
-        triangles, ``ac = c - a`` and ``(ab·ab, ac·ac, ab·ac)``, with ``a, b, c`` the corners
-        (rows: components). Built per block of cells to keep memory low."""
-        corners = np.take(self.points, self.cells[cells], axis=0)  # (cells, corners, components)
-        a = np.ascontiguousarray(corners[:, 0].T)
-        frames = [a] + [corners[:, k].T - a for k in range(1, self.cells.shape[1])]
-        if len(frames) == 3:
-            ab, ac = frames[1:]
-            frames.append(np.stack([np.sum(ab * ab, axis=0), np.sum(ac * ac, axis=0), np.sum(ab * ac, axis=0)]))
-        return np.concatenate(frames)
+        return _walk.cells_by_vertex(self.cells, len(self.points))
 
     @cached_property
     def face_normals(self) -> np.ndarray:
@@ -234,7 +233,12 @@ def _surface_field(padded: np.ndarray, sigma_voxels: float) -> np.ndarray:
     field = ndimage.gaussian_filter(padded, sigma_voxels, output=dtype, mode="constant", truncate=3.0)
     # inside centres that the blur alone leaves outside the surface
     lost = np.nonzero(np.less(field, 0.5, out=np.zeros_like(padded), where=padded))
-    thin_axes = np.log(field[lost] / _gaussian_at(padded, lost, THIN_SCALE * sigma_voxels, dtype)) / np.log(THIN_SCALE)
+    # thin in more than one axis (reach > 0) only where the wide blur is below a third of the blur;
+    # its central window bounds it from below and clears most centres of bulk structures at once
+    wide = THIN_SCALE * sigma_voxels
+    maybe_thin = _central_gaussian_sum(padded, lost, wide) < field[lost] / THIN_SCALE * (1 + 1e-5)
+    lost = tuple(index[maybe_thin] for index in lost)
+    thin_axes = np.log(field[lost] / _gaussian_at(padded, lost, wide, dtype)) / np.log(THIN_SCALE)
     reach = 0.5 * np.clip(thin_axes - 1.0, 0.0, 1.0)  # voxels from the centre to the surface
     np.maximum(field, 0.5 + CLAMP_MARGIN, out=field, where=padded)
     np.minimum(field, 0.5 - CLAMP_MARGIN, out=field, where=~padded)
@@ -246,6 +250,26 @@ def _surface_field(padded: np.ndarray, sigma_voxels: float) -> np.ndarray:
     for step in np.concatenate([np.eye(padded.ndim, dtype=int), -np.eye(padded.ndim, dtype=int)]):
         np.maximum.at(field, tuple((centres + step).T), lift)  # the centre's face neighbours
     return field
+
+
+def _central_gaussian_sum(padded: np.ndarray, index: tuple, sigma_voxels: float, radius: int = 3) -> np.ndarray:
+    """Lower bound of :func:`_gaussian_at` (same kernel) at the voxels ``index``: the kernel's
+    weights summed over the mask's voxels within ``radius`` voxels on every axis only."""
+    if len(index[0]) == 0:
+        return np.zeros(0)
+    halo = int(3.0 * sigma_voxels + 0.5)
+    kernel = np.exp(-0.5 * (np.arange(-halo, halo + 1) / sigma_voxels) ** 2)
+    central = (kernel / kernel.sum())[halo - radius: halo + radius + 1]
+    weights = central
+    for _ in range(padded.ndim - 1):
+        weights = np.multiply.outer(weights, central)
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(padded, radius), weights.shape)
+    index = np.stack(index, axis=1)
+    sums = np.empty(len(index))
+    for start in range(0, len(index), BLUR_BLOCK**3):  # blocks of at most 32768 windows
+        block = index[start:start + BLUR_BLOCK**3]
+        sums[start:start + len(block)] = np.tensordot(windows[tuple(block.T)], weights, axes=padded.ndim)
+    return sums
 
 
 def _gaussian_at(padded: np.ndarray, index: tuple, sigma_voxels: float, dtype) -> np.ndarray:
@@ -297,11 +321,21 @@ def _union(boxes):
 def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> tuple:
     """:func:`smooth_surface` of two masks of one grid in a shared frame, starting at their joint
     bounding box (so that distances between them do not change by a rounding when both masks
-    move); ``(reference surface, test surface)``, ``None`` for an empty mask."""
-    boxes = [bounding_box(np.asarray(m)) for m in (reference, test)]
-    joint = _union(boxes)
-    origin = None if joint is None else [s.start for s in joint]
-    return tuple(smooth_surface(m, spacing, sigma_voxels, origin, b) if b is not None else None for m, b in zip((reference, test), boxes))
+    move); ``(reference surface, test surface)``, ``None`` for an empty mask. The two masks are
+    read in two threads (the scans and the blur release the GIL), and meshed in two threads too
+    when their joint box is small next to the image (at most :data:`PARALLEL_BOX_FRACTION` of its
+    voxels), so that the second field held at once costs little memory."""
+    masks = [np.asarray(reference), np.asarray(test)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        boxes = list(pool.map(bounding_box, masks))
+        joint = _union(boxes)
+        if joint is None:
+            return None, None
+        origin = [s.start for s in joint]
+        build = lambda mask, box: smooth_surface(mask, spacing, sigma_voxels, origin, box) if box is not None else None  # noqa: E731
+        if np.prod([s.stop - s.start for s in joint]) <= PARALLEL_BOX_FRACTION * masks[0].size:
+            return tuple(pool.map(build, masks, boxes))
+        return tuple(map(build, masks, boxes))
 
 
 def _flying_edges(field: np.ndarray, spacing: np.ndarray):
@@ -364,7 +398,8 @@ def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) ->
 def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.ndarray:
     """Distance (mm) from each point to a surface: triangles in 3-D, segments in 2-D.
 
-    Each point starts at its nearest surface vertex (KD-tree) and takes the exact closest point
+    Each point starts at its nearest surface vertex (:attr:`Surface.vertex_grid`; the KD-tree
+    for points farther than a few buckets) and takes the exact closest point
     of the cells around it (point-to-triangle, point-to-segment). While that closest point lies
     on the rim of the searched cells (a vertex or edge touching none of the searched vertices),
     the search moves on to the cells around the rim feature's vertices. The walk ends at a local
@@ -393,71 +428,28 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     points = np.asarray(points, dtype=float)
     if signed and surface.cells.shape[1] != 3:
         raise ValueError("signed distances need a 3-D (triangle) surface")
-    distances, nearest = surface.tree.query(points, workers=-1)
+    queries, vertices = _three_components(points), _three_components(surface.points)
+    nearest, squared = _walk.in_threads(_walk.nearest_vertices, (queries,), (vertices, *surface.vertex_grid))
+    far = np.flatnonzero(nearest < 0)  # beyond the searched rings of buckets
+    if len(far):
+        squared[far], nearest[far] = surface.tree.query(points[far], workers=-1)
+        squared[far] **= 2
+    distances = np.sqrt(squared)
     todo = np.flatnonzero(distances > 0)
-    for start in range(0, len(todo), POINTS_PER_BLOCK):
-        index = todo[start:start + POINTS_PER_BLOCK]
-        offset, cell, feature = _closest_points(np.ascontiguousarray(points[index].T), nearest[index], surface)
-        distances[index] = np.sqrt(np.sum(offset * offset, axis=0))
-        if signed:
-            distances[index] *= np.where(np.sum(offset * _feature_normals(cell, feature, surface).T, axis=0) < 0, -1.0, 1.0)
+    offset, cell, feature = _walk.in_threads(
+        _walk.closest_points,
+        (queries[todo], nearest[todo]),
+        (vertices, surface.cells, *surface.cells_by_vertex, _walk.FEATURE_CORNERS[surface.cells.shape[1]]),
+    )
+    distances[todo] = np.sqrt(np.sum(offset * offset, axis=1))
+    if signed:
+        distances[todo] *= np.where(np.sum(offset * _feature_normals(cell, feature, surface), axis=1) < 0, -1.0, 1.0)
     return distances
 
 
-#: Closest-feature codes. Triangles (:func:`_triangle_offsets`): 0–2 vertex a, b, c; 3 edge ab;
-#: 4 edge ac; 5 edge bc; 6 the face. Segments (:func:`_segment_offsets`): 0–1 vertex a, b; 2 the
-#: segment.
-_FACE = 6
-#: Cell-local corners of each feature code (-1 = none), for triangles (3) and segments (2).
-_FEATURE_CORNERS = {
-    3: np.array([[0, -1, -1], [1, -1, -1], [2, -1, -1], [0, 1, -1], [0, 2, -1], [1, 2, -1], [0, 1, 2]]),
-    2: np.array([[0, -1], [1, -1], [0, 1]]),
-}
-#: Longest walk of :func:`distances_to_surface`, in moves of about one cell (1–2 are usual).
-MAX_WALK_STEPS = 32
-
-
-def _closest_points(p, nearest, surface: Surface):
-    """The walk of :func:`distances_to_surface` for points ``p`` (rows: components) starting at
-    vertices ``nearest``: ``p - q`` (rows: components; q the closest point found), q's cell and
-    its feature code, per point."""
-    best = np.full(p.shape[1], np.inf)
-    offset = np.zeros_like(p)
-    cell, feature = np.zeros(p.shape[1], dtype=np.int64), np.zeros(p.shape[1], dtype=np.int8)
-    walking, centres = np.arange(p.shape[1]), nearest[:, None]  # searched vertices per walking point, -1 = none
-    for _ in range(MAX_WALK_STEPS):
-        found_offset, found_cell, found_feature = _closest_in_stars(p[:, walking], centres, surface)
-        distance = np.sum(found_offset * found_offset, axis=0)
-        better = distance < best[walking]
-        walking, centres = walking[better], centres[better]
-        best[walking], offset[:, walking] = distance[better], found_offset[:, better]
-        cell[walking], feature[walking] = found_cell[better], found_feature[better]
-        corners = _FEATURE_CORNERS[surface.cells.shape[1]][feature[walking]]
-        vertices = np.where(corners >= 0, surface.cells[cell[walking][:, None], np.maximum(corners, 0)], -1)
-        on_rim = ~np.any((vertices[:, :, None] == centres[:, None, :]) & (vertices[:, :, None] >= 0), axis=(1, 2))
-        walking, centres = walking[on_rim], vertices[on_rim, :2]  # a rim feature is a vertex or an edge
-        if len(walking) == 0:
-            break
-    return offset, cell, feature
-
-
-def _closest_in_stars(p, centres, surface: Surface):
-    """For each point ``p[:, i]``: ``p - q`` (rows: components), cell and feature code of the
-    closest point ``q`` of the cells around the vertices ``centres[i]`` (-1 = none; at least one)."""
-    by_vertex, first, count = surface.cells_by_vertex
-    valid = centres >= 0
-    vertex = centres[valid]
-    owner = np.repeat(np.nonzero(valid)[0], count[vertex])  # ascending: pairs grouped by point
-    pair_start = np.cumsum(count[vertex]) - count[vertex]
-    cells = by_vertex[np.repeat(first[vertex] - pair_start, count[vertex]) + np.arange(len(owner))]
-    frames, p = surface.cell_frames(cells), np.take(p, owner, axis=1)
-    offsets, features = (_triangle_offsets if surface.cells.shape[1] == 3 else _segment_offsets)(p, frames)
-    squared = np.nan_to_num(np.sum(offsets * offsets, axis=0), nan=np.inf)  # a degenerate cell never wins
-    group_start = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-    minimum = np.minimum.reduceat(squared, group_start)
-    ties = np.flatnonzero(squared == np.repeat(minimum, np.diff(np.r_[group_start, len(owner)])))
-    chosen = ties[np.r_[True, owner[ties][1:] != owner[ties][:-1]]]  # the first closest cell per point
-    return offsets[:, chosen], cells[chosen], features[chosen]
+def _three_components(points: np.ndarray) -> np.ndarray:
+    """Contiguous float rows of 3 components (2-D points get a zero third one)."""
+    return np.ascontiguousarray(np.pad(points, ((0, 0), (0, 3 - points.shape[1]))), dtype=float)
 
 
 def _dot(u, v):
@@ -465,55 +457,13 @@ def _dot(u, v):
     return np.einsum("...i,...i->...", u, v)
 
 
-def _segment_offsets(p, frames):
-    """``p - q`` and the feature code of the point ``q`` of each segment closest to ``p``; points,
-    segment frames (:meth:`Surface.cell_frames`) and offsets have components as rows."""
-    ap, ab = p - frames[0:2], frames[2:4]
-    t = np.sum(ap * ab, axis=0) / np.sum(ab * ab, axis=0)
-    feature = np.full(len(t), 2, dtype=np.int8)
-    feature[t <= 0], feature[t >= 1] = 0, 1
-    return ap - np.clip(t, 0.0, 1.0) * ab, feature
-
-
-def _triangle_offsets(p, frames):
-    """``p - q`` for each point and triangle (``q`` the closest point of the triangle) and the
-    code of the feature holding ``q``: the Voronoi regions of Ericson, *Real-Time Collision
-    Detection* (2005), section 5.1.5, on triangle frames (:meth:`Surface.cell_frames`).
-    Points, frames and offsets have components as rows (contiguous, for fast arithmetic)."""
-    ax, ay, az, bx, by, bz, cx, cy, cz, ab_ab, ac_ac, ab_ac = frames  # b, c: the edge vectors ab, ac
-    px, py, pz = p[0] - ax, p[1] - ay, p[2] - az  # ap
-    d1, d2 = bx * px + by * py + bz * pz, cx * px + cy * py + cz * pz  # ab·ap, ac·ap
-    d3, d4 = d1 - ab_ab, d2 - ab_ac  # (p - b)·ab, (p - b)·ac
-    d5, d6 = d1 - ab_ac, d2 - ac_ac  # (p - c)·ab, (p - c)·ac
-    va, vb, vc = d3 * d6 - d5 * d4, d5 * d2 - d1 * d6, d1 * d4 - d3 * d2
-    with np.errstate(divide="ignore", invalid="ignore"):  # values of other regions may divide by zero
-        denominator = va + vb + vc
-        v, w = vb / denominator, vc / denominator  # the face
-        on_bc = (d4 - d3) / ((d4 - d3) + (d5 - d6))
-        regions = [  # in Ericson's order: the first that holds wins
-            ((d1 <= 0) & (d2 <= 0), 0.0, 0.0),  # vertex a
-            ((d3 >= 0) & (d4 <= d3), 1.0, 0.0),  # vertex b
-            ((d6 >= 0) & (d5 <= d6), 0.0, 1.0),  # vertex c
-            ((vc <= 0) & (d1 >= 0) & (d3 <= 0), d1 / (d1 - d3), 0.0),  # edge ab
-            ((vb <= 0) & (d2 >= 0) & (d6 <= 0), 0.0, d2 / (d2 - d6)),  # edge ac
-            ((va <= 0) & (d4 >= d3) & (d5 >= d6), 1.0 - on_bc, on_bc),  # edge bc
-        ]
-    feature = np.full(len(d1), _FACE, dtype=np.int8)
-    for code in range(5, -1, -1):
-        region, region_v, region_w = regions[code]
-        np.copyto(v, region_v, where=region)
-        np.copyto(w, region_w, where=region)
-        np.copyto(feature, code, where=region)
-    return np.stack([px - v * bx - w * cx, py - v * by - w * cy, pz - v * bz - w * cz]), feature
-
-
 def _feature_normals(cells, feature, surface: Surface):
     """Pseudo-normal (see :func:`distances_to_surface`) of the closest feature (code of
-    :func:`_triangle_offsets`) of each triangle, shape (k, 3)."""
+    :mod:`segmetrics._walk`) of each triangle, shape (k, 3)."""
     normals = surface.face_normals[cells]
     corner = feature < 3
     normals[corner] = surface.vertex_normals[surface.cells[cells[corner], feature[corner]]]
-    edge = (feature >= 3) & (feature < _FACE)
+    edge = (feature >= 3) & (feature < _walk.FACE)
     side = np.array([0, 2, 1])[feature[edge] - 3]  # ab, ac (= ca), bc in the order of Surface.edge_twins
     normals[edge] += surface.face_normals[surface.edge_twins[cells[edge], side]]
     return normals

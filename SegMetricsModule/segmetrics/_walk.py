@@ -1,0 +1,248 @@
+"""Compiled kernels of :func:`segmetrics.mesh.distances_to_surface`: the nearest vertex of a
+surface to each query point (a grid of buckets), and the closest point by a walk over the
+surface's cells from there.
+
+Points are 3-component rows in mm (2-D contours padded with a zero third component); cells are
+triangles (3 vertex indices) or segments (2). The kernels are compiled with numba (cached on disk
+after the first call) and release the GIL; :func:`in_threads` runs one on the query points in a
+thread per core (plain threads: safe in forked processes, unlike numba's OpenMP layer).
+"""
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
+import numpy as np
+
+#: Fewest query points per thread of :func:`in_threads`.
+MIN_POINTS_PER_THREAD = 2048
+
+#: Closest-feature codes. Triangles: 0–2 vertex a, b, c; 3 edge ab; 4 edge ac; 5 edge bc; 6 the
+#: face. Segments: 0–1 vertex a, b; 2 the segment.
+FACE = 6
+#: Longest walk, in moves of about one cell (1–2 are usual).
+MAX_WALK_STEPS = 32
+#: Cell-local corners of each feature code (-1 = none), for triangles (3 columns) and segments (2).
+FEATURE_CORNERS = {
+    3: np.array([[0, -1, -1], [1, -1, -1], [2, -1, -1], [0, 1, -1], [0, 2, -1], [1, 2, -1], [0, 1, 2]]),
+    2: np.array([[0, -1], [1, -1], [0, 1]]),
+}
+
+
+@numba.njit(cache=True, nogil=True)
+def _triangle(p, a, b, c):
+    """``(p - q, feature code)`` for the point ``q`` of triangle ``abc`` closest to ``p`` (3-tuples
+    of mm): the Voronoi regions of Ericson, *Real-Time Collision Detection* (2005), section 5.1.5."""
+    ab, ac, ap = _minus(b, a), _minus(c, a), _minus(p, a)
+    d1, d2 = _dot(ab, ap), _dot(ac, ap)
+    if d1 <= 0 and d2 <= 0:
+        return ap, 0
+    bp = _minus(p, b)
+    d3, d4 = _dot(ab, bp), _dot(ac, bp)
+    if d3 >= 0 and d4 <= d3:
+        return bp, 1
+    cp = _minus(p, c)
+    d5, d6 = _dot(ab, cp), _dot(ac, cp)
+    if d6 >= 0 and d5 <= d6:
+        return cp, 2
+    vc = d1 * d4 - d3 * d2
+    if vc <= 0 and d1 >= 0 and d3 <= 0:
+        return _step(ap, d1 / (d1 - d3), ab, 0.0, ac), 3
+    vb = d5 * d2 - d1 * d6
+    if vb <= 0 and d2 >= 0 and d6 <= 0:
+        return _step(ap, 0.0, ab, d2 / (d2 - d6), ac), 4
+    va = d3 * d6 - d5 * d4
+    if va <= 0 and d4 - d3 >= 0 and d5 - d6 >= 0:
+        w = (d4 - d3) / ((d4 - d3) + (d5 - d6))
+        return _step(ap, 1.0 - w, ab, w, ac), 5
+    denominator = va + vb + vc
+    return _step(ap, vb / denominator, ab, vc / denominator, ac), FACE
+
+
+@numba.njit(cache=True, nogil=True)
+def _segment(p, a, b):
+    """``(p - q, feature code)`` for the point ``q`` of segment ``ab`` closest to ``p``."""
+    ab, ap = _minus(b, a), _minus(p, a)
+    t = _dot(ap, ab) / _dot(ab, ab)
+    if t <= 0:
+        return ap, 0
+    if t >= 1:
+        return _minus(p, b), 1
+    return _step(ap, t, ab, 0.0, ab), 2
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _minus(u, v):
+    return (u[0] - v[0], u[1] - v[1], u[2] - v[2])
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _dot(u, v):
+    return u[0] * v[0] + u[1] * v[1] + u[2] * v[2]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _step(u, s, v, t, w):
+    """``u - s v - t w`` of 3-tuples."""
+    return (u[0] - s * v[0] - t * w[0], u[1] - s * v[1] - t * w[1], u[2] - s * v[2] - t * w[2])
+
+
+@numba.njit(cache=True, nogil=True)
+def _vertex(points, index):
+    return (points[index, 0], points[index, 1], points[index, 2])
+
+
+@numba.njit(cache=True, nogil=True)
+def _closest_in_stars(p, centre_a, centre_b, points, cells, by_vertex, first, count, best):
+    """Closest point to ``p`` among the cells around the vertices ``centre_a`` and ``centre_b``
+    (-1 = none), if closer than ``best`` (squared mm): ``(squared distance, p - q, cell,
+    feature)``; cell -1 when none is closer. The first closest cell wins ties."""
+    offset, cell, feature = (0.0, 0.0, 0.0), -1, 0
+    for centre in (centre_a, centre_b):
+        if centre < 0:
+            continue
+        for k in range(first[centre], first[centre] + count[centre]):
+            candidate = by_vertex[k]
+            if cells.shape[1] == 3:
+                found, code = _triangle(p, _vertex(points, cells[candidate, 0]), _vertex(points, cells[candidate, 1]), _vertex(points, cells[candidate, 2]))
+            else:
+                found, code = _segment(p, _vertex(points, cells[candidate, 0]), _vertex(points, cells[candidate, 1]))
+            squared = _dot(found, found)
+            if squared < best:  # NaN (a degenerate cell) never wins
+                best, offset, cell, feature = squared, found, candidate, code
+    return best, offset, cell, feature
+
+
+def in_threads(kernel, per_point: tuple, shared: tuple) -> tuple:
+    """``kernel(*per_point, *shared)`` with the ``per_point`` arrays split row-wise across a thread
+    per core; the kernel's output arrays are joined back in order."""
+    threads = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                  max(len(per_point[0]) // MIN_POINTS_PER_THREAD, 1))
+    if threads == 1:
+        return kernel(*per_point, *shared)
+    bounds = np.linspace(0, len(per_point[0]), threads + 1).astype(int)
+    with ThreadPoolExecutor(threads) as pool:
+        parts = list(pool.map(lambda lo, hi: kernel(*(a[lo:hi] for a in per_point), *shared), bounds[:-1], bounds[1:]))
+    return tuple(np.concatenate(outputs) for outputs in zip(*parts))
+
+
+@numba.njit(cache=True, nogil=True)
+def closest_points(queries, nearest, points, cells, by_vertex, first, count, feature_corners):
+    """For each query point (rows, mm), walking from its nearest vertex ``nearest[i]``: ``p - q``
+    (rows), the cell holding ``q`` and the code of its feature there.
+
+    ``by_vertex``, ``first``, ``count``: the cells around vertex ``v`` are
+    ``by_vertex[first[v]:first[v] + count[v]]`` (:attr:`segmetrics.mesh.Surface.cells_by_vertex`).
+    """
+    offsets = np.zeros((len(queries), 3))
+    found_cells = np.zeros(len(queries), dtype=np.int64)
+    features = np.zeros(len(queries), dtype=np.int8)
+    for i in range(len(queries)):
+        p = _vertex(queries, i)
+        best, centre_a, centre_b = np.inf, nearest[i], -1
+        for _ in range(MAX_WALK_STEPS):
+            best, offset, cell, feature = _closest_in_stars(p, centre_a, centre_b, points, cells, by_vertex, first, count, best)
+            if cell < 0:  # nothing closer around the searched vertices
+                break
+            offsets[i, 0], offsets[i, 1], offsets[i, 2] = offset
+            found_cells[i], features[i] = cell, feature
+            corners = feature_corners[feature]
+            if corners[-1] >= 0:  # the whole cell (face or segment): it touches a searched vertex
+                break
+            rim_a = cells[cell, corners[0]]
+            rim_b = cells[cell, corners[1]] if corners[1] >= 0 else -1
+            if rim_a == centre_a or rim_a == centre_b or (rim_b >= 0 and (rim_b == centre_a or rim_b == centre_b)):
+                break  # a local minimum of the distance over the surface
+            centre_a, centre_b = rim_a, rim_b
+    return offsets, found_cells, features
+
+
+# --- nearest vertex: a uniform grid of buckets ---------------------------------------------------
+
+#: Vertices a bucket of :func:`vertex_grid` holds on average on a flat patch of surface.
+VERTICES_PER_BUCKET = 12
+#: Rings of buckets :func:`nearest_vertices` searches around a point before giving up on it.
+MAX_RINGS = 3
+
+
+@numba.njit(cache=True)
+def vertex_grid(points, bucket_mm):
+    """Buckets of ``bucket_mm`` (cubes) holding the vertices ``points`` (rows, mm):
+    ``(low corner, buckets per axis, first, order)``; the vertices of bucket ``(i, j, k)`` are
+    ``order[first[key]:first[key + 1]]`` with ``key = (i * n[1] + j) * n[2] + k``."""
+    low = np.empty(3)
+    shape = np.empty(3, dtype=np.int64)
+    for axis in range(3):
+        low[axis] = points[:, axis].min()
+        shape[axis] = int((points[:, axis].max() - low[axis]) / bucket_mm) + 1
+    keys = np.empty(len(points), dtype=np.int64)
+    for v in range(len(points)):
+        i, j, k = _bucket(points[v, 0], points[v, 1], points[v, 2], low, bucket_mm)
+        keys[v] = (i * shape[1] + j) * shape[2] + k
+    first = np.zeros(shape[0] * shape[1] * shape[2] + 1, dtype=np.int64)
+    for key in keys:
+        first[key + 1] += 1
+    first = np.cumsum(first)
+    order, filled = np.empty(len(points), dtype=np.int64), first[:-1].copy()
+    for v in range(len(points)):
+        order[filled[keys[v]]] = v
+        filled[keys[v]] += 1
+    return low, shape, first, order
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bucket(x, y, z, low, bucket_mm):
+    return int(np.floor((x - low[0]) / bucket_mm)), int(np.floor((y - low[1]) / bucket_mm)), int(np.floor((z - low[2]) / bucket_mm))
+
+
+@numba.njit(cache=True, nogil=True)
+def nearest_vertices(queries, points, bucket_mm, low, shape, first, order):
+    """Index of the vertex nearest to each query point (rows, mm) and its squared distance (mm²),
+    searching rings of buckets of :func:`vertex_grid` outwards until no unsearched bucket can hold
+    a nearer vertex; -1 for points farther than :data:`MAX_RINGS` rings from every vertex."""
+    nearest = np.full(len(queries), -1, dtype=np.int64)
+    squared = np.full(len(queries), np.inf)
+    for q in range(len(queries)):
+        x, y, z = queries[q, 0], queries[q, 1], queries[q, 2]
+        i, j, k = _bucket(x, y, z, low, bucket_mm)
+        # every bucket outside ring r is at least r buckets plus the point's gap to its own bucket's faces away
+        gap = min(
+            min(x - low[0] - i * bucket_mm, (i + 1) * bucket_mm - (x - low[0])),
+            min(y - low[1] - j * bucket_mm, (j + 1) * bucket_mm - (y - low[1])),
+            min(z - low[2] - k * bucket_mm, (k + 1) * bucket_mm - (z - low[2])),
+        )
+        best, found = np.inf, -1
+        for ring in range(MAX_RINGS + 1):
+            for a in range(max(i - ring, 0), min(i + ring, shape[0] - 1) + 1):
+                for b in range(max(j - ring, 0), min(j + ring, shape[1] - 1) + 1):
+                    on_shell = abs(a - i) == ring or abs(b - j) == ring
+                    c = max(k - ring, 0)
+                    while c <= min(k + ring, shape[2] - 1):
+                        key = (a * shape[1] + b) * shape[2] + c
+                        for n in range(first[key], first[key + 1]):
+                            v = order[n]
+                            d = (points[v, 0] - x) ** 2 + (points[v, 1] - y) ** 2 + (points[v, 2] - z) ** 2
+                            if d < best:
+                                best, found = d, v
+                        # inside the shell only the two end buckets of the column are new
+                        c = c + 1 if on_shell or c >= k + ring or ring == 0 else k + ring
+            reach = ring * bucket_mm + gap
+            if found >= 0 and best <= reach * reach:
+                nearest[q], squared[q] = found, best
+                break
+    return nearest, squared
+
+
+@numba.njit(cache=True)
+def cells_by_vertex(cells, vertex_count):
+    """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``,
+    in increasing order (a counting sort of the cells' corners)."""
+    count = np.zeros(vertex_count, dtype=np.int64)
+    for v in cells.ravel():
+        count[v] += 1
+    first = np.cumsum(count) - count
+    filled, by_vertex = first.copy(), np.empty(cells.size, dtype=np.int64)
+    for cell in range(len(cells)):
+        for v in cells[cell]:
+            by_vertex[filled[v]] = cell
+            filled[v] += 1
+    return by_vertex, first, count
