@@ -4,8 +4,8 @@ surface's cells from there.
 
 Points are 3-component rows in mm (2-D contours padded with a zero third component); cells are
 triangles (3 vertex indices) or segments (2). The kernels are compiled with numba (cached on disk
-after the first call) and release the GIL; :func:`in_threads` runs one on the query points in a
-thread per core (plain threads: safe in forked processes, unlike numba's OpenMP layer).
+after the first call) and release the GIL; :func:`in_threads` runs one on the query points on a
+pool of a thread per core (plain threads: safe in forked processes, unlike numba's OpenMP layer).
 """
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -13,8 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numba
 import numpy as np
 
-#: Fewest query points per thread of :func:`in_threads`.
-MIN_POINTS_PER_THREAD = 2048
+#: Chunks per core that :func:`in_threads` splits the query points into, and their fewest points.
+CHUNKS_PER_THREAD = 4
+MIN_POINTS_PER_CHUNK = 1024
 
 #: Closest-feature codes. Triangles: 0–2 vertex a, b, c; 3 edge ab; 4 edge ac; 5 edge bc; 6 the
 #: face. Segments: 0–1 vertex a, b; 2 the segment.
@@ -113,16 +114,30 @@ def _closest_in_stars(p, centre_a, centre_b, points, cells, by_vertex, first, co
 
 
 def in_threads(kernel, per_point: tuple, shared: tuple) -> tuple:
-    """``kernel(*per_point, *shared)`` with the ``per_point`` arrays split row-wise across a thread
-    per core; the kernel's output arrays are joined back in order."""
-    threads = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
-                  max(len(per_point[0]) // MIN_POINTS_PER_THREAD, 1))
-    if threads == 1:
+    """``kernel(*per_point, *shared)`` with the ``per_point`` arrays split row-wise into chunks
+    (:data:`CHUNKS_PER_THREAD` per core, so that a costly region does not keep one core busy
+    alone) run on the module's thread pool; the kernel's output arrays are joined back in order."""
+    chunks = min(_THREADS * CHUNKS_PER_THREAD, max(len(per_point[0]) // MIN_POINTS_PER_CHUNK, 1))
+    if chunks == 1:
         return kernel(*per_point, *shared)
-    bounds = np.linspace(0, len(per_point[0]), threads + 1).astype(int)
-    with ThreadPoolExecutor(threads) as pool:
-        parts = list(pool.map(lambda lo, hi: kernel(*(a[lo:hi] for a in per_point), *shared), bounds[:-1], bounds[1:]))
+    bounds = np.linspace(0, len(per_point[0]), chunks + 1).astype(int)
+    parts = list(_pool().map(lambda lo, hi: kernel(*(a[lo:hi] for a in per_point), *shared), bounds[:-1], bounds[1:]))
     return tuple(np.concatenate(outputs) for outputs in zip(*parts))
+
+
+_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+_POOL = []
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The module's thread pool (one thread per core), started on first use."""
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(_THREADS, thread_name_prefix="segmetrics"))
+    return _POOL[0]
+
+
+if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads
+    os.register_at_fork(after_in_child=_POOL.clear)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -160,15 +175,17 @@ def closest_points(queries, nearest, points, cells, by_vertex, first, count, fea
 
 #: Vertices a bucket of :func:`vertex_grid` holds on average on a flat patch of surface.
 VERTICES_PER_BUCKET = 12
-#: Rings of buckets :func:`nearest_vertices` searches around a point before giving up on it.
-MAX_RINGS = 3
+#: Buckets :func:`nearest_vertices` searches out from a point before giving up on it.
+MAX_RINGS = 4
 
 
 @numba.njit(cache=True)
 def vertex_grid(points, bucket_mm):
     """Buckets of ``bucket_mm`` (cubes) holding the vertices ``points`` (rows, mm):
-    ``(low corner, buckets per axis, first, order)``; the vertices of bucket ``(i, j, k)`` are
-    ``order[first[key]:first[key + 1]]`` with ``key = (i * n[1] + j) * n[2] + k``."""
+    ``(low corner, buckets per axis, first, order, sorted)``. ``sorted`` (3 rows x, y, z) holds
+    the vertices bucket by bucket: those of bucket ``(i, j, k)`` are columns
+    ``first[key]:first[key + 1]`` with ``key = (i * n[1] + j) * n[2] + k``, and ``order`` maps
+    a column back to the vertex index."""
     low = np.empty(3)
     shape = np.empty(3, dtype=np.int64)
     for axis in range(3):
@@ -186,7 +203,7 @@ def vertex_grid(points, bucket_mm):
     for v in range(len(points)):
         order[filled[keys[v]]] = v
         filled[keys[v]] += 1
-    return low, shape, first, order
+    return low, shape, first, order, np.ascontiguousarray(points[order].T)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -194,41 +211,64 @@ def _bucket(x, y, z, low, bucket_mm):
     return int(np.floor((x - low[0]) / bucket_mm)), int(np.floor((y - low[1]) / bucket_mm)), int(np.floor((z - low[2]) / bucket_mm))
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _gap(value, low, index, bucket_mm):
+    """Distance (mm) from a coordinate to the nearer face of its bucket along one axis."""
+    inside = value - low - index * bucket_mm
+    return min(inside, bucket_mm - inside)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _outside(value, low, index, bucket_mm):
+    """Distance (mm) from a coordinate to bucket ``index`` along one axis (0 within it)."""
+    start = low + index * bucket_mm
+    return max(start - value, value - start - bucket_mm, 0.0)
+
+
 @numba.njit(cache=True, nogil=True)
-def nearest_vertices(queries, points, bucket_mm, low, shape, first, order):
-    """Index of the vertex nearest to each query point (rows, mm) and its squared distance (mm²),
-    searching rings of buckets of :func:`vertex_grid` outwards until no unsearched bucket can hold
-    a nearer vertex; -1 for points farther than :data:`MAX_RINGS` rings from every vertex."""
+def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
+    """Index of the vertex nearest to each query point (rows, mm) and its squared distance (mm²).
+
+    Scans the cube of buckets (:func:`vertex_grid`) around the point that holds every vertex as
+    near as the previous point's nearest vertex (one bucket out for the first point, and more
+    when nothing is found), and again farther out if the nearest vertex found may have a nearer
+    one beyond; columns of buckets (along z) farther than the nearest vertex so far are skipped.
+    Fastest for points in surface order (each near the one before). -1 for points farther than
+    :data:`MAX_RINGS` buckets from every vertex."""
     nearest = np.full(len(queries), -1, dtype=np.int64)
     squared = np.full(len(queries), np.inf)
+    xs, ys, zs = sorted_xyz[0], sorted_xyz[1], sorted_xyz[2]
+    previous = -1
     for q in range(len(queries)):
         x, y, z = queries[q, 0], queries[q, 1], queries[q, 2]
         i, j, k = _bucket(x, y, z, low, bucket_mm)
-        # every bucket outside ring r is at least r buckets plus the point's gap to its own bucket's faces away
-        gap = min(
-            min(x - low[0] - i * bucket_mm, (i + 1) * bucket_mm - (x - low[0])),
-            min(y - low[1] - j * bucket_mm, (j + 1) * bucket_mm - (y - low[1])),
-            min(z - low[2] - k * bucket_mm, (k + 1) * bucket_mm - (z - low[2])),
-        )
-        best, found = np.inf, -1
-        for ring in range(MAX_RINGS + 1):
-            for a in range(max(i - ring, 0), min(i + ring, shape[0] - 1) + 1):
-                for b in range(max(j - ring, 0), min(j + ring, shape[1] - 1) + 1):
-                    on_shell = abs(a - i) == ring or abs(b - j) == ring
-                    c = max(k - ring, 0)
-                    while c <= min(k + ring, shape[2] - 1):
-                        key = (a * shape[1] + b) * shape[2] + c
-                        for n in range(first[key], first[key + 1]):
-                            v = order[n]
-                            d = (points[v, 0] - x) ** 2 + (points[v, 1] - y) ** 2 + (points[v, 2] - z) ** 2
-                            if d < best:
-                                best, found = d, v
-                        # inside the shell only the two end buckets of the column are new
-                        c = c + 1 if on_shell or c >= k + ring or ring == 0 else k + ring
-            reach = ring * bucket_mm + gap
+        # every vertex within `reach` of the point lies in the cube `rings` buckets out
+        gap = min(_gap(x, low[0], i, bucket_mm), _gap(y, low[1], j, bucket_mm), _gap(z, low[2], k, bucket_mm))
+        best, found, rings = np.inf, -1, 1
+        if previous >= 0:  # the previous point's nearest vertex bounds the search (points come in surface order)
+            best, found = (xs[previous] - x) ** 2 + (ys[previous] - y) ** 2 + (zs[previous] - z) ** 2, previous
+            rings = max(1, int(np.ceil((np.sqrt(best) - gap) / bucket_mm)))
+            if rings > MAX_RINGS:
+                best, found, rings = np.inf, -1, 1
+        while rings <= MAX_RINGS:
+            start, stop = max(k - rings, 0), min(k + rings, shape[2] - 1)
+            for a in range(max(i - rings, 0), min(i + rings, shape[0] - 1) + 1):
+                along_x = _outside(x, low[0], a, bucket_mm) ** 2
+                if along_x >= best:
+                    continue
+                for b in range(max(j - rings, 0), min(j + rings, shape[1] - 1) + 1):
+                    if along_x + _outside(y, low[1], b, bucket_mm) ** 2 >= best:
+                        continue
+                    column = (a * shape[1] + b) * shape[2]  # its buckets start..stop are one run of vertices
+                    for n in range(first[column + start], first[column + stop + 1]):
+                        d = (xs[n] - x) ** 2 + (ys[n] - y) ** 2 + (zs[n] - z) ** 2
+                        if d < best:
+                            best, found = d, n
+            reach = rings * bucket_mm + gap
             if found >= 0 and best <= reach * reach:
-                nearest[q], squared[q] = found, best
+                nearest[q], squared[q], previous = order[found], best, found
                 break
+            rings = rings + 1 if found < 0 else max(rings + 1, int(np.ceil((np.sqrt(best) - gap) / bucket_mm)))
     return nearest, squared
 
 

@@ -103,7 +103,7 @@ def exact_surface_distances(reference: mesh.Surface | None, test: mesh.Surface |
             directed += [np.zeros(0), np.zeros(0)]
             continue
         distances = np.full(len(source.sizes), np.inf) if target is None else mesh.distances_to_surface(source.points, target)
-        order = np.argsort(distances, kind="stable")
+        order = np.argsort(distances)
         directed += [distances[order], source.sizes[order]]
     return SurfaceDistances(*directed, "exact")
 
@@ -129,7 +129,7 @@ def _directed(source, target):
         distances = np.full(len(source[1]), np.inf)
     else:
         distances = mesh.kd_tree(target[0]).query(source[0], workers=-1)[0]
-    order = np.argsort(distances, kind="stable")
+    order = np.argsort(distances)
     return distances[order], source[1][order]
 
 

@@ -429,7 +429,7 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     if signed and surface.cells.shape[1] != 3:
         raise ValueError("signed distances need a 3-D (triangle) surface")
     queries, vertices = _three_components(points), _three_components(surface.points)
-    nearest, squared = _walk.in_threads(_walk.nearest_vertices, (queries,), (vertices, *surface.vertex_grid))
+    nearest, squared = _walk.in_threads(_walk.nearest_vertices, (queries,), surface.vertex_grid)
     far = np.flatnonzero(nearest < 0)  # beyond the searched rings of buckets
     if len(far):
         squared[far], nearest[far] = surface.tree.query(points[far], workers=-1)
