@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segmetrics import distance as D
-from segmetrics import _walk, mesh
+from segmetrics import _kernels, mesh
 from segmetrics.registry import Parameters, Status, StructurePair
 
 surface_distance = pytest.importorskip("surface_distance")
@@ -174,7 +174,7 @@ def test_point_triangle_distance_against_dense_sampling():
     inside = u + v <= 1
     u, v = u[inside], v[inside]
     dense = [np.min(np.linalg.norm(p[i] - (a[i] + u[:, None] * (b[i] - a[i]) + v[:, None] * (c[i] - a[i])), axis=1)) for i in range(300)]
-    got = np.array([np.linalg.norm(_walk._triangle(*map(tuple, corners))[0]) for corners in zip(p, a, b, c)])
+    got = np.array([np.linalg.norm(_kernels._triangle(*map(tuple, corners))[0]) for corners in zip(p, a, b, c)])
     assert np.all(got <= np.array(dense) + 1e-12)  # the sampled points lie on the triangle
     np.testing.assert_allclose(got, dense, atol=5e-3)
 

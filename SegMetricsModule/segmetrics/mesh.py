@@ -50,7 +50,6 @@ Shared cache keys (see :func:`cached_surface`)
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -61,7 +60,7 @@ from scipy.spatial import cKDTree
 from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
-from . import _walk
+from . import _kernels
 
 #: Gaussian blur (in voxels, every axis) of :func:`smooth_surface`.
 SMOOTHING_SIGMA_VOXELS = 1.0
@@ -120,16 +119,16 @@ class Surface:
     @cached_property
     def vertex_grid(self) -> tuple:
         """Buckets of the vertices for nearest-vertex search: ``(bucket size in mm, ...)`` of
-        :func:`segmetrics._walk.vertex_grid`, sized to hold about
-        :data:`~segmetrics._walk.VERTICES_PER_BUCKET` vertices on a flat patch."""
+        :func:`segmetrics._kernels.vertex_grid`, sized to hold about
+        :data:`~segmetrics._kernels.VERTICES_PER_BUCKET` vertices on a flat patch."""
         mean_size = float(np.mean(self.sizes))  # mm² per vertex (mm in 2-D)
-        bucket_mm = np.sqrt(_walk.VERTICES_PER_BUCKET) * mean_size ** (1.0 / (self.points.shape[1] - 1))
-        return (bucket_mm, *_walk.vertex_grid(_three_components(self.points), bucket_mm))
+        bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * mean_size ** (1.0 / (self.points.shape[1] - 1))
+        return (bucket_mm, *_kernels.vertex_grid(_three_components(self.points), bucket_mm))
 
     @cached_property
     def cells_by_vertex(self) -> tuple:
         """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``."""
-        return _walk.cells_by_vertex(self.cells, len(self.points))
+        return _kernels.cells_by_vertex(self.cells, len(self.points))
 
     @cached_property
     def face_normals(self) -> np.ndarray:
@@ -232,16 +231,15 @@ def _surface_field(padded: np.ndarray, sigma_voxels: float) -> np.ndarray:
     dtype = np.float32 if padded.ndim == 3 else float  # 3-D: low memory; 2-D: symmetric shapes exact
     field = ndimage.gaussian_filter(padded, sigma_voxels, output=dtype, mode="constant", truncate=3.0)
     # inside centres that the blur alone leaves outside the surface
-    lost = np.nonzero(np.less(field, 0.5, out=np.zeros_like(padded), where=padded))
+    lost, blurred = _kernels.clamp_field(field.ravel(), padded.ravel(), CLAMP_MARGIN)
+    lost = np.unravel_index(lost, padded.shape)
     # thin in more than one axis (reach > 0) only where the wide blur is below a third of the blur;
     # its central window bounds it from below and clears most centres of bulk structures at once
     wide = THIN_SCALE * sigma_voxels
-    maybe_thin = _central_gaussian_sum(padded, lost, wide) < field[lost] / THIN_SCALE * (1 + 1e-5)
+    maybe_thin = _central_gaussian_sum(padded, lost, wide) < blurred / THIN_SCALE * (1 + 1e-5)
     lost = tuple(index[maybe_thin] for index in lost)
-    thin_axes = np.log(field[lost] / _gaussian_at(padded, lost, wide, dtype)) / np.log(THIN_SCALE)
+    thin_axes = np.log(blurred[maybe_thin] / _gaussian_at(padded, lost, wide, dtype)) / np.log(THIN_SCALE)
     reach = 0.5 * np.clip(thin_axes - 1.0, 0.0, 1.0)  # voxels from the centre to the surface
-    np.maximum(field, 0.5 + CLAMP_MARGIN, out=field, where=padded)
-    np.minimum(field, 0.5 - CLAMP_MARGIN, out=field, where=~padded)
     lifted = reach > 0
     centres = np.stack(lost, axis=1)[lifted]
     # between a centre at 0.5 + margin and a neighbour at this value the field is 0.5 `reach` voxels out;
@@ -325,17 +323,16 @@ def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGM
     read in two threads (the scans and the blur release the GIL), and meshed in two threads too
     when their joint box is small next to the image (at most :data:`PARALLEL_BOX_FRACTION` of its
     voxels), so that the second field held at once costs little memory."""
-    masks = [np.asarray(reference), np.asarray(test)]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        boxes = list(pool.map(bounding_box, masks))
-        joint = _union(boxes)
-        if joint is None:
-            return None, None
-        origin = [s.start for s in joint]
-        build = lambda mask, box: smooth_surface(mask, spacing, sigma_voxels, origin, box) if box is not None else None  # noqa: E731
-        if np.prod([s.stop - s.start for s in joint]) <= PARALLEL_BOX_FRACTION * masks[0].size:
-            return tuple(pool.map(build, masks, boxes))
-        return tuple(map(build, masks, boxes))
+    masks, pool = [np.asarray(reference), np.asarray(test)], _kernels.thread_pool()
+    boxes = list(pool.map(bounding_box, masks))
+    joint = _union(boxes)
+    if joint is None:
+        return None, None
+    origin = [s.start for s in joint]
+    build = lambda mask, box: smooth_surface(mask, spacing, sigma_voxels, origin, box) if box is not None else None  # noqa: E731
+    if np.prod([s.stop - s.start for s in joint]) <= PARALLEL_BOX_FRACTION * masks[0].size:
+        return tuple(pool.map(build, masks, boxes))
+    return tuple(map(build, masks, boxes))
 
 
 def _flying_edges(field: np.ndarray, spacing: np.ndarray):
@@ -429,17 +426,17 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     if signed and surface.cells.shape[1] != 3:
         raise ValueError("signed distances need a 3-D (triangle) surface")
     queries, vertices = _three_components(points), _three_components(surface.points)
-    nearest, squared = _walk.in_threads(_walk.nearest_vertices, (queries,), surface.vertex_grid)
+    nearest, squared = _kernels.in_threads(_kernels.nearest_vertices, (queries,), surface.vertex_grid)
     far = np.flatnonzero(nearest < 0)  # beyond the searched rings of buckets
     if len(far):
         squared[far], nearest[far] = surface.tree.query(points[far], workers=-1)
         squared[far] **= 2
     distances = np.sqrt(squared)
     todo = np.flatnonzero(distances > 0)
-    offset, cell, feature = _walk.in_threads(
-        _walk.closest_points,
+    offset, cell, feature = _kernels.in_threads(
+        _kernels.closest_points,
         (queries[todo], nearest[todo]),
-        (vertices, surface.cells, *surface.cells_by_vertex, _walk.FEATURE_CORNERS[surface.cells.shape[1]]),
+        (vertices, surface.cells, *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]]),
     )
     distances[todo] = np.sqrt(np.sum(offset * offset, axis=1))
     if signed:
@@ -459,11 +456,11 @@ def _dot(u, v):
 
 def _feature_normals(cells, feature, surface: Surface):
     """Pseudo-normal (see :func:`distances_to_surface`) of the closest feature (code of
-    :mod:`segmetrics._walk`) of each triangle, shape (k, 3)."""
+    :mod:`segmetrics._kernels`) of each triangle, shape (k, 3)."""
     normals = surface.face_normals[cells]
     corner = feature < 3
     normals[corner] = surface.vertex_normals[surface.cells[cells[corner], feature[corner]]]
-    edge = (feature >= 3) & (feature < _walk.FACE)
+    edge = (feature >= 3) & (feature < _kernels.FACE)
     side = np.array([0, 2, 1])[feature[edge] - 3]  # ab, ac (= ca), bc in the order of Surface.edge_twins
     normals[edge] += surface.face_normals[surface.edge_twins[cells[edge], side]]
     return normals
@@ -509,13 +506,8 @@ def triangle_areas(polydata: vtk.vtkPolyData) -> np.ndarray:
 
 
 def _triangle_areas(vertices: np.ndarray, cells: np.ndarray) -> np.ndarray:
-    """Areas of triangles ``cells`` (m, 3) of ``vertices`` (n, 3), computed component by component."""
-    components = np.ascontiguousarray(vertices.T)
-    a, b, c = (np.take(components, cells[:, k], axis=1) for k in range(3))
-    b -= a
-    c -= a
-    cross = np.stack([b[1] * c[2] - b[2] * c[1], b[2] * c[0] - b[0] * c[2], b[0] * c[1] - b[1] * c[0]])
-    return 0.5 * np.sqrt(np.sum(cross * cross, axis=0))
+    """Areas of triangles ``cells`` (m, 3) of ``vertices`` (n, 3)."""
+    return _kernels.triangle_areas(np.ascontiguousarray(vertices, dtype=float), np.ascontiguousarray(cells, dtype=np.int64))
 
 
 def point_areas(polydata: vtk.vtkPolyData) -> np.ndarray:

@@ -1,6 +1,6 @@
-"""Compiled kernels of :func:`segmetrics.mesh.distances_to_surface`: the nearest vertex of a
-surface to each query point (a grid of buckets), and the closest point by a walk over the
-surface's cells from there.
+"""Compiled kernels of :mod:`segmetrics.mesh`: the clamp of the surface field, triangle areas,
+and for :func:`segmetrics.mesh.distances_to_surface` the nearest vertex of a surface to each
+query point (a grid of buckets) and the closest point by a walk over the surface's cells.
 
 Points are 3-component rows in mm (2-D contours padded with a zero third component); cells are
 triangles (3 vertex indices) or segments (2). The kernels are compiled with numba (cached on disk
@@ -121,7 +121,7 @@ def in_threads(kernel, per_point: tuple, shared: tuple) -> tuple:
     if chunks == 1:
         return kernel(*per_point, *shared)
     bounds = np.linspace(0, len(per_point[0]), chunks + 1).astype(int)
-    parts = list(_pool().map(lambda lo, hi: kernel(*(a[lo:hi] for a in per_point), *shared), bounds[:-1], bounds[1:]))
+    parts = list(thread_pool().map(lambda lo, hi: kernel(*(a[lo:hi] for a in per_point), *shared), bounds[:-1], bounds[1:]))
     return tuple(np.concatenate(outputs) for outputs in zip(*parts))
 
 
@@ -129,8 +129,9 @@ _THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
 _POOL = []
 
 
-def _pool() -> ThreadPoolExecutor:
-    """The module's thread pool (one thread per core), started on first use."""
+def thread_pool() -> ThreadPoolExecutor:
+    """The package's thread pool (one thread per core), started on first use. Its tasks must not
+    wait for other tasks of the pool."""
     if not _POOL:
         _POOL.append(ThreadPoolExecutor(_THREADS, thread_name_prefix="segmetrics"))
     return _POOL[0]
@@ -286,3 +287,35 @@ def cells_by_vertex(cells, vertex_count):
             by_vertex[filled[v]] = cell
             filled[v] += 1
     return by_vertex, first, count
+
+
+# --- surface building ---------------------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def clamp_field(field, inside, margin):
+    """Clamp a blurred field in place (arrays flat): inside voxels to at least 0.5 + margin,
+    outside ones to at most 0.5 - margin. Returns the inside voxels the blur left below 0.5
+    (flat indices) and their blurred values before the clamp."""
+    lost, values = [], []
+    for n in range(field.size):
+        if inside[n]:
+            if field[n] < 0.5:
+                lost.append(n)
+                values.append(field[n])
+            field[n] = max(field[n], 0.5 + margin)
+        else:
+            field[n] = min(field[n], 0.5 - margin)
+    return np.array(lost, dtype=np.int64), np.array(values, dtype=field.dtype)
+
+
+@numba.njit(cache=True, nogil=True)
+def triangle_areas(vertices, cells):
+    """Area of each triangle ``cells`` (rows of 3 vertex indices) of ``vertices`` (rows x, y, z)."""
+    areas = np.empty(len(cells))
+    for t in range(len(cells)):
+        a, b, c = _vertex(vertices, cells[t, 0]), _vertex(vertices, cells[t, 1]), _vertex(vertices, cells[t, 2])
+        u, v = _minus(b, a), _minus(c, a)
+        cross = (u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0])
+        areas[t] = 0.5 * np.sqrt(_dot(cross, cross))
+    return areas
