@@ -34,7 +34,7 @@ from functools import lru_cache
 import numpy as np
 from skimage import measure
 
-from . import mesh
+from . import _kernels, mesh
 from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, StructurePair, register_group
 
 SURFACE_MODES = ("exact", "deepmind")
@@ -92,20 +92,28 @@ def surface_distances(reference, test, spacing, mode: str = "exact") -> SurfaceD
         empty = np.zeros(0)
         return SurfaceDistances(empty, empty, empty, empty, mode)
     ref, tst = (_corner_surfels(np.pad(np.asarray(m[box], dtype=bool), 1), spacing) for m in (reference, test))
-    return SurfaceDistances(*_directed(ref, tst), *_directed(tst, ref), mode)
+    return _sorted_by_distance([_directed(ref, tst), _directed(tst, ref)], mode)
 
 
 def exact_surface_distances(reference: mesh.Surface | None, test: mesh.Surface | None) -> SurfaceDistances:
     """``exact``-mode :class:`SurfaceDistances` between two surfaces of :mod:`segmetrics.mesh` (``None`` = empty mask)."""
+    mesh.prepare_searches(reference, test)
     directed = []
     for source, target in ((reference, test), (test, reference)):
         if source is None:
-            directed += [np.zeros(0), np.zeros(0)]
-            continue
-        distances = np.full(len(source.sizes), np.inf) if target is None else mesh.distances_to_surface(source.points, target)
-        order = np.argsort(distances)
-        directed += [distances[order], source.sizes[order]]
-    return SurfaceDistances(*directed, "exact")
+            directed.append((np.zeros(0), np.zeros(0)))
+        elif target is None:
+            directed.append((np.full(len(source.sizes), np.inf), source.sizes))
+        else:
+            directed.append((mesh.distances_to_surface(source.points, target), source.sizes))
+    return _sorted_by_distance(directed, "exact")
+
+
+def _sorted_by_distance(directed: list, mode: str) -> SurfaceDistances:
+    """:class:`SurfaceDistances` of the ``(distances, sizes)`` reference→test and test→reference,
+    each sorted by distance (the two sorts run in parallel)."""
+    orders = _kernels.thread_pool().map(np.argsort, [distances for distances, _ in directed])
+    return SurfaceDistances(*(values[order] for (distances, sizes), order in zip(directed, orders) for values in (distances, sizes)), mode)
 
 
 def cached_surface_distances(pair: StructurePair, mode: str) -> SurfaceDistances:
@@ -124,13 +132,10 @@ def cached_surface_distances(pair: StructurePair, mode: str) -> SurfaceDistances
 
 def _directed(source, target):
     """(distances, sizes) from the surfels ``(points, sizes)`` of ``source`` to the nearest of
-    ``target`` (``inf`` when ``target`` has none), sorted by distance."""
+    ``target`` (``inf`` when ``target`` has none)."""
     if len(target[0]) == 0:
-        distances = np.full(len(source[1]), np.inf)
-    else:
-        distances = mesh.kd_tree(target[0]).query(source[0], workers=-1)[0]
-    order = np.argsort(distances)
-    return distances[order], source[1][order]
+        return np.full(len(source[1]), np.inf), source[1]
+    return mesh.kd_tree(target[0]).query(source[0], workers=-1)[0], source[1]
 
 
 # --- "deepmind": corner-grid surfels with marching-cubes areas --------------------------------

@@ -126,6 +126,11 @@ class Surface:
         return (bucket_mm, *_kernels.vertex_grid(_three_components(self.points), bucket_mm))
 
     @cached_property
+    def cell_frames(self) -> np.ndarray:
+        """:func:`segmetrics._kernels.cell_frames` of the cells (what the closest-point walk reads)."""
+        return _kernels.cell_frames(_three_components(self.points), self.cells)
+
+    @cached_property
     def cells_by_vertex(self) -> tuple:
         """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``."""
         return _kernels.cells_by_vertex(self.cells, len(self.points))
@@ -392,6 +397,13 @@ def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) ->
     return to_polydata(smooth_surface(mask, spacing, sigma_voxels))
 
 
+def prepare_searches(*surfaces: Surface | None) -> None:
+    """Build what :func:`distances_to_surface` searches on each surface (its nearest-vertex grid,
+    cell frames and cells per vertex), one surface per thread; ``None`` entries are skipped."""
+    build = lambda surface: (surface.vertex_grid, surface.cell_frames, surface.cells_by_vertex)  # noqa: E731
+    list(_kernels.thread_pool().map(build, [s for s in surfaces if s is not None]))
+
+
 def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.ndarray:
     """Distance (mm) from each point to a surface: triangles in 3-D, segments in 2-D.
 
@@ -425,7 +437,7 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     points = np.asarray(points, dtype=float)
     if signed and surface.cells.shape[1] != 3:
         raise ValueError("signed distances need a 3-D (triangle) surface")
-    queries, vertices = _three_components(points), _three_components(surface.points)
+    queries = _three_components(points)
     nearest, squared = _kernels.in_threads(_kernels.nearest_vertices, (queries,), surface.vertex_grid)
     far = np.flatnonzero(nearest < 0)  # beyond the searched rings of buckets
     if len(far):
@@ -436,7 +448,7 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     offset, cell, feature = _kernels.in_threads(
         _kernels.closest_points,
         (queries[todo], nearest[todo]),
-        (vertices, surface.cells, *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]]),
+        (surface.cell_frames, surface.cells, *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]]),
     )
     distances[todo] = np.sqrt(np.sum(offset * offset, axis=1))
     if signed:
