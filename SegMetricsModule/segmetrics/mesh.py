@@ -55,7 +55,6 @@ from functools import cached_property
 
 import numpy as np
 import vtk
-from scipy import ndimage
 from scipy.spatial import cKDTree
 from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
@@ -234,7 +233,7 @@ def _surface_field(padded: np.ndarray, sigma_voxels: float) -> np.ndarray:
     """The field whose 0.5 level is :func:`smooth_surface`'s surface, for a padded boolean mask
     (array order, one value per voxel centre; see the module docstring)."""
     dtype = np.float32 if padded.ndim == 3 else float  # 3-D: low memory; 2-D: symmetric shapes exact
-    field = ndimage.gaussian_filter(padded, sigma_voxels, output=dtype, mode="constant", truncate=3.0)
+    field = _kernels.gaussian_blur(padded, sigma_voxels, dtype)
     # inside centres that the blur alone leaves outside the surface
     lost, blurred = _kernels.clamp_field(field.ravel(), padded.ravel(), CLAMP_MARGIN)
     lost = np.unravel_index(lost, padded.shape)
@@ -260,9 +259,9 @@ def _central_gaussian_sum(padded: np.ndarray, index: tuple, sigma_voxels: float,
     weights summed over the mask's voxels within ``radius`` voxels on every axis only."""
     if len(index[0]) == 0:
         return np.zeros(0)
-    halo = int(3.0 * sigma_voxels + 0.5)
-    kernel = np.exp(-0.5 * (np.arange(-halo, halo + 1) / sigma_voxels) ** 2)
-    central = (kernel / kernel.sum())[halo - radius: halo + radius + 1]
+    kernel = _kernels.gaussian_weights(sigma_voxels)
+    halo = len(kernel) // 2
+    central = kernel[halo - radius: halo + radius + 1]
     weights = central
     for _ in range(padded.ndim - 1):
         weights = np.multiply.outer(weights, central)
@@ -280,18 +279,18 @@ def _gaussian_at(padded: np.ndarray, index: tuple, sigma_voxels: float, dtype) -
     ``index`` (tuple of index arrays, array order). It is computed on a box around each block of
     :data:`BLUR_BLOCK` voxels per axis holding some of them, so that time and memory follow the
     voxels asked for (a few on a large smooth structure), not the mask."""
-    halo = int(3.0 * sigma_voxels + 0.5)  # the kernel radius at truncate=3
     index = np.stack(index, axis=1)
     values = np.empty(len(index), dtype=dtype)
     if len(index) == 0:
         return values
+    halo = len(_kernels.gaussian_weights(sigma_voxels)) // 2  # the kernel's radius
     block = np.unique(index // BLUR_BLOCK, axis=0, return_inverse=True)[1].ravel()
     order = np.argsort(block, kind="stable")
     for members in np.split(order, np.cumsum(np.bincount(block))[:-1]):
         points = index[members]
         low = np.maximum(points.min(axis=0) - halo, 0)
         box = tuple(slice(start, stop) for start, stop in zip(low, points.max(axis=0) + halo + 1))
-        blurred = ndimage.gaussian_filter(padded[box], sigma_voxels, output=dtype, mode="constant", truncate=3.0)
+        blurred = _kernels.gaussian_blur(padded[box], sigma_voxels, dtype)
         values[members] = blurred[tuple((points - low).T)]
     return values
 
