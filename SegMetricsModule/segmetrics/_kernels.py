@@ -332,13 +332,12 @@ def gaussian_blur(mask: np.ndarray, sigma_voxels: float, dtype) -> np.ndarray:
         return mask.astype(dtype)
     weights = gaussian_weights(sigma_voxels).astype(dtype)
     volume = mask.reshape((1,) * (3 - mask.ndim) + mask.shape).view(np.uint8)
-    first, second = np.empty(volume.shape, dtype), np.empty(volume.shape, dtype)
-    _blur_rows(volume, weights, first)
-    _blur_columns(first, weights, second)
-    if mask.ndim == 2:
-        return second.reshape(mask.shape)
-    _blur_slices(second, weights, first)
-    return first
+    blurred = np.empty(volume.shape, dtype)
+    _blur_rows(volume, weights, blurred)
+    _blur_columns(blurred, weights)
+    if mask.ndim == 3:
+        _blur_slices(blurred, weights)
+    return blurred.reshape(mask.shape)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -359,33 +358,36 @@ def _blur_rows(source, weights, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def _blur_columns(source, weights, out):
-    """Blur along the middle axis (zero outside)."""
+def _blur_columns(volume, weights):
+    """Blur along the middle axis in place (zero outside), one slice copied aside at a time."""
     radius = (len(weights) - 1) // 2
-    rows = source.shape[1]
-    for z in range(source.shape[0]):
+    rows = volume.shape[1]
+    for z in range(volume.shape[0]):
+        source = volume[z].copy()
         for y in range(rows):
-            for x in range(source.shape[2]):
-                out[z, y, x] = 0
-            for j in range(max(0, radius - y), min(len(weights), rows - y + radius)):
-                weight = weights[j]
-                for x in range(source.shape[2]):
-                    out[z, y, x] += weight * source[z, y + j - radius, x]
+            _weighted_rows(source, y - radius, weights, volume[z, y])
 
 
 @numba.njit(cache=True, nogil=True)
-def _blur_slices(source, weights, out):
-    """Blur along the first axis (zero outside)."""
+def _blur_slices(volume, weights):
+    """Blur along the first axis in place (zero outside), one plane of rows copied aside at a time."""
     radius = (len(weights) - 1) // 2
-    slices = source.shape[0]
-    for z in range(slices):
-        for y in range(source.shape[1]):
-            for x in range(source.shape[2]):
-                out[z, y, x] = 0
-            for j in range(max(0, radius - z), min(len(weights), slices - z + radius)):
-                weight = weights[j]
-                for x in range(source.shape[2]):
-                    out[z, y, x] += weight * source[z + j - radius, y, x]
+    for y in range(volume.shape[1]):
+        source = volume[:, y, :].copy()
+        for z in range(volume.shape[0]):
+            _weighted_rows(source, z - radius, weights, volume[z, y])
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _weighted_rows(source, first_row, weights, out):
+    """``out = sum_j weights[j] * source[first_row + j]`` over the rows that exist."""
+    for x in range(len(out)):
+        out[x] = 0
+    for j in range(max(0, -first_row), min(len(weights), len(source) - first_row)):
+        weight = weights[j]
+        row = source[first_row + j]
+        for x in range(len(out)):
+            out[x] += weight * row[x]
 
 
 @numba.njit(cache=True, nogil=True)
