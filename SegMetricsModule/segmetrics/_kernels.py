@@ -30,44 +30,21 @@ FEATURE_CORNERS = {
 
 
 @numba.njit(cache=True, nogil=True)
-def cell_frames(points, cells):
-    """Per cell, the row ``a, ab, ac, ab·ab, ac·ac, ab·ac`` of a triangle ``abc`` (12 values) or
-    ``a, ab, ab·ab`` of a segment ``ab`` (7), in mm and mm²: what :func:`closest_points` reads."""
-    triangles = cells.shape[1] == 3
-    frames = np.empty((len(cells), 12 if triangles else 7))
-    for t in range(len(cells)):
-        a, b = cells[t, 0], cells[t, 1]
-        for k in range(3):
-            frames[t, k] = points[a, k]
-            frames[t, 3 + k] = points[b, k] - points[a, k]
-        if triangles:
-            c = cells[t, 2]
-            for k in range(3):
-                frames[t, 6 + k] = points[c, k] - points[a, k]
-            ab, ac = (frames[t, 3], frames[t, 4], frames[t, 5]), (frames[t, 6], frames[t, 7], frames[t, 8])
-            frames[t, 9], frames[t, 10], frames[t, 11] = _dot(ab, ab), _dot(ac, ac), _dot(ab, ac)
-        else:
-            frames[t, 6] = frames[t, 3] ** 2 + frames[t, 4] ** 2 + frames[t, 5] ** 2
-    return frames
-
-
-@numba.njit(cache=True, nogil=True)
-def _triangle(p, frame):
-    """``(p - q, feature code)`` for the point ``q`` of a triangle (its :func:`cell_frames` row)
-    closest to ``p``: the Voronoi regions of Ericson, *Real-Time Collision Detection* (2005),
-    section 5.1.5."""
-    ab, ac = (frame[3], frame[4], frame[5]), (frame[6], frame[7], frame[8])
-    ab_ab, ac_ac, ab_ac = frame[9], frame[10], frame[11]
-    ap = (p[0] - frame[0], p[1] - frame[1], p[2] - frame[2])
-    d1, d2 = _dot(ab, ap), _dot(ac, ap)  # ab·ap, ac·ap
+def _triangle(p, a, b, c):
+    """``(p - q, feature code)`` for the point ``q`` of triangle ``abc`` closest to ``p`` (3-tuples
+    of mm): the Voronoi regions of Ericson, *Real-Time Collision Detection* (2005), section 5.1.5."""
+    ab, ac, ap = _minus(b, a), _minus(c, a), _minus(p, a)
+    d1, d2 = _dot(ab, ap), _dot(ac, ap)
     if d1 <= 0 and d2 <= 0:
         return ap, 0
-    d3, d4 = d1 - ab_ab, d2 - ab_ac  # ab·bp, ac·bp
+    bp = _minus(p, b)
+    d3, d4 = _dot(ab, bp), _dot(ac, bp)
     if d3 >= 0 and d4 <= d3:
-        return _step(ap, 1.0, ab, 0.0, ac), 1
-    d5, d6 = d1 - ab_ac, d2 - ac_ac  # ab·cp, ac·cp
+        return bp, 1
+    cp = _minus(p, c)
+    d5, d6 = _dot(ab, cp), _dot(ac, cp)
     if d6 >= 0 and d5 <= d6:
-        return _step(ap, 0.0, ab, 1.0, ac), 2
+        return cp, 2
     vc = d1 * d4 - d3 * d2
     if vc <= 0 and d1 >= 0 and d3 <= 0:
         return _step(ap, d1 / (d1 - d3), ab, 0.0, ac), 3
@@ -83,15 +60,14 @@ def _triangle(p, frame):
 
 
 @numba.njit(cache=True, nogil=True)
-def _segment(p, frame):
-    """``(p - q, feature code)`` for the point ``q`` of a segment (its :func:`cell_frames` row) closest to ``p``."""
-    ab = (frame[3], frame[4], frame[5])
-    ap = (p[0] - frame[0], p[1] - frame[1], p[2] - frame[2])
-    t = _dot(ap, ab) / frame[6]
+def _segment(p, a, b):
+    """``(p - q, feature code)`` for the point ``q`` of segment ``ab`` closest to ``p``."""
+    ab, ap = _minus(b, a), _minus(p, a)
+    t = _dot(ap, ab) / _dot(ab, ab)
     if t <= 0:
         return ap, 0
     if t >= 1:
-        return _step(ap, 1.0, ab, 0.0, ab), 1
+        return _minus(p, b), 1
     return _step(ap, t, ab, 0.0, ab), 2
 
 
@@ -117,7 +93,7 @@ def _vertex(points, index):
 
 
 @numba.njit(cache=True, nogil=True)
-def _closest_in_stars(p, centre_a, centre_b, frames, by_vertex, first, count, best):
+def _closest_in_stars(p, centre_a, centre_b, points, cells, by_vertex, first, count, best):
     """Closest point to ``p`` among the cells around the vertices ``centre_a`` and ``centre_b``
     (-1 = none), if closer than ``best`` (squared mm): ``(squared distance, p - q, cell,
     feature)``; cell -1 when none is closer. The first closest cell wins ties."""
@@ -127,10 +103,10 @@ def _closest_in_stars(p, centre_a, centre_b, frames, by_vertex, first, count, be
             continue
         for k in range(first[centre], first[centre] + count[centre]):
             candidate = by_vertex[k]
-            if frames.shape[1] == 12:
-                found, code = _triangle(p, frames[candidate])
+            if cells.shape[1] == 3:
+                found, code = _triangle(p, _vertex(points, cells[candidate, 0]), _vertex(points, cells[candidate, 1]), _vertex(points, cells[candidate, 2]))
             else:
-                found, code = _segment(p, frames[candidate])
+                found, code = _segment(p, _vertex(points, cells[candidate, 0]), _vertex(points, cells[candidate, 1]))
             squared = _dot(found, found)
             if squared < best:  # NaN (a degenerate cell) never wins
                 best, offset, cell, feature = squared, found, candidate, code
@@ -166,10 +142,9 @@ if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's t
 
 
 @numba.njit(cache=True, nogil=True)
-def closest_points(queries, nearest, frames, cells, by_vertex, first, count, feature_corners):
-    """For each query point (rows, mm), walking from its nearest vertex ``nearest[i]`` over the
-    cells ``cells`` (vertex indices; ``frames`` their :func:`cell_frames`): ``p - q`` (rows), the
-    cell holding ``q`` and the code of its feature there.
+def closest_points(queries, nearest, points, cells, by_vertex, first, count, feature_corners):
+    """For each query point (rows, mm), walking from its nearest vertex ``nearest[i]``: ``p - q``
+    (rows), the cell holding ``q`` and the code of its feature there.
 
     ``by_vertex``, ``first``, ``count``: the cells around vertex ``v`` are
     ``by_vertex[first[v]:first[v] + count[v]]`` (:attr:`segmetrics.mesh.Surface.cells_by_vertex`).
@@ -181,7 +156,7 @@ def closest_points(queries, nearest, frames, cells, by_vertex, first, count, fea
         p = _vertex(queries, i)
         best, centre_a, centre_b = np.inf, nearest[i], -1
         for _ in range(MAX_WALK_STEPS):
-            best, offset, cell, feature = _closest_in_stars(p, centre_a, centre_b, frames, by_vertex, first, count, best)
+            best, offset, cell, feature = _closest_in_stars(p, centre_a, centre_b, points, cells, by_vertex, first, count, best)
             if cell < 0:  # nothing closer around the searched vertices
                 break
             offsets[i, 0], offsets[i, 1], offsets[i, 2] = offset

@@ -125,11 +125,6 @@ class Surface:
         return (bucket_mm, *_kernels.vertex_grid(_three_components(self.points), bucket_mm))
 
     @cached_property
-    def cell_frames(self) -> np.ndarray:
-        """:func:`segmetrics._kernels.cell_frames` of the cells (what the closest-point walk reads)."""
-        return _kernels.cell_frames(_three_components(self.points), self.cells)
-
-    @cached_property
     def cells_by_vertex(self) -> tuple:
         """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``."""
         return _kernels.cells_by_vertex(self.cells, len(self.points))
@@ -397,9 +392,9 @@ def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) ->
 
 
 def prepare_searches(*surfaces: Surface | None) -> None:
-    """Build what :func:`distances_to_surface` searches on each surface (its nearest-vertex grid,
-    cell frames and cells per vertex), one surface per thread; ``None`` entries are skipped."""
-    build = lambda surface: (surface.vertex_grid, surface.cell_frames, surface.cells_by_vertex)  # noqa: E731
+    """Build what :func:`distances_to_surface` searches on each surface (its nearest-vertex grid
+    and cells per vertex), one surface per thread; ``None`` entries are skipped."""
+    build = lambda surface: (surface.vertex_grid, surface.cells_by_vertex)  # noqa: E731
     list(_kernels.thread_pool().map(build, [s for s in surfaces if s is not None]))
 
 
@@ -447,7 +442,7 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     offset, cell, feature = _kernels.in_threads(
         _kernels.closest_points,
         (queries[todo], nearest[todo]),
-        (surface.cell_frames, surface.cells, *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]]),
+        (_three_components(surface.points), surface.cells, *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]]),
     )
     distances[todo] = np.sqrt(np.sum(offset * offset, axis=1))
     if signed:
