@@ -278,8 +278,9 @@ class SegMetricsTest(ScriptedLoadableModuleTest):
 
     def test_overlap_table(self):
         """Two boxes of known overlap: the table holds the hand-computed Dice and volumes."""
-        if importlib.util.find_spec("skimage") is None:  # testing mode installs no packages
-            self.delayDisplay("scikit-image is not installed: SegMetrics test skipped")
+        missing = [name for name in ("skimage", "numba") if importlib.util.find_spec(name) is None]
+        if missing:  # testing mode installs no packages
+            self.delayDisplay(f"{', '.join(missing)} not installed: SegMetrics test skipped")
             return
         self.delayDisplay("Starting the SegMetrics test")
         reference = np.zeros((20, 30, 40), np.uint8)

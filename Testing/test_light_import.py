@@ -11,7 +11,7 @@ BLOCK_EXTRAS = textwrap.dedent(
 
     class BlockExtras(importlib.abc.MetaPathFinder):
         # what Slicer does not bundle (Resources/requirements.txt) plus the CLI-only helpers
-        BLOCKED = {"skimage", "slicerio", "matplotlib", "rich", "dask", "pyarrow"}
+        BLOCKED = {"skimage", "numba", "slicerio", "matplotlib", "rich", "dask", "pyarrow"}
 
         def find_spec(self, name, path, target=None):
             if name.split(".")[0] in self.BLOCKED:

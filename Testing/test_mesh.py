@@ -192,3 +192,74 @@ def test_blockwise_gaussian_equals_the_full_blur():
     full = ndimage.gaussian_filter(mask, 3.0, output=np.float32, mode="constant", truncate=3.0)
     np.testing.assert_allclose(mesh._gaussian_at(mask, index, 3.0, np.float32), full[index], rtol=1e-6)
     assert mesh._gaussian_at(mask, (np.zeros(0, int),) * 3, 3.0, np.float32).size == 0
+
+
+def test_nearest_vertices_match_a_kd_tree():
+    """The bucket search finds a nearest vertex (scipy's KD-tree as truth) near, far and outside
+    the grid, in any query order, and gives up (-1) only beyond its rings."""
+    from scipy.spatial import cKDTree
+
+    from segmetrics import _kernels
+
+    rng = np.random.default_rng(3)
+    unit = rng.normal(size=(5000, 3))
+    vertices = 30.0 * unit / np.linalg.norm(unit, axis=1, keepdims=True) * [1.0, 0.6, 1.4]  # an ellipsoid's surface
+    queries = np.concatenate([vertices[:2000] + rng.normal(scale=2.0, size=(2000, 3)), rng.uniform(-80, 80, size=(2000, 3))])
+    rng.shuffle(queries)
+    bucket_mm = 3.0
+    nearest, squared = _kernels.nearest_vertices(queries, bucket_mm, *_kernels.vertex_grid(vertices, bucket_mm))
+    distances, _ = cKDTree(vertices).query(queries)
+    found = nearest >= 0
+    np.testing.assert_allclose(np.sqrt(squared[found]), distances[found], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(vertices[nearest[found]] - queries[found], axis=1), distances[found], atol=1e-12)
+    assert found.sum() > 2000 and np.all(distances[~found] > _kernels.MAX_RINGS * bucket_mm)
+
+
+def test_far_points_get_their_distance_through_the_fallback():
+    """Points much farther than the bucket rings (a false-positive blob 150 mm away) still get
+    their exact distance to the surface (VTK's point-to-surface distance as truth)."""
+    spacing = (1.0, 0.9, 0.9)
+    mask, centre = ball(8.0, spacing)
+    surface = mesh.smooth_surface(mask, spacing)
+    directions = np.random.default_rng(4).normal(size=(500, 3))
+    points = centre[::-1] * spacing[::-1] + 150.0 * directions / np.linalg.norm(directions, axis=1, keepdims=True)
+    implicit = vtk.vtkImplicitPolyDataDistance()
+    implicit.SetInput(mesh.to_polydata(surface))
+    values = vtk.vtkDoubleArray()
+    implicit.FunctionValue(numpy_to_vtk(points, deep=True), values)
+    np.testing.assert_allclose(mesh.distances_to_surface(points, surface), np.abs(vtk_to_numpy(values)), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("shape, sigma", [((9, 40, 33), 1.0), ((1, 12, 20), 1.0), ((20, 26, 24), 3.0), ((3, 2, 5), 1.0)])
+def test_gaussian_blur_matches_scipy(shape, sigma):
+    from segmetrics import _kernels
+
+    mask = np.random.default_rng(5).random(shape) > 0.6
+    expected = ndimage.gaussian_filter(mask, sigma, output=np.float32, mode="constant", truncate=3.0)
+    np.testing.assert_allclose(_kernels.gaussian_blur(mask, sigma, np.float32), expected, rtol=0, atol=1e-6)
+    plane = mask[0]
+    expected = ndimage.gaussian_filter(plane, sigma, output=float, mode="constant", truncate=3.0)
+    np.testing.assert_allclose(_kernels.gaussian_blur(plane, sigma, float), expected, rtol=0, atol=1e-14)
+
+
+def _distances_in_child(queue, points, surface):
+    queue.put(mesh.distances_to_surface(points, surface))
+
+
+def test_distances_in_a_forked_process():
+    """The kernels' thread pool is started in the parent; a forked child (as multiprocessing's
+    default on Linux) still computes, with the same result."""
+    import multiprocessing
+
+    mask, _ = ball(10.0, (1.0, 1.0, 1.0))
+    surface = mesh.smooth_surface(mask, (1.0, 1.0, 1.0))
+    points = surface.points[::3] + 1.5
+    expected = mesh.distances_to_surface(points, surface)  # starts the pool here
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_distances_in_child, args=(queue, points, surface))
+    child.start()
+    got = queue.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    np.testing.assert_array_equal(got, expected)
