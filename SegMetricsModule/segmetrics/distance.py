@@ -135,7 +135,7 @@ def _directed(source, target):
     ``target`` (``inf`` when ``target`` has none)."""
     if len(target[0]) == 0:
         return np.full(len(source[1]), np.inf), source[1]
-    return mesh.kd_tree(target[0]).query(source[0], workers=-1)[0], source[1]
+    return mesh.nearest_points(source[0], target[0], mesh.point_grid(*target))[0], source[1]
 
 
 # --- "deepmind": corner-grid surfels with marching-cubes areas --------------------------------

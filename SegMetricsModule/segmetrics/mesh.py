@@ -117,12 +117,8 @@ class Surface:
 
     @cached_property
     def vertex_grid(self) -> tuple:
-        """Buckets of the vertices for nearest-vertex search: ``(bucket size in mm, ...)`` of
-        :func:`segmetrics._kernels.vertex_grid`, sized to hold about
-        :data:`~segmetrics._kernels.VERTICES_PER_BUCKET` vertices on a flat patch."""
-        mean_size = float(np.mean(self.sizes))  # mm² per vertex (mm in 2-D)
-        bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * mean_size ** (1.0 / (self.points.shape[1] - 1))
-        return (bucket_mm, *_kernels.vertex_grid(_three_components(self.points), bucket_mm))
+        """:func:`point_grid` of the vertices."""
+        return point_grid(self.points, self.sizes)
 
     @cached_property
     def cells_by_vertex(self) -> tuple:
@@ -391,6 +387,28 @@ def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) ->
     return to_polydata(smooth_surface(mask, spacing, sigma_voxels))
 
 
+def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
+    """Buckets of surface points for :func:`nearest_points`: ``(bucket size in mm, ...)`` of
+    :func:`segmetrics._kernels.vertex_grid`, sized to hold about
+    :data:`~segmetrics._kernels.VERTICES_PER_BUCKET` points on a flat patch of a surface whose
+    points carry ``sizes`` (mm² each; mm for 2-D contours)."""
+    bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * float(np.mean(sizes)) ** (1.0 / (points.shape[1] - 1))
+    return (bucket_mm, *_kernels.vertex_grid(_three_components(points), bucket_mm))
+
+
+def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple, make_tree=None) -> tuple:
+    """``(distances in mm, indices)`` of the point of ``points`` nearest to each query (rows in
+    the same frame, 2-D or 3-D): the bucket search of :func:`point_grid`'s ``grid`` in threads,
+    and a KD-tree of the points (from ``make_tree()`` when given) for queries beyond its rings."""
+    nearest, squared = _kernels.in_threads(_kernels.nearest_vertices, (_three_components(queries),), grid)
+    far = np.flatnonzero(nearest < 0)
+    if len(far):
+        tree = kd_tree(points) if make_tree is None else make_tree()
+        squared[far], nearest[far] = tree.query(queries[far], workers=-1)
+        squared[far] **= 2
+    return np.sqrt(squared), nearest
+
+
 def prepare_searches(*surfaces: Surface | None) -> None:
     """Build what :func:`distances_to_surface` searches on each surface (its nearest-vertex grid
     and cells per vertex), one surface per thread; ``None`` entries are skipped."""
@@ -431,17 +449,11 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     points = np.asarray(points, dtype=float)
     if signed and surface.cells.shape[1] != 3:
         raise ValueError("signed distances need a 3-D (triangle) surface")
-    queries = _three_components(points)
-    nearest, squared = _kernels.in_threads(_kernels.nearest_vertices, (queries,), surface.vertex_grid)
-    far = np.flatnonzero(nearest < 0)  # beyond the searched rings of buckets
-    if len(far):
-        squared[far], nearest[far] = surface.tree.query(points[far], workers=-1)
-        squared[far] **= 2
-    distances = np.sqrt(squared)
+    distances, nearest = nearest_points(points, surface.points, surface.vertex_grid, lambda: surface.tree)
     todo = np.flatnonzero(distances > 0)
     offset, cell, feature = _kernels.in_threads(
         _kernels.closest_points,
-        (queries[todo], nearest[todo]),
+        (_three_components(points[todo]), nearest[todo]),
         (_three_components(surface.points), surface.cells, *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]]),
     )
     distances[todo] = np.sqrt(np.sum(offset * offset, axis=1))
