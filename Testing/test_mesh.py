@@ -263,3 +263,19 @@ def test_distances_in_a_forked_process():
     child.join(timeout=60)
     assert child.exitcode == 0
     np.testing.assert_array_equal(got, expected)
+
+
+def test_far_apart_specks_keep_the_bucket_grid_small():
+    """Two specks' vertices 1000 mm apart on every axis, each vertex carrying 0.01 mm²: the grid
+    would be buckets of 0.35 mm (10^10 of them) without its cap; it stays small and still finds
+    the nearest points (scipy's KD-tree as truth)."""
+    from scipy.spatial import cKDTree
+
+    rng = np.random.default_rng(6)
+    points = np.concatenate([rng.normal(scale=0.2, size=(6, 3)), 1000.0 + rng.normal(scale=0.2, size=(6, 3))])
+    grid = mesh.point_grid(points, np.full(len(points), 0.01))
+    assert len(grid[3]) < 10_000  # the bucket offsets
+    queries = rng.uniform(-50, 1050, size=(300, 3))
+    distances, nearest = mesh.nearest_points(queries, points, grid)
+    np.testing.assert_allclose(distances, cKDTree(points).query(queries)[0], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(np.linalg.norm(points[nearest] - queries, axis=1), distances, rtol=0, atol=1e-9)

@@ -70,6 +70,8 @@ THIN_SCALE = 3.0
 #: Largest share of the image's voxels in the pair's joint box for :func:`pair_surfaces` to mesh
 #: both masks at once (each holds a float32 field of its box while meshed).
 PARALLEL_BOX_FRACTION = 0.125
+#: Most buckets per point of :func:`point_grid` (beyond a few thousand in all).
+MAX_BUCKETS_PER_POINT = 8
 #: Voxels per axis of the blocks that :func:`_gaussian_at` blurs one at a time.
 BLUR_BLOCK = 32
 
@@ -391,9 +393,15 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     """Buckets of surface points for :func:`nearest_points`: ``(bucket size in mm, ...)`` of
     :func:`segmetrics._kernels.vertex_grid`, sized to hold about
     :data:`~segmetrics._kernels.VERTICES_PER_BUCKET` points on a flat patch of a surface whose
-    points carry ``sizes`` (mm² each; mm for 2-D contours)."""
-    bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * float(np.mean(sizes)) ** (1.0 / (points.shape[1] - 1))
-    return (bucket_mm, *_kernels.vertex_grid(_three_components(points), bucket_mm))
+    points carry ``sizes`` (mm² each; mm for 2-D contours), and larger when the points are so
+    spread out (a few specks far apart) that there would be more than
+    :data:`MAX_BUCKETS_PER_POINT` buckets per point."""
+    surface_dimensions = points.shape[1] - 1  # sizes are areas (3-D) or lengths (2-D)
+    bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * float(np.mean(sizes)) ** (1.0 / surface_dimensions)
+    points = _three_components(points)
+    extent = np.maximum(np.ptp(points, axis=0), bucket_mm)  # mm per axis, at least one bucket
+    bucket_mm = max(bucket_mm, float(np.prod(extent) / (MAX_BUCKETS_PER_POINT * len(points) + 4096)) ** (1.0 / 3.0))
+    return (bucket_mm, *_kernels.vertex_grid(points, bucket_mm))
 
 
 def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple, make_tree=None) -> tuple:
@@ -463,8 +471,11 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
 
 
 def _three_components(points: np.ndarray) -> np.ndarray:
-    """Contiguous float rows of 3 components (2-D points get a zero third one)."""
-    return np.ascontiguousarray(np.pad(points, ((0, 0), (0, 3 - points.shape[1]))), dtype=float)
+    """Contiguous float rows of 3 components (2-D points get a zero third one; 3-D float rows
+    that are already contiguous are returned as they are)."""
+    if points.shape[1] == 3:
+        return np.ascontiguousarray(points, dtype=float)
+    return np.pad(np.asarray(points, dtype=float), ((0, 0), (0, 1)))
 
 
 def _dot(u, v):
