@@ -36,6 +36,13 @@ _THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else
 _POOL = []
 
 
+def set_thread_count(count: int) -> None:
+    """Run the kernels on ``count`` threads from now on (batch workers share the cores)."""
+    global _THREADS
+    _THREADS = max(1, count)
+    _POOL.clear()
+
+
 def thread_pool() -> ThreadPoolExecutor:
     """The package's thread pool (one thread per core), started on first use. Its tasks must not
     wait for other tasks of the pool."""
@@ -311,7 +318,7 @@ def gaussian_blur(mask: np.ndarray, sigma_voxels: float, dtype) -> np.ndarray:
     if sigma_voxels <= 0:
         return mask.astype(dtype)
     weights = gaussian_weights(sigma_voxels).astype(dtype)
-    volume = mask.reshape((1,) * (3 - mask.ndim) + mask.shape).view(np.uint8)
+    volume = np.ascontiguousarray(mask).reshape((1,) * (3 - mask.ndim) + mask.shape).view(np.uint8)
     blurred = np.empty(volume.shape, dtype)
     _blur_rows(volume, weights, blurred)
     _blur_columns(blurred, weights)

@@ -164,13 +164,24 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
 
 # --------------------------------------------------------------------------------- executors
 def _limit_threads(workers: int) -> None:
-    """Worker initializer: N workers share the cores instead of each starting one ITK/VTK thread per core."""
+    """Worker initializer: N workers share the cores instead of each starting one ITK/VTK/kernel thread per core."""
     import SimpleITK as sitk
     import vtk
+
+    from . import _kernels
 
     threads = max(1, (os.cpu_count() or 1) // max(workers, 1))
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
     vtk.vtkSMPTools.Initialize(threads)
+    _kernels.set_thread_count(threads)
+
+
+def _compile_before_workers() -> None:
+    """Compile the kernels in this process before local workers start, so that they only read
+    numba's disk cache (:func:`segmetrics.mesh.compile_kernels`)."""
+    from . import mesh
+
+    mesh.compile_kernels()
 
 
 def _outcomes(cases, job: dict, workers: int, scheduler: str | None):
@@ -184,6 +195,7 @@ def _outcomes(cases, job: dict, workers: int, scheduler: str | None):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
+        _compile_before_workers()
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                  initializer=_limit_threads, initargs=(workers,)) as pool:
             futures = {pool.submit(evaluate_case, case, **job): case for case in cases}
@@ -206,6 +218,7 @@ def _dask_outcomes(cases, job: dict, workers: int, scheduler: str):
     except ImportError as error:
         raise ImportError("--scheduler needs dask.distributed: pip install 'segmetrics[distributed]'") from error
     if scheduler == "local":
+        _compile_before_workers()
         cluster = LocalCluster(n_workers=max(workers, 1), threads_per_worker=1, processes=True,
                                dashboard_address=None)
         client = Client(cluster)

@@ -365,6 +365,17 @@ def to_polydata(surface: Surface | None) -> vtk.vtkPolyData:
     return polydata
 
 
+def compile_kernels() -> None:
+    """Compile, or load from numba's disk cache, every kernel this module runs, on a tiny 3-D and
+    2-D mask. Batch runs call it before starting worker processes, which then only read the
+    cache: numba's cache is not safe to write from several processes at once."""
+    for shape in ((5, 6, 6), (6, 6)):
+        mask = np.zeros(shape, bool)
+        mask[(slice(1, -1),) * len(shape)] = True
+        surface = smooth_surface(mask, (1.0,) * len(shape))
+        distances_to_surface(surface.points + 0.3, surface)
+
+
 def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> vtk.vtkPolyData:
     """Closed, outward-oriented triangle surface of a 3-D mask as ``vtkPolyData``.
 
