@@ -1,12 +1,15 @@
 """Surface meshes and 2-D contours against analytic geometry."""
+import multiprocessing
+
 import numpy as np
 import pytest
 import vtk
 from scipy import ndimage
+from scipy.spatial import cKDTree
 from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
-from segmetrics import mesh
+from segmetrics import _kernels, mesh
 from segmetrics.geometry import LabelImage
 
 
@@ -197,10 +200,6 @@ def test_blockwise_gaussian_equals_the_full_blur():
 def test_nearest_vertices_match_a_kd_tree():
     """The bucket search finds a nearest vertex (scipy's KD-tree as truth) near, far and outside
     the grid, in any query order, and gives up (-1) only beyond its rings."""
-    from scipy.spatial import cKDTree
-
-    from segmetrics import _kernels
-
     rng = np.random.default_rng(3)
     unit = rng.normal(size=(5000, 3))
     vertices = 30.0 * unit / np.linalg.norm(unit, axis=1, keepdims=True) * [1.0, 0.6, 1.4]  # an ellipsoid's surface
@@ -232,8 +231,6 @@ def test_far_points_get_their_distance_through_the_fallback():
 
 @pytest.mark.parametrize("shape, sigma", [((9, 40, 33), 1.0), ((1, 12, 20), 1.0), ((20, 26, 24), 3.0), ((3, 2, 5), 1.0)])
 def test_gaussian_blur_matches_scipy(shape, sigma):
-    from segmetrics import _kernels
-
     mask = np.random.default_rng(5).random(shape) > 0.6
     expected = ndimage.gaussian_filter(mask, sigma, output=np.float32, mode="constant", truncate=3.0)
     np.testing.assert_allclose(_kernels.gaussian_blur(mask, sigma, np.float32), expected, rtol=0, atol=1e-6)
@@ -249,8 +246,6 @@ def _distances_in_child(queue, points, surface):
 def test_distances_in_a_forked_process():
     """The kernels' thread pool is started in the parent; a forked child (as multiprocessing's
     default on Linux) still computes, with the same result."""
-    import multiprocessing
-
     mask, _ = ball(10.0, (1.0, 1.0, 1.0))
     surface = mesh.smooth_surface(mask, (1.0, 1.0, 1.0))
     points = surface.points[::3] + 1.5
@@ -269,8 +264,6 @@ def test_far_apart_specks_keep_the_bucket_grid_small():
     """Two specks' vertices 1000 mm apart on every axis, each vertex carrying 0.01 mm²: the grid
     would be buckets of 0.35 mm (10^10 of them) without its cap; it stays small and still finds
     the nearest points (scipy's KD-tree as truth)."""
-    from scipy.spatial import cKDTree
-
     rng = np.random.default_rng(6)
     points = np.concatenate([rng.normal(scale=0.2, size=(6, 3)), 1000.0 + rng.normal(scale=0.2, size=(6, 3))])
     grid = mesh.point_grid(points, np.full(len(points), 0.01))
