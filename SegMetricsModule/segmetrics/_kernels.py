@@ -40,6 +40,8 @@ def set_thread_count(count: int) -> None:
     """Run the kernels on ``count`` threads from now on (batch workers share the cores)."""
     global _THREADS
     _THREADS = max(1, count)
+    for pool in _POOL:  # a pool already started lets its threads end
+        pool.shutdown(wait=False)
     _POOL.clear()
 
 
