@@ -8,9 +8,10 @@ packages are installed); the frame and instance functions below load their modul
 """
 import importlib
 
-from .compare import ComparisonResult, StructureResult, compare
+from .compare import ComparisonResult, NothingToCompareError, StructureResult, compare
 from .geometry import GeometryMismatchError, LabelImage
-from .registry import MetricValue, Parameters, Status, metric_specs
+from .registry import MetricValue, ParameterError, Parameters, Status, metric_specs
+from .validation import InputPolicy, ReadError
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,10 @@ __all__ = [
     "StructureResult",
     "LabelImage",
     "GeometryMismatchError",
+    "NothingToCompareError",
+    "InputPolicy",
+    "ReadError",
+    "ParameterError",
     "MetricValue",
     "Parameters",
     "Status",

@@ -124,15 +124,16 @@ def match_folders(reference_dir, test_dir, names=None):
 
 
 # ------------------------------------------------------------------------------------ one case
-def load_case(case: Case, threshold: float | None = None):
+def load_case(case: Case, threshold: float | None = None, input_policy=None):
     """Read a case's reference and test label images (names from ``case.names`` if given).
 
-    ``threshold`` binarises both (``value >= threshold``), e.g. 0.5 for probability maps.
+    ``threshold`` binarises both (``value >= threshold``), e.g. 0.5 for probability maps;
+    ``input_policy`` (:class:`segmetrics.io.InputPolicy`) overrides the input checks.
     """
     from .io import apply_name_map, load_label_image, read_name_map
 
-    reference = load_label_image(case.reference, threshold=threshold)
-    test = load_label_image(case.test, threshold=threshold)
+    reference = load_label_image(case.reference, threshold=threshold, input_policy=input_policy)
+    test = load_label_image(case.test, threshold=threshold, input_policy=input_policy)
     if case.names:  # as `segmetrics compare --names`: each image names the labels it holds
         names = read_name_map(case.names)
         for image in (reference, test):
@@ -141,7 +142,7 @@ def load_case(case: Case, threshold: float | None = None):
 
 
 def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, resample_to=None,
-                  labels=None, threshold: float | None = None) -> CaseOutcome:
+                  labels=None, threshold: float | None = None, input_policy=None) -> CaseOutcome:
     """Compare one case; any exception (unreadable file, grid mismatch, MemoryError) is caught.
 
     Runs in worker processes too, so it only takes and returns picklable objects. Records carry
@@ -151,9 +152,9 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
 
     start = time.perf_counter()
     try:
-        reference, test = load_case(case, threshold)
+        reference, test = load_case(case, threshold, input_policy)
         result = compare(reference, test, labels=labels, metrics=metrics, params=params,
-                         resample_to=resample_to)
+                         resample_to=resample_to, input_policy=input_policy)
     except Exception as error:  # MemoryError included: a failed case is data, not a crash of the run
         message = f"{type(error).__name__}: {str(error).strip() or 'no message'}"
         return CaseOutcome(case.case_id, "failed", error=message, seconds=time.perf_counter() - start)
@@ -330,7 +331,7 @@ def _write_parquet(output: Path, records: list) -> bool:
 def _settings(job: dict) -> dict:
     """The job as plain JSON-able settings (stored in ``run.json``)."""
     metrics, labels = job["metrics"], job["labels"]
-    return {**job, "params": asdict(job["params"]),
+    return {**job, "params": asdict(job["params"]), "input_policy": asdict(job["input_policy"]),
             "metrics": metrics if isinstance(metrics, (str, type(None))) else sorted(metrics),
             "labels": None if labels is None else [str(x) for x in labels]}
 
@@ -350,7 +351,7 @@ def _check_settings(output: Path, settings: dict) -> None:
 # --------------------------------------------------------------------------------------- run
 def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, resample_to=None,
               labels=None, threshold: float | None = None, workers: int = 1, scheduler: str | None = None, progress: bool = True,
-              unmatched: dict | None = None) -> BatchSummary:
+              unmatched: dict | None = None, input_policy=None) -> BatchSummary:
     """Evaluate every case and write the results into the folder ``output``.
 
     Parameters
@@ -372,9 +373,16 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
         (e.g. ``tcp://host:8786``); its workers must see the same file paths.
     progress : bool
         Show a progress bar (cases done, rate, time left) on standard error.
+    input_policy : segmetrics.io.InputPolicy, optional
+        Overrides of the input checks (stored in ``run.json``); invalid options (``threshold``,
+        ``params``) are refused before any case runs.
     """
+    from .io import InputPolicy
+    from .validation import check_threshold
+
+    check_threshold(threshold)
     job = {"metrics": metrics, "params": params or Parameters(), "resample_to": resample_to, "labels": labels,
-           "threshold": threshold}
+           "threshold": threshold, "input_policy": input_policy or InputPolicy()}
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     _check_settings(output, _settings(job))

@@ -53,6 +53,25 @@ def _add_parameter_arguments(p) -> None:
     p.add_argument("--roughness-convention", choices=["default", "paper"])
 
 
+def _add_input_arguments(p) -> None:
+    """Overrides of the input checks (``segmetrics.io.InputPolicy``), shared by compare, frames and batch."""
+    p.add_argument("--allow-lossy", action="store_true",
+                   help="accept lossy JPEG masks (refused by default: compression adds grey levels); needs --threshold")
+    p.add_argument("--allow-many-labels", action="store_true",
+                   help="accept label maps with negative values or more than 500 labels (refused as likely intensity images)")
+    p.add_argument("--allow-external-data", action="store_true",
+                   help="accept .mhd/.nhdr headers whose data file lies outside the header's folder")
+
+
+def _input_policy(args):
+    """``InputPolicy`` from the ``--allow-*`` flags."""
+    from .io import InputPolicy
+
+    if args.allow_lossy and args.threshold is None:
+        raise UserError("--allow-lossy needs --threshold (e.g. --threshold 128 for 0/255 JPEG masks)")
+    return InputPolicy(args.allow_lossy, args.allow_many_labels, args.allow_external_data)
+
+
 def _parameters(args):
     """``Parameters`` from ``--params`` JSON, then the flags that were given."""
     import json
@@ -82,6 +101,7 @@ def _add_compare_parser(subparsers) -> None:
     p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"}')
     p.add_argument("--metrics", default="all", help="comma-separated metric or group names (default: all)")
     _add_parameter_arguments(p)
+    _add_input_arguments(p)
     p.add_argument("--msi-slices", metavar="CSV", help="write the per-slice MSI table to this CSV")
     p.add_argument("--resample-to", choices=["reference"], help="resample the test onto the reference grid (nearest)")
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
@@ -107,8 +127,9 @@ def _run_compare(args) -> int:
     from .io import apply_name_map, load_label_image, read_name_map
     from .output import write_msi_slices, write_result
 
-    reference = load_label_image(args.reference, threshold=args.threshold)
-    test = load_label_image(args.test, threshold=args.threshold)
+    policy = _input_policy(args)
+    reference = load_label_image(args.reference, threshold=args.threshold, input_policy=policy)
+    test = load_label_image(args.test, threshold=args.threshold, input_policy=policy)
     if args.names:
         names = read_name_map(args.names)
         for image in (reference, test):
@@ -116,7 +137,7 @@ def _run_compare(args) -> int:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
-                         resample_to=args.resample_to, progress=progress)
+                         resample_to=args.resample_to, progress=progress, input_policy=policy)
     write_result(result, args.format, args.output)
     if args.msi_slices:
         write_msi_slices(result, args.msi_slices)
@@ -146,6 +167,7 @@ def _add_frames_parser(subparsers) -> None:
     p.add_argument("--detection-iou", type=float, default=0.5, help="IoU threshold of the detection counts (default 0.5)")
     p.add_argument("--threshold", type=float, help="binarise every frame at this value (>= -> class 1), e.g. 0.5 "
                    "for probability maps")
+    _add_input_arguments(p)
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.set_defaults(run=_run_frames)
@@ -160,7 +182,7 @@ def _run_frames(args) -> int:
         args.prediction_dir, args.ground_truth_dir, classes=read_name_map(args.classes) if args.classes else None,
         rules=rules, instances=args.instances or bool(args.instance_dirs or args.scores),
         connectivity=args.connectivity, scores=args.scores, detection_iou=args.detection_iou,
-        instance_dirs=args.instance_dirs, threshold=args.threshold,
+        instance_dirs=args.instance_dirs, threshold=args.threshold, input_policy=_input_policy(args),
     )
     write_frame_result(result, args.format, args.output)
     return 0
@@ -184,6 +206,7 @@ def _add_batch_parser(subparsers) -> None:
     _add_parameter_arguments(p)
     p.add_argument("--resample-to", choices=["reference"], help="resample tests onto the reference grid (nearest)")
     p.add_argument("--threshold", type=float, help="binarise every input at value >= THRESHOLD (probability maps)")
+    _add_input_arguments(p)
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1); Dask workers with --scheduler local")
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster: 'local' or a scheduler address "
                                                          "(tcp://host:8786); needs segmetrics[distributed]")
@@ -215,7 +238,8 @@ def _run_batch(args) -> int:
     penalty = args.penalty if args.penalty in ("diagonal", "none") else float(args.penalty)
     params = _parameters(args)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
-    job = {"metrics": args.metrics, "params": params, "resample_to": args.resample_to, "threshold": args.threshold}
+    job = {"metrics": args.metrics, "params": params, "resample_to": args.resample_to, "threshold": args.threshold,
+           "input_policy": _input_policy(args)}
     summary = run_batch(cases, args.output, labels=labels, workers=args.workers, scheduler=args.scheduler,
                         progress=not args.no_progress, unmatched=unmatched, **job)
     evaluated = [case_id for case_id in summary.computed if case_id not in summary.failed]

@@ -10,6 +10,10 @@ from .geometry import LabelImage, check_same_geometry, geometry_differences, res
 from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, resolve_selection
 
 
+class NothingToCompareError(ValueError):
+    """Neither image holds a structure (no non-zero voxel, no named segment) and no labels were asked for."""
+
+
 @dataclass
 class StructureResult:
     """All metric values of one reference/test structure pair, plus non-scalar extras."""
@@ -176,6 +180,7 @@ def compare(
     resample_to: str | None = None,
     threshold: float | None = None,
     progress=None,
+    input_policy=None,
 ) -> ComparisonResult:
     """Compare a test segmentation with a reference, structure by structure.
 
@@ -198,12 +203,20 @@ def compare(
         Binarise both inputs at ``value >= threshold`` (probability maps); default: integer labels.
     progress : callable, optional
         Called as ``progress(done, total, structure_name)`` after each structure.
+    input_policy : segmetrics.io.InputPolicy, optional
+        Overrides of the input checks of :mod:`segmetrics.validation` (lossy pictures, many
+        labels, external data files); by default inputs that cannot be trusted are refused with
+        :class:`segmetrics.io.ReadError`.
+
+    Raises :class:`NothingToCompareError` when neither image holds a structure and no ``labels``
+    were given, and ``ValueError`` for parameters that do not fit the images (e.g. ``msi_axis``).
     """
     from .io import load_label_image
 
     params = params or Parameters()
-    reference = load_label_image(reference, spacing, threshold)
-    test = load_label_image(test, spacing, threshold)
+    reference = load_label_image(reference, spacing, threshold, input_policy=input_policy, name="reference")
+    test = load_label_image(test, spacing, threshold, input_policy=input_policy, name="test")
+    params.check_dimension(reference.ndim)
     notes = []
     if resample_to == "reference":
         differences = geometry_differences(reference, test)
@@ -217,6 +230,9 @@ def compare(
     selection = resolve_selection(metrics)
     groups = all_groups()
     pairs, pairing_notes = _structure_pairs(reference, test, labels)
+    if not pairs:
+        raise NothingToCompareError("nothing to compare: neither image holds a structure (every voxel is 0 and no "
+                                    "segment is named); pass labels (CLI: --labels 1) to report them as both_empty")
     notes += pairing_notes
     results = []
     for index, (name, ref_label, test_label) in enumerate(pairs):
@@ -237,4 +253,4 @@ def compare(
     return ComparisonResult(results, notes)
 
 
-__all__ = ["compare", "ComparisonResult", "StructureResult", "Parameters", "Status"]
+__all__ = ["compare", "ComparisonResult", "StructureResult", "NothingToCompareError", "Parameters", "Status"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -298,24 +298,25 @@ def pair_frames(prediction_dir, ground_truth_dir):
     return pairs, sorted(predicted.keys() - reference.keys()), sorted(reference.keys() - predicted.keys())
 
 
-def read_frame(path, labels: bool = True, threshold: float | None = None) -> np.ndarray:
+def read_frame(path, labels: bool = True, threshold: float | None = None, input_policy=None) -> np.ndarray:
     """Array of a frame file (``.npy`` via NumPy, images via :mod:`segmetrics.io`), array-axis order.
 
     ``threshold`` binarises (``value >= threshold`` -> 1) probability maps; ``labels=False`` returns
-    the values unchanged (probability or score maps).
+    the values unchanged (probability or score maps). Label frames pass the input checks of
+    :mod:`segmetrics.validation` with ``input_policy`` (:class:`segmetrics.io.InputPolicy`).
     """
-    from .io import ReadError, load_label_image, read_label_image
+    from .io import load_label_image, read_label_image
 
     path = Path(path)
     if path.suffix.lower() != ".npy":
-        return load_label_image(path, threshold=threshold).array if labels else read_label_image(path).array
+        if not labels:
+            return read_label_image(path, input_policy=input_policy).array
+        return load_label_image(path, threshold=threshold, input_policy=input_policy).array
     array = np.load(path, allow_pickle=False)
     if not labels:
         return array
-    try:
-        return load_label_image(array, spacing=(1.0,) * array.ndim, threshold=threshold).array
-    except ReadError as error:
-        raise ReadError(f"{path}: {error}") from error
+    return load_label_image(array, spacing=(1.0,) * array.ndim, threshold=threshold, input_policy=input_policy,
+                            name=str(path)).array
 
 
 def read_scores(path) -> dict:
@@ -340,7 +341,8 @@ def read_scores(path) -> dict:
 
 def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: EdgeRules | None = None,
                      instances: bool = False, connectivity: int | None = None, scores=None,
-                     detection_iou: float = 0.5, instance_dirs=None, threshold: float | None = None) -> FrameResult:
+                     detection_iou: float = 0.5, instance_dirs=None, threshold: float | None = None,
+                     input_policy=None) -> FrameResult:
     """:func:`evaluate_frames` on two folders paired by file name, optionally with instance AP.
 
     Parameters
@@ -365,8 +367,16 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
         takes the class covering most of it in the frame. Default: connected components.
     threshold : float, optional
         Binarise every frame at this value (``>=`` -> class 1), e.g. 0.5 for probability maps.
+    input_policy : segmetrics.io.InputPolicy, optional
+        Overrides of the input checks (lossy pictures, many labels, external data files);
+        instance maps may always hold many labels.
     """
     from .instances import IOU_THRESHOLDS, accumulate_ap, count_detections, image_matches
+    from .io import InputPolicy
+    from .validation import check_threshold
+
+    check_threshold(threshold)
+    policy = input_policy or InputPolicy()
 
     pairs, prediction_only, reference_only = pair_frames(prediction_dir, ground_truth_dir)
     if not pairs:
@@ -378,20 +388,21 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
         notes.append(f"{len(reference_only)} ground-truth frame(s) without prediction, skipped: {', '.join(reference_only[:10])}")
     names = [name for name, _, _ in pairs]
     if classes is None:
-        classes = found_labels(read_frame(path, threshold=threshold) for _, *paths in pairs for path in paths)
+        classes = found_labels(read_frame(path, threshold=threshold, input_policy=policy)
+                               for _, *paths in pairs for path in paths)
     class_ids = sorted(set(classes) - {0})
-    score_source = _score_source(scores, names) if instances else None
+    score_source = _score_source(scores, names, policy) if instances else None
     ap_matches, detection_matches = [], []
 
     def frames():
         """Read each pair once; instance matches are collected on the way."""
         for name, prediction_path, reference_path in pairs:
-            prediction = read_frame(prediction_path, threshold=threshold)
-            reference = read_frame(reference_path, threshold=threshold)
+            prediction = read_frame(prediction_path, threshold=threshold, input_policy=policy)
+            reference = read_frame(reference_path, threshold=threshold, input_policy=policy)
             if prediction.shape != reference.shape:
                 raise ValueError(f"frame {name}: prediction shape {prediction.shape} differs from ground truth {reference.shape}")
             if instances:
-                gt, dt = _frame_instances(name, prediction, reference, class_ids, connectivity, instance_dirs)
+                gt, dt = _frame_instances(name, prediction, reference, class_ids, connectivity, instance_dirs, policy)
                 dt = score_source(name, dt)
                 ap_matches.append(image_matches(gt, dt, IOU_THRESHOLDS))
                 detection_matches.append(image_matches(gt, dt, [detection_iou]))
@@ -405,8 +416,9 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
     return result
 
 
-def _frame_instances(name, prediction, reference, class_ids, connectivity, instance_dirs):
-    """Ground-truth and predicted instances of one frame (components, or instance label maps)."""
+def _frame_instances(name, prediction, reference, class_ids, connectivity, instance_dirs, policy):
+    """Ground-truth and predicted instances of one frame (components, or instance label maps, which
+    may hold any number of instances)."""
     from .instances import instances_from_labels, instances_from_semantic
 
     if instance_dirs is None:
@@ -417,11 +429,12 @@ def _frame_instances(name, prediction, reference, class_ids, connectivity, insta
         path = next((p for p in Path(folder).iterdir() if frame_key(p) == name), None)
         if path is None:
             raise ValueError(f"{folder}: no instance map for frame {name}")
-        built.append(instances_from_labels(read_frame(path), classes).keep_classes(class_ids))
+        instance_map = read_frame(path, input_policy=replace(policy, allow_many_labels=True))
+        built.append(instances_from_labels(instance_map, classes).keep_classes(class_ids))
     return built[1], built[0]
 
 
-def _score_source(scores, names):
+def _score_source(scores, names, policy):
     """A function ``(frame name, Instances) -> scored Instances`` for the chosen score source."""
     from .instances import scores_from_mapping, scores_from_probability
 
@@ -433,7 +446,8 @@ def _score_source(scores, names):
         missing = [n for n in names if n not in maps]
         if missing:
             raise ValueError(f"{scores}: no score map for frame(s) {', '.join(missing[:10])}")
-        return lambda name, instances: scores_from_probability(instances, read_frame(maps[name], labels=False))
+        return lambda name, instances: scores_from_probability(
+            instances, read_frame(maps[name], labels=False, input_policy=policy))
     if not scores.is_file():
         raise FileNotFoundError(f"{scores}: no such score file or folder")
     table = read_scores(scores)

@@ -23,6 +23,12 @@ import SimpleITK as sitk
 
 #: Relative/absolute tolerance used when comparing spacing, origin and direction.
 GEOMETRY_TOLERANCE = 1e-4
+#: Voxel sizes (mm) outside this range are taken as a broken header, never as data.
+SPACING_RANGE_MM = (1e-6, 1e6)
+#: Largest deviation of ``D @ D.T`` from the identity accepted for a direction matrix ``D``.
+DIRECTION_TOLERANCE = 1e-3
+#: Values are counted in chunks of this many voxels (bounded temporary memory).
+_COUNT_CHUNK = 1 << 22
 
 
 class GeometryMismatchError(ValueError):
@@ -56,6 +62,7 @@ class LabelImage:
     direction: tuple = None
     names: dict = field(default_factory=dict)
     segment_masks: dict = field(default_factory=dict)
+    _array_labels: tuple = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self.array = np.asarray(self.array)
@@ -65,12 +72,12 @@ class LabelImage:
         self.spacing = tuple(float(s) for s in self.spacing)
         if len(self.spacing) != ndim:
             raise ValueError(f"spacing {self.spacing} has {len(self.spacing)} values for a {ndim}-D array")
-        if any(not np.isfinite(s) or s <= 0 for s in self.spacing):
-            raise ValueError(f"spacing must be positive and finite, got {self.spacing}")
+        check_spacing(self.spacing, "spacing (array order)")
         self.origin = tuple(float(o) for o in (self.origin if self.origin is not None else (0.0,) * ndim))
         self.direction = tuple(
             float(d) for d in (self.direction if self.direction is not None else np.eye(ndim).ravel())
         )
+        check_placement(self.origin, self.direction, ndim)
 
     @property
     def ndim(self) -> int:
@@ -83,8 +90,15 @@ class LabelImage:
         return self.array == label
 
     def labels(self) -> list:
-        """Sorted non-zero label values present in the image (and in ``segment_masks``)."""
-        present = {v.item() for v in np.unique(self.array) if v != 0}
+        """Sorted non-zero label values present in the image (and in ``segment_masks``).
+
+        The array's values are found once per array object (one counting pass over the voxels)
+        and cached: give a new array with :meth:`with_array` rather than writing into ``array``.
+        """
+        if self._array_labels is None or self._array_labels[0] is not self.array:
+            found = tuple(v.item() for v in distinct_values(self.array) if v != 0)
+            self._array_labels = (self.array, found)
+        present = set(self._array_labels[1])
         present |= {k for k, m in self.segment_masks.items() if np.any(m)}
         return sorted(present)
 
@@ -124,6 +138,55 @@ class LabelImage:
         direction = np.asarray(self.direction).reshape(self.ndim, self.ndim)
         scaled = ijk * np.asarray(self.spacing[::-1])
         return np.asarray(self.origin) + scaled @ direction.T
+
+
+def distinct_values(array: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of an array.
+
+    Integer and boolean arrays whose values span fewer than 2**20 integers are counted with
+    ``np.bincount`` in chunks: time linear in the voxels, temporary memory bounded by the chunk
+    size. Other arrays fall back to ``np.unique`` (a sort).
+    """
+    flat = array.reshape(-1)
+    if flat.size == 0 or array.dtype.kind not in "biu":
+        return np.unique(flat)
+    low, high = int(flat.min()), int(flat.max())
+    if high - low >= 1 << 20:
+        return np.unique(flat)
+    counts = np.zeros(high - low + 1, np.int64)
+    for start in range(0, flat.size, _COUNT_CHUNK):
+        counts += np.bincount(flat[start:start + _COUNT_CHUNK].astype(np.int64) - low, minlength=counts.size)
+    return np.flatnonzero(counts) + low
+
+
+def check_spacing(spacing, what: str = "spacing") -> None:
+    """Raise ``ValueError`` unless every voxel size (mm) is finite and within :data:`SPACING_RANGE_MM`.
+
+    ``what`` names the values in the message (e.g. ``"NIfTI pixdim[1..3]"``).
+    """
+    low, high = SPACING_RANGE_MM
+    values = [float(s) for s in spacing]
+    if not all(low <= s <= high for s in values):  # NaN fails the comparison too
+        raise ValueError(f"{what} {_numbers(values)} mm is invalid: every voxel size must be positive and finite, "
+                         f"between {low:g} and {high:g} mm")
+
+
+def check_placement(origin, direction, ndim: int) -> None:
+    """Raise ``ValueError`` unless ``origin`` is finite and ``direction`` (ITK order, row-major) is an
+    orthonormal ``ndim`` × ``ndim`` matrix (within :data:`DIRECTION_TOLERANCE`)."""
+    if len(origin) != ndim or not np.all(np.isfinite(origin)):
+        raise ValueError(f"origin {_numbers(origin)} must be {ndim} finite numbers (mm)")
+    matrix = np.asarray(direction, dtype=float)
+    if matrix.size != ndim * ndim or not np.all(np.isfinite(matrix)):
+        raise ValueError(f"direction {_numbers(direction)} must be {ndim * ndim} finite numbers")
+    matrix = matrix.reshape(ndim, ndim)
+    if not np.allclose(matrix @ matrix.T, np.eye(ndim), rtol=0, atol=DIRECTION_TOLERANCE):
+        raise ValueError(f"direction {_numbers(direction)} is not orthonormal: its axes must be unit vectors at "
+                         "right angles (a sheared or scaled header?)")
+
+
+def _numbers(values) -> str:
+    return "(" + ", ".join(f"{float(v):g}" for v in values) + ")"
 
 
 def through_plane_axis(spacing, direction=None) -> int:

@@ -1,8 +1,10 @@
 """Read label maps and masks with their geometry: NRRD, NIfTI, MHA/MHD, ``.seg.nrrd``, PNG/JPEG.
 
 Everything returns a :class:`~segmetrics.geometry.LabelImage` (array in ``(z, y, x)`` order,
-spacing in mm in the same order). 2-D pictures (PNG, JPEG, BMP, TIFF) carry no spacing and get
-1 mm pixels, i.e. results are in pixel units.
+spacing in mm in the same order). 2-D pictures (PNG, BMP, TIFF) carry no spacing and get
+1 mm pixels, i.e. results are in pixel units. Every input passes the checks of
+:mod:`segmetrics.validation` (refusals are one-line :class:`ReadError`); :class:`InputPolicy`
+holds the explicit overrides (lossy JPEG masks, many labels, external data files).
 """
 from __future__ import annotations
 
@@ -13,15 +15,16 @@ import numpy as np
 import SimpleITK as sitk
 
 from .geometry import LabelImage, as_label_image
+from .validation import (InputPolicy, ReadError, check_file, check_label_map, check_lossy, check_threshold,
+                         check_unique_names)
 
 PICTURE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
 
-
-class ReadError(Exception):
-    """A file is missing, unreadable or does not hold a label map."""
+__all__ = ["InputPolicy", "ReadError", "apply_name_map", "load_label_image", "read_label_image", "read_name_map"]
 
 
-def load_label_image(source, spacing=None, threshold: float | None = None) -> LabelImage:
+def load_label_image(source, spacing=None, threshold: float | None = None, *,
+                     input_policy: InputPolicy | None = None, name: str | None = None) -> LabelImage:
     """Return a :class:`LabelImage` from a path, a LabelImage, a SimpleITK image or an array.
 
     Parameters
@@ -32,19 +35,43 @@ def load_label_image(source, spacing=None, threshold: float | None = None) -> La
     threshold : float, optional
         Binarise (``value >= threshold`` → 1) instead of requiring integer labels, e.g. 0.5 for
         probability maps.
+    input_policy : InputPolicy, optional
+        Overrides of the input checks (default: none).
+    name : str, optional
+        How messages name an in-memory input (e.g. ``"reference"``); default ``"array"``.
+
+    Raises :class:`ReadError` (a ``ValueError``) for files and label maps that cannot be trusted:
+    see :mod:`segmetrics.validation`.
     """
+    policy = input_policy or InputPolicy()
+    check_threshold(threshold)
     if isinstance(source, (str, Path)):
-        image = read_label_image(source)
+        image = read_label_image(source, input_policy=policy)
+        check_lossy(Path(source), policy, threshold)
     else:
-        image = as_label_image(source, spacing)
-    return _as_labels(image, threshold, str(source) if isinstance(source, (str, Path)) else "array")
+        try:
+            image = as_label_image(source, spacing)
+        except ValueError as error:
+            raise ReadError(f"{name or 'array'}: {error}") from error
+    label = str(source) if isinstance(source, (str, Path)) else name or "array"
+    image = _as_labels(image, threshold, label)
+    if threshold is None:
+        check_label_map(image, label, policy)
+    else:
+        check_unique_names(image.names, label)
+    return image
 
 
-def read_label_image(path) -> LabelImage:
-    """Read one file into a :class:`LabelImage` (labels unchanged; see :func:`load_label_image`)."""
+def read_label_image(path, *, input_policy: InputPolicy | None = None) -> LabelImage:
+    """Read one file into a :class:`LabelImage` (labels unchanged; see :func:`load_label_image`).
+
+    The file-level checks of :func:`segmetrics.validation.check_file` run first (DICOM class,
+    external data files, header spacing, compressed-stream integrity).
+    """
     path = Path(path)
     if not path.is_file():
         raise ReadError(f"{path}: no such file")
+    check_file(path, input_policy or InputPolicy())
     name = path.name.lower()
     try:
         if name.endswith(".seg.nrrd"):
@@ -58,11 +85,18 @@ def read_label_image(path) -> LabelImage:
         raise ReadError(f"{path}: cannot be read as an image ({_reason(error)})") from error
     if image.GetNumberOfComponentsPerPixel() != 1:
         raise ReadError(f"{path}: has {image.GetNumberOfComponentsPerPixel()} components per voxel, not a label map")
-    return LabelImage.from_sitk(image)
+    try:
+        return LabelImage.from_sitk(image)
+    except ValueError as error:  # geometry refused (spacing, origin, direction)
+        raise ReadError(f"{path}: {error}") from error
 
 
 def apply_name_map(image: LabelImage, names: dict) -> None:
-    """Name the labels ``image`` holds from a ``{label value: name}`` map (others stay unnamed)."""
+    """Name the labels ``image`` holds from a ``{label value: name}`` map (others stay unnamed).
+
+    Raises :class:`ReadError` when the map gives one name to several labels.
+    """
+    check_unique_names(names, "name map")
     image.names = {label: names[label] for label in image.labels() if label in names}
 
 
@@ -78,11 +112,13 @@ def read_name_map(path) -> dict:
     path = Path(path)
     try:
         raw = json.loads(path.read_text())
-        return {int(float(key)): str(value) for key, value in raw.items()}
+        names = {int(float(key)): str(value) for key, value in raw.items()}
     except FileNotFoundError as error:
         raise ReadError(f"{path}: no such file") from error
     except (ValueError, AttributeError) as error:
         raise ReadError(f'{path}: expected a JSON object like {{"1": "liver"}} ({error})') from error
+    check_unique_names(names, str(path))
+    return names
 
 
 def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
@@ -152,6 +188,7 @@ def _read_seg_nrrd(path: Path) -> LabelImage:
             masks[label] = mask  # overlaps an earlier segment: keep it separately
         else:
             array[mask] = label
+    check_unique_names(names, str(path))
     image = LabelImage(array, tuple(spacing_ijk[::-1]), tuple(ijk_to_lps[:3, 3]), tuple(direction), names)
     image.segment_masks = masks
     return image

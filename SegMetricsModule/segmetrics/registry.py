@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -48,6 +49,21 @@ class MetricSpec:
     description: str
 
 
+class ParameterError(ValueError):
+    """A metric parameter has the wrong type or lies out of its range (one line naming it)."""
+
+
+#: Allowed values of the text fields of :class:`Parameters` (the first is the default).
+PARAMETER_CHOICES = {
+    "hd_percentile_variant": ("max_of_directed", "pooled", "mean_of_directed"),
+    "surface_mode": ("exact", "deepmind"),
+    "msi_convention": ("default", "fda"),
+    "msi_units": ("mm", "pixel"),
+    "msi_align": ("none", "com"),
+    "roughness_convention": ("default", "paper"),
+}
+
+
 @dataclass
 class Parameters:
     """Every tunable of every metric group, with the documented defaults.
@@ -55,6 +71,12 @@ class Parameters:
     Distances are in mm; ``msi_axis`` is an array axis index (0 = first array axis = z of a
     SimpleITK-ordered 3-D array); ``None`` picks the through-plane axis (largest spacing, see
     :func:`segmetrics.geometry.through_plane_axis`).
+
+    Values are checked at construction and a wrong one raises :class:`ParameterError` naming it:
+    numbers must be real numbers (not text, not booleans) and finite; ``hd_percentile`` in
+    (0, 100]; ``nsd_tolerance_mm``, ``msi_il``, ``msi_ol`` (the MSI penalty levels, Gaussian width
+    10 / level) and ``roughness_window_mm`` > 0; ``msi_axis`` 0, 1 or 2; text fields one of
+    :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
     """
 
     hd_percentile: float = 95.0
@@ -69,6 +91,40 @@ class Parameters:
     msi_align: str = "none"  # or "com"
     roughness_window_mm: float | None = None  # None = the convention's default
     roughness_convention: str = "default"  # or "paper"
+
+    def __post_init__(self):
+        self.hd_percentile = _positive("hd_percentile", self.hd_percentile, maximum=100.0)
+        self.nsd_tolerance_mm = _positive("nsd_tolerance_mm", self.nsd_tolerance_mm)
+        self.msi_il = _positive("msi_il", self.msi_il)
+        self.msi_ol = _positive("msi_ol", self.msi_ol)
+        if self.roughness_window_mm is not None:
+            self.roughness_window_mm = _positive("roughness_window_mm", self.roughness_window_mm)
+        if self.msi_axis is not None:
+            if isinstance(self.msi_axis, bool) or not isinstance(self.msi_axis, numbers.Integral) \
+                    or not 0 <= self.msi_axis <= 2:
+                raise ParameterError(f"msi_axis must be an array axis 0, 1 or 2 (0 = z of (z, y, x)) or None, "
+                                     f"got {self.msi_axis!r}")
+            self.msi_axis = int(self.msi_axis)
+        for name, allowed in PARAMETER_CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ParameterError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
+
+    def check_dimension(self, ndim: int) -> None:
+        """Raise :class:`ParameterError` when a parameter does not exist for ``ndim``-D images."""
+        if self.msi_axis is not None and self.msi_axis >= ndim:
+            raise ParameterError(f"msi_axis {self.msi_axis} does not exist in a {ndim}-D image "
+                                 f"(array axes 0..{ndim - 1})")
+
+
+def _positive(name: str, value, maximum: float = math.inf) -> float:
+    """``value`` as a float when it is a finite real number in (0, ``maximum``]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ParameterError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and 0 < value <= maximum):
+        bound = f"in (0, {maximum:g}]" if math.isfinite(maximum) else "> 0"
+        raise ParameterError(f"{name} must be a finite number {bound}, got {value!r}")
+    return value
 
 
 @dataclass

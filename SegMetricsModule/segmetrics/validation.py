@@ -1,0 +1,307 @@
+"""The checks every input passes before its voxels are trusted; one layer for all entry points.
+
+:mod:`segmetrics.io` calls these for every file and in-memory input, so that ``compare``, batch
+runs, frame folders and the Slicer logic refuse the same things with the same one-line
+:class:`ReadError`:
+
+- files: DICOM objects that are not images (recognised by SOP class), header-only formats whose
+  data file lies outside the header's folder, spacings that ITK would silently replace by 1 mm
+  (read from the header itself), gzip streams cut short or damaged, NIfTI data shorter than its
+  header declares, lossy formats (JPEG);
+- label maps: intensity-like content (negative values, more than :data:`MAX_LABELS` distinct
+  values) and duplicate structure names.
+
+:class:`InputPolicy` holds the explicit overrides. Spacing and direction rules themselves live in
+:func:`segmetrics.geometry.check_spacing` / :func:`~segmetrics.geometry.check_placement`.
+"""
+from __future__ import annotations
+
+import gzip
+import math
+import numbers
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .geometry import LabelImage, check_spacing
+
+#: More distinct non-zero values than this in a label map suggests an intensity image.
+MAX_LABELS = 500
+#: Header-only formats may name their data file(s); those outside the header's folder are refused.
+_DETACHED_SUFFIXES = (".mhd", ".mha", ".nhdr", ".nrrd")
+_DICOM_SUFFIXES = (".dcm", ".dicom")
+_NIFTI_SUFFIXES = (".nii", ".nii.gz")
+_HEADER_BYTES_LIMIT = 1 << 16
+
+
+class ReadError(ValueError):
+    """A file is missing or unreadable, or an input is not trustworthy as a label map (one line)."""
+
+
+@dataclass(frozen=True)
+class InputPolicy:
+    """Explicit overrides of the input checks (all off by default).
+
+    allow_lossy : bool
+        Accept lossy pictures (JPEG); they must then be binarised with a ``threshold``.
+    allow_many_labels : bool
+        Accept label maps with negative values or more than :data:`MAX_LABELS` distinct values.
+    allow_external_data : bool
+        Accept ``.mhd``/``.nhdr`` headers whose data file lies outside the header's folder.
+    """
+
+    allow_lossy: bool = False
+    allow_many_labels: bool = False
+    allow_external_data: bool = False
+
+
+# ------------------------------------------------------------------------------------- files
+def check_file(path: Path, policy: InputPolicy) -> None:
+    """Refuse a file that ITK or PIL would read wrongly or silently repair (see the module doc)."""
+    name = path.name.lower()
+    with open(path, "rb") as handle:
+        head = handle.read(132)
+    if name.endswith(_DICOM_SUFFIXES) or head[128:132] == b"DICM":
+        _check_dicom(path)
+    if name.endswith(_DETACHED_SUFFIXES) and not policy.allow_external_data:
+        _check_data_files(path)
+    compressed = head[:2] == b"\x1f\x8b"
+    length = _check_gzip(path) if compressed else path.stat().st_size
+    if name.endswith(_NIFTI_SUFFIXES):
+        _check_nifti(path, compressed, length)
+    elif name.endswith((".nrrd", ".nhdr")):
+        _check_nrrd_spacing(path)
+    elif name.endswith((".mha", ".mhd")):
+        fields = _meta_header(path)[0]
+        spacing = fields.get("ElementSpacing", fields.get("ElementSize"))
+        if spacing:
+            _check_header_spacing(path, "MetaImage ElementSpacing", _floats(spacing.split()))
+
+
+def check_lossy(path: Path, policy: InputPolicy, threshold) -> None:
+    """Refuse a lossy picture (JPEG) unless allowed, and then only with a ``threshold``."""
+    lossy = _lossy_format(path)
+    if lossy is None:
+        return
+    if not policy.allow_lossy:
+        raise ReadError(
+            f"{path}: {lossy} is a lossy format: its compression adds grey levels that would be read as extra "
+            "structures; save masks losslessly (PNG, NRRD, NIfTI), or opt in with allow_lossy=True and a threshold "
+            "(CLI: --allow-lossy --threshold 128)"
+        )
+    if threshold is None:
+        raise ReadError(f"{path}: a lossy {lossy} mask must be binarised: give a threshold "
+                        "(CLI: --threshold 128; Python: threshold=128)")
+
+
+def _lossy_format(path: Path) -> str | None:
+    """``"JPEG"`` (or a JPEG-compressed TIFF) when PIL recognises a lossy picture, else None."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as picture:
+            if picture.format in ("JPEG", "MPO"):
+                return "JPEG"
+            if picture.format == "TIFF" and "jpeg" in str(picture.info.get("compression", "")):
+                return "a JPEG-compressed TIFF"
+    except (UnidentifiedImageError, OSError):
+        return None  # not a picture PIL knows: the reader reports it
+    return None
+
+
+def _check_dicom(path: Path) -> None:
+    """Refuse DICOM objects that are not images (SEG, RT Structure Set, RT Dose/Plan, SR, ...)."""
+    import pydicom
+    from pydicom.errors import InvalidDicomError
+    from pydicom.uid import UID
+
+    try:
+        dataset = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["SOPClassUID", "Modality"])
+    except (InvalidDicomError, OSError, ValueError) as error:
+        raise ReadError(f"{path}: not a readable DICOM file ({error})") from error
+    sop_class = UID(str(dataset.get("SOPClassUID", "")))
+    kind = sop_class.name if sop_class else "object without SOP Class UID"
+    if not kind.endswith("Image Storage"):
+        modality = dataset.get("Modality")
+        raise ReadError(
+            f"{path}: is a DICOM {kind}{f' ({modality})' if modality else ''}, not an image label map; DICOM "
+            "segmentations and structure sets cannot be read yet: export them as a label map (NRRD, NIfTI), "
+            "e.g. from 3D Slicer"
+        )
+
+
+def _check_gzip(path: Path) -> int:
+    """Decompress the whole gzip stream (CRC and length checked); return its length in bytes."""
+    total = 0
+    try:
+        with gzip.open(path, "rb") as stream:
+            while chunk := stream.read(1 << 20):
+                total += len(chunk)
+    except (EOFError, OSError, zlib.error) as error:
+        raise ReadError(f"{path}: compressed data is cut short or damaged ({error}); the file was probably not "
+                        "copied or downloaded completely") from error
+    return total
+
+
+def _check_nifti(path: Path, compressed: bool, length: int) -> None:
+    """Check a single-file NIfTI-1 header's voxel sizes (``pixdim``) and that its data is all there
+    (``length``: bytes of the file, decompressed).
+
+    ITK replaces ``pixdim`` values that are 0, negative or not finite by 1 mm and zero-fills
+    missing data, so both are read from the header here.
+    """
+    opener = gzip.open if compressed else open
+    with opener(path, "rb") as handle:
+        head = handle.read(348)
+    if len(head) < 348:
+        raise ReadError(f"{path}: the NIfTI header is cut short ({len(head)} of 348 bytes)")
+    order = next((o for o in "<>" if np.frombuffer(head, o + "i4", 1)[0] == 348), None)
+    if order is None:
+        return  # not NIfTI-1 (e.g. NIfTI-2): left to ITK
+    dims = np.frombuffer(head, order + "i2", 8, 40)
+    bits = int(np.frombuffer(head, order + "i2", 1, 72)[0])
+    pixdim = np.frombuffer(head, order + "f4", 8, 76)
+    offset = float(np.frombuffer(head, order + "f4", 1, 108)[0])
+    spatial = int(min(max(dims[0], 0), 3))
+    _check_header_spacing(path, f"NIfTI pixdim[1..{spatial}]", pixdim[1:1 + spatial])
+    shape = dims[1:1 + min(max(int(dims[0]), 0), 7)].astype(np.int64)
+    expected = int(offset) + int(np.prod(shape)) * bits // 8
+    if length < expected:
+        raise ReadError(f"{path}: holds {length} bytes of NIfTI data where its header declares {expected}; "
+                        "the file is cut short (not copied or downloaded completely?)")
+
+
+def _check_nrrd_spacing(path: Path) -> None:
+    """NRRD voxel sizes from ``spacings`` or the lengths of ``space directions`` (``none`` skipped)."""
+    fields, _ = _nrrd_header(path)
+    if "space directions" in fields:
+        vectors = re.findall(r"\(([^)]*)\)", fields["space directions"])
+        lengths = [math.hypot(*_floats(v.split(","))) for v in vectors]
+        _check_header_spacing(path, "NRRD space directions of length", lengths)
+    elif "spacings" in fields:
+        _check_header_spacing(path, "NRRD spacings", _floats(fields["spacings"].split()))
+
+
+def _check_header_spacing(path: Path, what: str, values) -> None:
+    try:
+        check_spacing(values, what)
+    except ValueError as error:
+        raise ReadError(f"{path}: {error}") from None
+
+
+def _floats(texts) -> list:
+    """Numbers of a header field; an unparsable token counts as NaN (so it is refused)."""
+    values = []
+    for text in texts:
+        try:
+            values.append(float(text))
+        except ValueError:
+            values.append(math.nan)
+    return values
+
+
+# ---------------------------------------------------------------------- header-only formats
+def _check_data_files(path: Path) -> None:
+    """Refuse a header whose data file(s) lie outside its own folder (symbolic links resolved)."""
+    folder = path.resolve().parent
+    for name in _data_file_names(path):
+        target = (path.parent / name).resolve()
+        if not target.is_relative_to(folder):
+            raise ReadError(f"{path}: its data file {name} lies outside the header's folder {folder}; "
+                            "allow it with allow_external_data=True (CLI: --allow-external-data) if you trust it")
+
+
+def _data_file_names(path: Path) -> list:
+    """File names a MetaImage (``ElementDataFile``) or NRRD (``data file``) header reads its data from.
+
+    Covers a single name, a ``LIST`` of names on the following lines, and a ``printf``-style
+    pattern followed by its numbers (the pattern's folder is what matters).
+    """
+    if path.name.lower().endswith((".mhd", ".mha")):
+        fields, tail = _meta_header(path)
+        value = fields.get("ElementDataFile", "LOCAL")
+    else:
+        fields, tail = _nrrd_header(path)
+        value = fields.get("data file", fields.get("datafile", ""))
+    if not value or value == "LOCAL":
+        return []
+    if value.split()[0] == "LIST":
+        return [line for line in tail if line]
+    return [value.split()[0] if "%" in value else value]
+
+
+def _header_lines(path: Path):
+    """Text lines at the start of a file (at most 64 KiB, decoded as Latin-1), without line ends."""
+    with open(path, "rb") as handle:
+        text = handle.read(_HEADER_BYTES_LIMIT).decode("latin-1")
+    return text.split("\n")
+
+
+def _meta_header(path: Path):
+    """``({key: value}, following lines)`` of a MetaImage header, up to ``ElementDataFile``."""
+    fields, lines = {}, _header_lines(path)
+    for index, line in enumerate(lines):
+        key, separator, value = line.partition("=")
+        if not separator:
+            break
+        fields[key.strip()] = value.strip()
+        if key.strip() == "ElementDataFile":
+            return fields, [line.strip() for line in lines[index + 1:]] if value.strip().startswith("LIST") else []
+    return fields, []
+
+
+def _nrrd_header(path: Path):
+    """``({field: value}, following lines)`` of a NRRD header, up to its blank line.
+
+    For ``data file: LIST`` the names follow that field up to the end of the header file.
+    """
+    fields, lines = {}, _header_lines(path)
+    for index, line in enumerate(lines[1:], start=1):
+        line = line.rstrip("\r")
+        if not line:
+            break
+        if line.startswith("#") or ":=" in line:  # comments and key:=value pairs
+            continue
+        key, separator, value = line.partition(": ")
+        if separator:
+            fields[key.strip()] = value.strip()
+        if key.strip() in ("data file", "datafile") and value.strip().startswith("LIST"):
+            return fields, [rest.strip() for rest in lines[index + 1:]]
+    return fields, []
+
+
+# -------------------------------------------------------------------------------- label maps
+def check_label_map(image: LabelImage, source: str, policy: InputPolicy) -> None:
+    """Refuse an image that is not plausibly a label map, or whose structure names repeat."""
+    check_unique_names(image.names, source)
+    if policy.allow_many_labels:
+        return
+    labels = image.labels()
+    hint = ("an intensity image (CT, MR) given as a label map? Pass the segmentation, or allow_many_labels=True "
+            "(CLI: --allow-many-labels) if it really is a label map")
+    if labels and labels[0] < 0:
+        raise ReadError(f"{source}: holds negative values (down to {labels[0]}): {hint}")
+    if len(labels) > MAX_LABELS:
+        raise ReadError(f"{source}: holds {len(labels)} distinct non-zero values (more than {MAX_LABELS}): {hint}")
+
+
+def check_unique_names(names: dict, source: str) -> None:
+    """Refuse a ``{label: name}`` map that gives one structure name to several labels."""
+    labels_by_name: dict = {}
+    for label, name in names.items():
+        labels_by_name.setdefault(name, []).append(label)
+    repeated = [f"{name!r} (labels {', '.join(map(str, labels))})"
+                for name, labels in labels_by_name.items() if len(labels) > 1]
+    if repeated:
+        raise ReadError(f"{source}: structure names must be unique, but {'; '.join(repeated)} share a name")
+
+
+def check_threshold(threshold) -> None:
+    """Refuse a binarisation threshold that is not a finite real number (``None`` = no threshold)."""
+    if threshold is None:
+        return
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not math.isfinite(threshold):
+        raise ValueError(f"threshold must be a finite number, got {threshold!r}")
