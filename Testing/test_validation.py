@@ -1,0 +1,412 @@
+"""The input- and parameter-validation layer: every untrustworthy input or option is refused with one
+line, through the Python API, the CLI (exit 2), batch (a failed case with its reason) and frames."""
+import gzip
+import json
+import math
+import os
+import re
+import struct
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+import slicerio
+
+import segmetrics
+from segmetrics.batch import Case, run_batch
+from segmetrics.cli import main
+from segmetrics.compare import NothingToCompareError
+from segmetrics.geometry import LabelImage, distinct_values
+from segmetrics.io import InputPolicy, ReadError, load_label_image, read_name_map
+from segmetrics.registry import ParameterError, Parameters
+
+SLICERIO_SAMPLE = os.path.join(os.path.dirname(slicerio.__file__), "data", "Segmentation.seg.nrrd")
+
+
+def ball(shape=(12, 14, 16), centre=(6, 7, 8), radius=4.0) -> np.ndarray:
+    grid = np.indices(shape)
+    return (sum((g - c) ** 2 for g, c in zip(grid, centre)) <= radius ** 2).astype(np.uint8)
+
+
+def write(array, path, spacing=(1.0, 1.0, 1.0), **kwargs):
+    image = sitk.GetImageFromArray(array)
+    image.SetSpacing(spacing)
+    sitk.WriteImage(image, str(path), **kwargs)
+    return path
+
+
+def run_cli(capsys, *argv):
+    """Exit code and the standard-error lines of one CLI call."""
+    code = main([str(a) for a in argv])
+    return code, [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def assert_one_line_error(capsys, pattern, *argv):
+    code, lines = run_cli(capsys, *argv)
+    assert code == 2
+    assert len(lines) == 1 and re.search(pattern, lines[0]), lines
+
+
+# ----------------------------------------------------------------------- 2: truncated files
+def test_truncated_nii_gz_is_refused_not_zero_filled(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    array = (rng.random((20, 30, 40)) > 0.5).astype(np.uint8)  # incompressible: a cut loses voxels
+    whole = write(array, tmp_path / "whole.nii.gz")
+    cut = tmp_path / "cut.nii.gz"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size * 6 // 10])
+    assert sitk.GetArrayFromImage(sitk.ReadImage(str(cut))).sum() < array.sum()  # ITK alone zero-fills it
+    with pytest.raises(ReadError, match="cut short"):
+        load_label_image(cut)
+    assert_one_line_error(capsys, "cut short", "compare", whole, cut)
+    summary = run_batch([Case("cut", str(whole), str(cut)), Case("whole", str(whole), str(whole))],
+                        tmp_path / "out", metrics="dice", progress=False)
+    assert list(summary.failed) == ["cut"] and "cut short" in summary.failed["cut"]
+
+
+def test_nifti_shorter_than_its_header_declares_is_refused(tmp_path):
+    array = ball()
+    whole = write(array, tmp_path / "whole.nii")
+    short = whole.read_bytes()[:-100]
+    (tmp_path / "short.nii").write_bytes(short)
+    (tmp_path / "short.nii.gz").write_bytes(gzip.compress(short))  # a sound gzip stream of a cut file
+    for name in ("short.nii", "short.nii.gz"):
+        with pytest.raises(ReadError, match=f"holds {len(short)} bytes .* declares {len(short) + 100}"):
+            load_label_image(tmp_path / name)
+    assert np.array_equal(load_label_image(whole).array, array)
+
+
+# ------------------------------------------------------------------------ 3: invalid spacing
+def nifti_with_pixdim(tmp_path, value, compressed):
+    """A NIfTI file whose pixdim[1] (x voxel size) is set to ``value`` in the header bytes."""
+    raw = bytearray(write(ball(), tmp_path / "good.nii").read_bytes())
+    struct.pack_into("<f", raw, 80, value)  # pixdim[1] of the NIfTI-1 header
+    path = tmp_path / ("bad.nii.gz" if compressed else "bad.nii")
+    path.write_bytes(gzip.compress(bytes(raw)) if compressed else bytes(raw))
+    return path
+
+
+@pytest.mark.parametrize("value", [0.0, math.nan, math.inf, -1.0, 1e30])
+@pytest.mark.parametrize("compressed", [False, True])
+def test_nifti_invalid_pixdim_is_refused_not_read_as_1mm(tmp_path, value, compressed, capsys):
+    path = nifti_with_pixdim(tmp_path, value, compressed)
+    with pytest.raises(ReadError, match=r"pixdim\[1..3\] .* is invalid"):
+        load_label_image(path)
+    assert_one_line_error(capsys, "pixdim", "compare", path, path)
+
+
+def nrrd_with(tmp_path, field_line):
+    """A NRRD label map whose geometry line is replaced by ``field_line``."""
+    text = write(ball(), tmp_path / "good.nrrd", spacing=(0.5, 0.8, 2.5)).read_bytes()
+    if field_line.startswith("spacings"):
+        text = re.sub(rb"space: [^\n]*\n|space origin: [^\n]*\n", b"", text)
+    path = tmp_path / "bad.nrrd"
+    path.write_bytes(re.sub(rb"space directions: [^\n]*", field_line.encode(), text))
+    return path
+
+
+@pytest.mark.parametrize("line", ["spacings: nan 0.8 2.5", "spacings: 1e300 0.8 2.5",
+                                  "space directions: (1e300,0,0) (0,0.8,0) (0,0,2.5)"])
+def test_nrrd_invalid_spacing_is_refused(tmp_path, line):
+    with pytest.raises(ReadError, match="NRRD .* is invalid"):
+        load_label_image(nrrd_with(tmp_path, line))
+
+
+def test_nrrd_sheared_direction_is_refused(tmp_path):
+    with pytest.raises(ReadError, match="not orthonormal"):
+        load_label_image(nrrd_with(tmp_path, "space directions: (0.5,0.5,0) (0,0.8,0) (0,0,2.5)"))
+    assert load_label_image(nrrd_with(tmp_path, "spacings: 0.5 0.8 2.5")).spacing == pytest.approx((2.5, 0.8, 0.5))
+
+
+@pytest.mark.parametrize("value", ["0", "nan", "inf", "1e300"])
+def test_metaimage_invalid_spacing_is_refused(tmp_path, value):
+    text = write(ball(), tmp_path / "good.mha").read_bytes()
+    path = tmp_path / "bad.mha"
+    path.write_bytes(re.sub(rb"ElementSpacing = [^\n]*", f"ElementSpacing = {value} 1 1".encode(), text))
+    with pytest.raises(ReadError, match="ElementSpacing .* is invalid"):
+        load_label_image(path)
+
+
+@pytest.mark.parametrize("spacing", [(0.0, 1.0, 1.0), (math.nan, 1.0, 1.0), (1e300, 1.0, 1.0)])
+def test_in_memory_invalid_spacing_is_refused(spacing):
+    with pytest.raises(ValueError, match="spacing .* is invalid"):
+        segmetrics.compare(ball(), ball(), spacing=spacing, metrics="dice")
+    with pytest.raises(ValueError, match="spacing .* is invalid"):
+        LabelImage(ball(), spacing)
+
+
+def test_in_memory_sheared_direction_and_nan_origin_are_refused():
+    with pytest.raises(ValueError, match="not orthonormal"):
+        LabelImage(ball(), (1, 1, 1), direction=(1, 0, 0, 0.5, 1, 0, 0, 0, 1))
+    with pytest.raises(ValueError, match="origin"):
+        LabelImage(ball(), (1, 1, 1), origin=(0, math.nan, 0))
+    rotated = LabelImage(ball(), (1, 1, 1), direction=(0, -1, 0, 1, 0, 0, 0, 0, 1))  # a rotation is fine
+    assert rotated.labels() == [1]
+
+
+# ---------------------------------------------------------------------------------- 4: JPEG
+def jpeg_mask(tmp_path, name="mask.jpg"):
+    from PIL import Image
+
+    mask = np.zeros((64, 64), np.uint8)
+    mask[16:48, 20:44] = 255
+    Image.fromarray(mask).save(tmp_path / name, format="JPEG", quality=75)
+    return tmp_path / name, mask > 0
+
+
+def test_jpeg_mask_is_refused_unless_allowed_with_a_threshold(tmp_path, capsys):
+    path, truth = jpeg_mask(tmp_path)
+    assert len(np.unique(np.asarray(__import__("PIL.Image").Image.open(path)))) > 2  # compression grey levels
+    with pytest.raises(ReadError, match="lossy"):
+        load_label_image(path)
+    with pytest.raises(ReadError, match="threshold"):
+        load_label_image(path, input_policy=InputPolicy(allow_lossy=True))
+    binary = load_label_image(path, threshold=128, input_policy=InputPolicy(allow_lossy=True))
+    assert binary.labels() == [1]
+    assert segmetrics.overlap.dice(binary.array > 0, truth) > 0.99
+    assert_one_line_error(capsys, "lossy", "compare", path, path)
+    assert_one_line_error(capsys, "--allow-lossy needs --threshold", "compare", path, path, "--allow-lossy")
+    code, _ = run_cli(capsys, "compare", path, path, "--allow-lossy", "--threshold", "128", "--metrics", "dice")
+    assert code == 0
+
+
+def test_jpeg_is_recognised_by_content_not_by_name(tmp_path):
+    path, _ = jpeg_mask(tmp_path, "disguised.png")
+    with pytest.raises(ReadError, match="JPEG is a lossy format"):
+        load_label_image(path)
+
+
+def test_frames_check_every_frame(tmp_path):
+    frame = np.zeros((8, 8), np.int16)
+    frame[2:5, 2:5] = 1
+    for folder in ("pred", "gt"):
+        (tmp_path / folder).mkdir()
+        np.save(tmp_path / folder / "f1.npy", frame)
+    np.save(tmp_path / "gt" / "f2.npy", frame - 1000)  # an intensity frame: negative values
+    np.save(tmp_path / "pred" / "f2.npy", frame)
+    with pytest.raises(ReadError, match="f2.npy: holds negative values"):
+        segmetrics.evaluate_folders(tmp_path / "pred", tmp_path / "gt")
+    with pytest.raises(ValueError, match="threshold"):
+        segmetrics.evaluate_folders(tmp_path / "pred", tmp_path / "gt", threshold=math.nan)
+
+
+# ---------------------------------------------------------------------- 5: duplicate names
+def test_duplicate_names_in_a_name_map_are_refused(tmp_path, capsys):
+    names = tmp_path / "names.json"
+    names.write_text(json.dumps({"1": "lung", "2": "lung", "3": "heart"}))
+    with pytest.raises(ReadError, match="'lung' \\(labels 1, 2\\)"):
+        read_name_map(names)
+    labels = write(np.arange(4, dtype=np.uint8).repeat(8).reshape(2, 4, 4), tmp_path / "labels.nrrd")
+    assert_one_line_error(capsys, "'lung'", "compare", labels, labels, "--names", names)
+
+
+def test_duplicate_segment_names_in_seg_nrrd_are_refused(tmp_path):
+    segmentation = slicerio.read_segmentation(SLICERIO_SAMPLE)
+    segmentation["segments"][1]["name"] = segmentation["segments"][0]["name"]  # "ribs" twice
+    slicerio.write_segmentation(str(tmp_path / "dup.seg.nrrd"), segmentation)
+    with pytest.raises(ReadError, match="'ribs' \\(labels 1, 2\\)"):
+        load_label_image(tmp_path / "dup.seg.nrrd")
+
+
+def test_duplicate_names_of_in_memory_images_are_refused():
+    image = LabelImage(np.arange(3).repeat(4).reshape(3, 4), (1, 1), names={1: "lung", 2: "lung"})
+    with pytest.raises(ReadError, match="reference: structure names must be unique"):
+        segmetrics.compare(image, image)
+
+
+# --------------------------------------------------------------------------- 6: parameters
+@pytest.mark.parametrize("field, value", [
+    ("hd_percentile", "95"), ("hd_percentile", 0), ("hd_percentile", 101), ("hd_percentile", math.nan),
+    ("hd_percentile", True), ("nsd_tolerance_mm", -1), ("nsd_tolerance_mm", math.nan), ("nsd_tolerance_mm", 0),
+    ("msi_il", math.nan), ("msi_ol", 0), ("msi_ol", math.inf), ("msi_axis", 5), ("msi_axis", -1),
+    ("msi_axis", 1.0), ("roughness_window_mm", 0), ("roughness_window_mm", -2.0), ("surface_mode", "fast"),
+    ("hd_percentile_variant", "max"), ("msi_convention", None), ("msi_units", "cm"), ("msi_align", ""),
+    ("roughness_convention", "rough"),
+])
+def test_invalid_parameters_are_refused_at_construction(field, value):
+    with pytest.raises(ParameterError, match=field):
+        Parameters(**{field: value})
+
+
+def test_valid_parameters_are_kept_as_numbers():
+    params = Parameters(hd_percentile=np.int64(90), nsd_tolerance_mm=np.float32(1.5), msi_axis=np.int64(1),
+                        roughness_window_mm=3)
+    assert (params.hd_percentile, params.nsd_tolerance_mm, params.msi_axis, params.roughness_window_mm) == (90, 1.5, 1, 3)
+    assert json.dumps(params.__dict__)  # plain Python numbers: JSON-able for batch's run.json
+
+
+def test_msi_axis_must_exist_in_the_image():
+    with pytest.raises(ParameterError, match="msi_axis 2 does not exist in a 2-D image"):
+        segmetrics.compare(ball()[6], ball()[6], spacing=(1, 1), metrics="msi", params=Parameters(msi_axis=2))
+
+
+@pytest.mark.parametrize("flags, pattern", [
+    (["--nsd-tolerance", "-1"], "nsd_tolerance_mm"), (["--nsd-tolerance", "nan"], "nsd_tolerance_mm"),
+    (["--msi-axis", "5"], "msi_axis"), (["--msi-il", "nan"], "msi_il"), (["--roughness-window", "0"], "roughness"),
+    (["--roughness-window", "-1"], "roughness"), (["--threshold", "nan"], "threshold"),
+])
+def test_invalid_cli_parameters_exit_2_with_one_line(tmp_path, capsys, flags, pattern):
+    path = write(ball(), tmp_path / "a.nrrd")
+    assert_one_line_error(capsys, pattern, "compare", path, path, *flags)
+
+
+def test_params_json_with_text_number_is_refused_before_any_case(tmp_path, capsys):
+    path = write(ball(), tmp_path / "a.nrrd")
+    params = tmp_path / "params.json"
+    params.write_text('{"hd_percentile": "95"}')
+    assert_one_line_error(capsys, "hd_percentile must be a number", "compare", path, path, "--params", params)
+    manifest = tmp_path / "cases.csv"
+    manifest.write_text(f"case_id,reference,test\nc1,{path},{path}\n")
+    assert_one_line_error(capsys, "hd_percentile", "batch", "--manifest", manifest, "-o", tmp_path / "out",
+                          "--params", params, "--no-progress")
+    assert not (tmp_path / "out" / "cases.jsonl").exists()
+
+
+def test_batch_refuses_a_nan_threshold_before_any_case(tmp_path):
+    path = str(write(ball(), tmp_path / "a.nrrd"))
+    with pytest.raises(ValueError, match="threshold must be a finite number"):
+        run_batch([Case("c1", path, path)], tmp_path / "out", threshold=math.nan, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------ 8: nothing to compare
+def test_two_empty_masks_are_nothing_to_compare(tmp_path, capsys):
+    empty = write(np.zeros((4, 5, 6), np.uint8), tmp_path / "empty.nrrd")
+    with pytest.raises(NothingToCompareError, match="nothing to compare"):
+        segmetrics.compare(empty, empty)
+    assert_one_line_error(capsys, "nothing to compare", "compare", empty, empty)
+    named = segmetrics.compare(empty, empty, labels=[1], metrics="dice")  # asked for: reported as both_empty
+    assert named["1"].status == "both_empty"
+    summary = run_batch([Case("empty", str(empty), str(empty))], tmp_path / "out", metrics="dice", progress=False)
+    assert "nothing to compare" in summary.failed["empty"]
+
+
+def test_seg_nrrd_without_segments_is_nothing_to_compare(tmp_path):
+    segmentation = slicerio.read_segmentation(SLICERIO_SAMPLE)
+    segmentation["segments"] = []
+    segmentation["voxels"] = np.zeros_like(np.asarray(segmentation["voxels"]))
+    slicerio.write_segmentation(str(tmp_path / "none.seg.nrrd"), segmentation)
+    with pytest.raises(NothingToCompareError):
+        segmetrics.compare(tmp_path / "none.seg.nrrd", tmp_path / "none.seg.nrrd")
+
+
+# ------------------------------------------------------------------- 9: intensity as labels
+def test_ct_given_as_label_map_is_refused(data_dir, capsys):
+    seg = data_dir / "totalsegmentator/example_seg.nii.gz"
+    ct = data_dir / "totalsegmentator/example_ct_sm.nii.gz"
+    with pytest.raises(ReadError, match="intensity image"):
+        segmetrics.compare(seg, ct)
+    assert_one_line_error(capsys, "intensity image", "compare", seg, ct)
+
+
+def test_many_distinct_values_are_refused_unless_allowed():
+    array = np.arange(1000, dtype=np.uint16).reshape(10, 10, 10)  # exactly 999 non-zero values
+    with pytest.raises(ReadError, match="999 distinct non-zero values"):
+        load_label_image(array, spacing=(1, 1, 1))
+    allowed = load_label_image(array, spacing=(1, 1, 1), input_policy=InputPolicy(allow_many_labels=True))
+    assert allowed.labels() == list(range(1, 1000))
+    assert len(load_label_image(array % 400, spacing=(1, 1, 1)).labels()) == 399  # a big label map is fine
+
+
+def test_negative_values_are_refused_as_intensity():
+    array = np.zeros((3, 4, 5), np.int16)
+    array[0, 0, 0] = -1000
+    with pytest.raises(ReadError, match="negative values \\(down to -1000\\)"):
+        load_label_image(array, spacing=(1, 1, 1))
+
+
+@pytest.mark.parametrize("array", [
+    np.array([[0, 3, 3], [70000, 2, 0]], np.int64),
+    np.array([[-5, 3], [2**40, -5]], np.int64),
+    np.array([[True, False]]),
+    np.random.default_rng(0).integers(-300, 300, (7, 9, 11)).astype(np.int16),
+    np.zeros((0, 3), np.uint8),
+])
+def test_distinct_values_match_numpy_unique(array):
+    assert distinct_values(array).tolist() == np.unique(array).tolist()
+
+
+def test_labels_follow_a_new_array():
+    image = LabelImage(np.array([[0, 1], [2, 2]]), (1, 1))
+    assert image.labels() == [1, 2]
+    image.array = np.array([[0, 5], [0, 0]])
+    assert image.labels() == [5]
+    assert image.with_array(np.array([[7, 0], [0, 0]])).labels() == [7]
+
+
+# --------------------------------------------------------------------------------- 10: DICOM
+@pytest.mark.parametrize("name, kind", [("dcmqi/partial_overlaps.dcm", "Segmentation Storage"),
+                                        ("dcmqi/liver.dcm", "Segmentation Storage"),
+                                        ("dicompyler_core/rtss.dcm", "RT Structure Set Storage")])
+def test_dicom_objects_that_are_not_images_are_refused(data_dir, capsys, name, kind):
+    path = data_dir / name
+    with pytest.raises(ReadError, match=f"DICOM {kind}"):
+        load_label_image(path)
+    assert_one_line_error(capsys, kind, "compare", path, path)
+
+
+def test_dicom_rt_dose_is_refused_and_ct_image_passes_the_dicom_check(tmp_path, data_dir):
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.uid import ExplicitVRLittleEndian, RTDoseStorage, generate_uid
+
+    dose = Dataset()
+    dose.file_meta = FileMetaDataset()
+    dose.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    dose.file_meta.MediaStorageSOPClassUID = RTDoseStorage
+    dose.SOPClassUID, dose.SOPInstanceUID, dose.Modality = RTDoseStorage, generate_uid(), "RTDOSE"
+    dose.save_as(tmp_path / "dose", enforce_file_format=True)  # no .dcm suffix: recognised by content
+    with pytest.raises(ReadError, match="DICOM RT Dose Storage \\(RTDOSE\\)"):
+        load_label_image(tmp_path / "dose")
+    with pytest.raises(ReadError, match="intensity image"):  # an image, refused only as a label map
+        load_label_image(data_dir / "dcmqi/ct-3slice/01.dcm")
+
+
+# ------------------------------------------------------------------ 15: external data files
+def detached(tmp_path, suffix, data_field):
+    """A header-only image in ``tmp_path/case`` whose data file line is replaced by ``data_field``."""
+    array = ball()
+    folder = tmp_path / "case"
+    folder.mkdir(exist_ok=True)
+    header = write(array, folder / f"a.{suffix}")
+    (tmp_path / "elsewhere").mkdir(exist_ok=True)
+    data = next(p for p in folder.iterdir() if p != header)
+    (tmp_path / "elsewhere" / data.name).write_bytes(data.read_bytes())
+    key = "ElementDataFile = " if suffix == "mhd" else "data file: "
+    text = re.sub(f"{key}[^\n]*", data_field.replace("NAME", data.name), header.read_text())
+    header.write_text(text)
+    return header, array
+
+
+@pytest.mark.parametrize("suffix, field", [
+    ("mhd", "ElementDataFile = ../elsewhere/NAME"), ("nhdr", "data file: ../elsewhere/NAME"),
+    ("nhdr", "data file: LIST 3\n../elsewhere/NAME"),
+])
+def test_data_file_outside_the_header_folder_is_refused(tmp_path, capsys, suffix, field):
+    header, array = detached(tmp_path, suffix, field)
+    with pytest.raises(ReadError, match="outside the header's folder"):
+        load_label_image(header)
+    assert_one_line_error(capsys, "outside the header's folder", "compare", header, header)
+    allowed = load_label_image(header, input_policy=InputPolicy(allow_external_data=True))
+    assert np.array_equal(allowed.array, array)
+
+
+def test_absolute_data_file_path_is_refused(tmp_path):
+    header, _ = detached(tmp_path, "mhd", f"ElementDataFile = {tmp_path}/elsewhere/NAME")
+    with pytest.raises(ReadError, match="outside the header's folder"):
+        load_label_image(header)
+
+
+def test_data_file_in_a_subfolder_is_accepted(tmp_path):
+    header, array = detached(tmp_path, "mhd", "ElementDataFile = sub/NAME")
+    (tmp_path / "case" / "sub").mkdir()
+    data = next(p for p in (tmp_path / "elsewhere").iterdir())
+    (tmp_path / "case" / "sub" / data.name).write_bytes(data.read_bytes())
+    assert np.array_equal(load_label_image(header).array, array)
+
+
+# --------------------------------------------------------------------------- batch settings
+def test_input_policy_is_stored_in_batch_settings(tmp_path):
+    path = str(write(np.arange(8, dtype=np.uint8).reshape(2, 2, 2), tmp_path / "a.nrrd"))
+    run_batch([Case("c1", path, path)], tmp_path / "out", metrics="dice", progress=False,
+              input_policy=InputPolicy(allow_many_labels=True))
+    settings = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert settings["input_policy"] == {"allow_lossy": False, "allow_many_labels": True, "allow_external_data": False}
