@@ -410,3 +410,19 @@ def test_input_policy_is_stored_in_batch_settings(tmp_path):
               input_policy=InputPolicy(allow_many_labels=True))
     settings = json.loads((tmp_path / "out" / "run.json").read_text())
     assert settings["input_policy"] == {"allow_lossy": False, "allow_many_labels": True, "allow_external_data": False}
+
+
+def test_nifti_pair_header_and_data_are_checked(tmp_path):
+    array = ball()
+    header = write(array, tmp_path / "pair.hdr")
+    data = tmp_path / "pair.img"
+    assert np.array_equal(load_label_image(header).array, array)
+    raw = bytearray(header.read_bytes())
+    struct.pack_into("<f", raw, 84, 0.0)  # pixdim[2]
+    (tmp_path / "bad.hdr").write_bytes(bytes(raw))
+    (tmp_path / "bad.img").write_bytes(data.read_bytes())
+    with pytest.raises(ReadError, match=r"bad.hdr: NIfTI pixdim\[1..3\] \(1, 0, 1\)"):
+        load_label_image(tmp_path / "bad.img")
+    data.write_bytes(data.read_bytes()[:-10])
+    with pytest.raises(ReadError, match="pair.img: holds .* bytes of NIfTI data"):
+        load_label_image(header)

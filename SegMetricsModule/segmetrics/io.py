@@ -47,7 +47,8 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
     check_threshold(threshold)
     if isinstance(source, (str, Path)):
         image = read_label_image(source, input_policy=policy)
-        check_lossy(Path(source), policy, threshold)
+        if Path(source).suffix.lower() in PICTURE_SUFFIXES:
+            check_lossy(Path(source), policy, threshold)
     else:
         try:
             image = as_label_image(source, spacing)
@@ -131,7 +132,7 @@ def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
     if np.issubdtype(array.dtype, np.floating):
         if not np.all(np.isfinite(array)) or not np.array_equal(array, np.round(array)):
             raise ReadError(
-                f"{source}: holds non-integer values (a probability map?); binarise it with a threshold "
+                f"{source}: holds non-integer values (a probability map, or an intensity image?); binarise it with a threshold "
                 "(CLI: --threshold 0.5; Python: threshold=0.5)"
             )
         return image.with_array(array.astype(np.int64))

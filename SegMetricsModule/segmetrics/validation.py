@@ -33,7 +33,9 @@ MAX_LABELS = 500
 #: Header-only formats may name their data file(s); those outside the header's folder are refused.
 _DETACHED_SUFFIXES = (".mhd", ".mha", ".nhdr", ".nrrd")
 _DICOM_SUFFIXES = (".dcm", ".dicom")
-_NIFTI_SUFFIXES = (".nii", ".nii.gz")
+#: NIfTI-1 (and Analyze 7.5) files: one ``.nii`` or a ``.hdr``/``.img`` pair, each possibly gzipped.
+_NIFTI_NAME = re.compile(r"\.(nii|hdr|img)(\.gz)?$", re.IGNORECASE)
+_GZIP_MAGIC = b"\x1f\x8b"
 _HEADER_BYTES_LIMIT = 1 << 16
 
 
@@ -62,23 +64,23 @@ class InputPolicy:
 def check_file(path: Path, policy: InputPolicy) -> None:
     """Refuse a file that ITK or PIL would read wrongly or silently repair (see the module doc)."""
     name = path.name.lower()
-    with open(path, "rb") as handle:
-        head = handle.read(132)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(132)
+    except OSError as error:
+        raise ReadError(f"{path}: cannot be read ({error.strerror or error})") from error
     if name.endswith(_DICOM_SUFFIXES) or head[128:132] == b"DICM":
         _check_dicom(path)
     if name.endswith(_DETACHED_SUFFIXES) and not policy.allow_external_data:
         _check_data_files(path)
-    compressed = head[:2] == b"\x1f\x8b"
-    length = _check_gzip(path) if compressed else path.stat().st_size
-    if name.endswith(_NIFTI_SUFFIXES):
-        _check_nifti(path, compressed, length)
+    if _NIFTI_NAME.search(path.name):
+        _check_nifti(path)
     elif name.endswith((".nrrd", ".nhdr")):
         _check_nrrd_spacing(path)
     elif name.endswith((".mha", ".mhd")):
-        fields = _meta_header(path)[0]
-        spacing = fields.get("ElementSpacing", fields.get("ElementSize"))
-        if spacing:
-            _check_header_spacing(path, "MetaImage ElementSpacing", _floats(spacing.split()))
+        _check_meta_spacing(path)
+    elif head[:2] == _GZIP_MAGIC:
+        _data_length(path)
 
 
 def check_lossy(path: Path, policy: InputPolicy, threshold) -> None:
@@ -133,31 +135,52 @@ def _check_dicom(path: Path) -> None:
         )
 
 
-def _check_gzip(path: Path) -> int:
-    """Decompress the whole gzip stream (CRC and length checked); return its length in bytes."""
+def _data_length(path: Path) -> int:
+    """Bytes a file holds, decompressed; a gzip stream is read to its end, so a stream cut short or
+    damaged (CRC, length) is refused here instead of being zero-filled by ITK."""
+    with open(path, "rb") as handle:
+        compressed = handle.read(2) == _GZIP_MAGIC
+    if not compressed:
+        return path.stat().st_size
     total = 0
     try:
         with gzip.open(path, "rb") as stream:
-            while chunk := stream.read(1 << 20):
+            while chunk := stream.read(1 << 24):  # 16 MiB at a time
                 total += len(chunk)
     except (EOFError, OSError, zlib.error) as error:
-        raise ReadError(f"{path}: compressed data is cut short or damaged ({error}); the file was probably not "
-                        "copied or downloaded completely") from error
+        raise _damaged(path, error) from error
     return total
 
 
-def _check_nifti(path: Path, compressed: bool, length: int) -> None:
-    """Check a single-file NIfTI-1 header's voxel sizes (``pixdim``) and that its data is all there
-    (``length``: bytes of the file, decompressed).
+def _read_start(path: Path, size: int) -> bytes:
+    """The first ``size`` bytes of a file, decompressed when it is gzipped."""
+    with open(path, "rb") as handle:
+        compressed = handle.read(2) == _GZIP_MAGIC
+    try:
+        with (gzip.open if compressed else open)(path, "rb") as handle:
+            return handle.read(size)
+    except (EOFError, OSError, zlib.error) as error:
+        raise _damaged(path, error) from error
+
+
+def _damaged(path: Path, error: Exception) -> ReadError:
+    return ReadError(f"{path}: compressed data is cut short or damaged ({error}); the file was probably not "
+                     "copied or downloaded completely")
+
+
+def _check_nifti(path: Path) -> None:
+    """Check a NIfTI-1 / Analyze header's voxel sizes (``pixdim``) and that its data is all there.
 
     ITK replaces ``pixdim`` values that are 0, negative or not finite by 1 mm and zero-fills
-    missing data, so both are read from the header here.
+    missing data, so both are read from the header here. ``path`` is a ``.nii`` file or either
+    file of a ``.hdr``/``.img`` pair (gzipped or not).
     """
-    opener = gzip.open if compressed else open
-    with opener(path, "rb") as handle:
-        head = handle.read(348)
+    header, data = _nifti_parts(path)
+    if header is None or data is None:
+        return  # a pair with a missing part: ITK reports it
+    head = _read_start(header, 348)
     if len(head) < 348:
-        raise ReadError(f"{path}: the NIfTI header is cut short ({len(head)} of 348 bytes)")
+        raise ReadError(f"{header}: the NIfTI header is cut short ({len(head)} of 348 bytes)")
     order = next((o for o in "<>" if np.frombuffer(head, o + "i4", 1)[0] == 348), None)
     if order is None:
         return  # not NIfTI-1 (e.g. NIfTI-2): left to ITK
@@ -166,12 +189,23 @@ def _check_nifti(path: Path, compressed: bool, length: int) -> None:
     pixdim = np.frombuffer(head, order + "f4", 8, 76)
     offset = float(np.frombuffer(head, order + "f4", 1, 108)[0])
     spatial = int(min(max(dims[0], 0), 3))
-    _check_header_spacing(path, f"NIfTI pixdim[1..{spatial}]", pixdim[1:1 + spatial])
+    _check_header_spacing(header, f"NIfTI pixdim[1..{spatial}]", pixdim[1:1 + spatial])
     shape = dims[1:1 + min(max(int(dims[0]), 0), 7)].astype(np.int64)
     expected = int(offset) + int(np.prod(shape)) * bits // 8
+    length = _data_length(data)
     if length < expected:
-        raise ReadError(f"{path}: holds {length} bytes of NIfTI data where its header declares {expected}; "
+        raise ReadError(f"{data}: holds {length} bytes of NIfTI data where its header declares {expected}; "
                         "the file is cut short (not copied or downloaded completely?)")
+
+
+def _nifti_parts(path: Path):
+    """``(header file, data file)`` of a NIfTI file or pair; a missing part is None."""
+    if re.search(r"\.nii(\.gz)?$", path.name, re.IGNORECASE):
+        return path, path
+    stem = _NIFTI_NAME.sub("", path.name)
+    header = next((p for s in (".hdr", ".hdr.gz") if (p := path.with_name(stem + s)).is_file()), None)
+    data = next((p for s in (".img", ".img.gz") if (p := path.with_name(stem + s)).is_file()), None)
+    return header, data
 
 
 def _check_nrrd_spacing(path: Path) -> None:
@@ -183,6 +217,14 @@ def _check_nrrd_spacing(path: Path) -> None:
         _check_header_spacing(path, "NRRD space directions of length", lengths)
     elif "spacings" in fields:
         _check_header_spacing(path, "NRRD spacings", _floats(fields["spacings"].split()))
+
+
+def _check_meta_spacing(path: Path) -> None:
+    """MetaImage voxel sizes (``ElementSpacing``, else ``ElementSize``)."""
+    fields = _meta_header(path)[0]
+    spacing = fields.get("ElementSpacing", fields.get("ElementSize"))
+    if spacing:
+        _check_header_spacing(path, "MetaImage ElementSpacing", _floats(spacing.split()))
 
 
 def _check_header_spacing(path: Path, what: str, values) -> None:
@@ -206,7 +248,7 @@ def _floats(texts) -> list:
 # ---------------------------------------------------------------------- header-only formats
 def _check_data_files(path: Path) -> None:
     """Refuse a header whose data file(s) lie outside its own folder (symbolic links resolved)."""
-    folder = path.resolve().parent
+    folder = path.parent.resolve()
     for name in _data_file_names(path):
         target = (path.parent / name).resolve()
         if not target.is_relative_to(folder):
