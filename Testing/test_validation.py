@@ -426,3 +426,14 @@ def test_nifti_pair_header_and_data_are_checked(tmp_path):
     data.write_bytes(data.read_bytes()[:-10])
     with pytest.raises(ReadError, match="pair.img: holds .* bytes of NIfTI data"):
         load_label_image(header)
+
+
+def test_instance_maps_may_hold_many_instances(tmp_path):
+    classes = np.ones((25, 25), np.uint8)
+    instance_ids = np.arange(1, 626, dtype=np.int32).reshape(25, 25)  # 625 one-pixel instances
+    for folder in ("pred", "gt", "pred_inst", "gt_inst"):
+        (tmp_path / folder).mkdir()
+        np.save(tmp_path / folder / "f1.npy", instance_ids if folder.endswith("inst") else classes)
+    result = segmetrics.evaluate_folders(tmp_path / "pred", tmp_path / "gt", instances=True,
+                                         instance_dirs=(tmp_path / "pred_inst", tmp_path / "gt_inst"))
+    assert (result.detection.true_positives, result.detection.false_positives) == (625, 0)  # identical maps

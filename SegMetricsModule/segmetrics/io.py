@@ -45,16 +45,17 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
     """
     policy = input_policy or InputPolicy()
     check_threshold(threshold)
-    if isinstance(source, (str, Path)):
+    from_file = isinstance(source, (str, Path))
+    label = str(source) if from_file else name or "array"
+    if from_file:
         image = read_label_image(source, input_policy=policy)
         if Path(source).suffix.lower() in PICTURE_SUFFIXES:
             check_lossy(Path(source), policy, threshold)
     else:
         try:
             image = as_label_image(source, spacing)
-        except ValueError as error:
-            raise ReadError(f"{name or 'array'}: {error}") from error
-    label = str(source) if isinstance(source, (str, Path)) else name or "array"
+        except ValueError as error:  # e.g. a NumPy array without spacing, an invalid geometry
+            raise ReadError(f"{label}: {error}") from error
     image = _as_labels(image, threshold, label)
     if threshold is None:
         check_label_map(image, label, policy)
@@ -132,8 +133,8 @@ def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
     if np.issubdtype(array.dtype, np.floating):
         if not np.all(np.isfinite(array)) or not np.array_equal(array, np.round(array)):
             raise ReadError(
-                f"{source}: holds non-integer values (a probability map, or an intensity image?); binarise it with a threshold "
-                "(CLI: --threshold 0.5; Python: threshold=0.5)"
+                f"{source}: holds non-integer values (a probability map, or an intensity image?); binarise it "
+                "with a threshold (CLI: --threshold 0.5; Python: threshold=0.5)"
             )
         return image.with_array(array.astype(np.int64))
     if not np.issubdtype(array.dtype, np.integer):
