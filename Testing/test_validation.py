@@ -318,6 +318,7 @@ def test_negative_values_are_refused_as_intensity():
     np.array([[0, 3, 3], [70000, 2, 0]], np.int64),
     np.array([[-5, 3], [2**40, -5]], np.int64),
     np.array([[True, False]]),
+    np.array([[0, 2**63 + 5], [2**63 + 1, 0]], np.uint64),
     np.random.default_rng(0).integers(-300, 300, (7, 9, 11)).astype(np.int16),
     np.zeros((0, 3), np.uint8),
 ])

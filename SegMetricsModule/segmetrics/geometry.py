@@ -151,7 +151,7 @@ def distinct_values(array: np.ndarray) -> np.ndarray:
     if flat.size == 0 or array.dtype.kind not in "biu":
         return np.unique(flat)
     low, high = int(flat.min()), int(flat.max())
-    if high - low >= 1 << 20:
+    if high - low >= 1 << 20 or high > np.iinfo(np.int64).max:
         return np.unique(flat)
     counts = np.zeros(high - low + 1, np.int64)
     for start in range(0, flat.size, _COUNT_CHUNK):
