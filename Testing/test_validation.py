@@ -75,6 +75,19 @@ def test_nifti_shorter_than_its_header_declares_is_refused(tmp_path):
     assert np.array_equal(load_label_image(whole).array, array)
 
 
+@pytest.mark.parametrize("name, compressed", [("a.mha", False), ("a.mha", True), ("a.mhd", False), ("a.mhd", True),
+                                              ("a.nrrd", False), ("a.nrrd", True)])
+def test_truncated_metaimage_and_nrrd_are_refused_in_one_line(tmp_path, capsys, name, compressed):
+    rng = np.random.default_rng(2)
+    whole = write((rng.random((20, 30, 40)) > 0.5).astype(np.uint8), tmp_path / name, useCompression=compressed)
+    data = max(tmp_path.iterdir(), key=lambda p: p.stat().st_size)  # the .mha/.nrrd itself or the .raw/.zraw
+    data.write_bytes(data.read_bytes()[: data.stat().st_size * 6 // 10])
+    code, lines = run_cli(capsys, "compare", whole, whole)
+    assert code == 2 and len(lines) == 1
+    if name.startswith("a.mh"):  # ITK itself says only "No such file or directory"
+        assert "cut short" in lines[0]
+
+
 # ------------------------------------------------------------------------ 3: invalid spacing
 def nifti_with_pixdim(tmp_path, value, compressed):
     """A NIfTI file whose pixdim[1] (x voxel size) is set to ``value`` in the header bytes."""

@@ -103,10 +103,12 @@ def apply_name_map(image: LabelImage, names: dict) -> None:
 
 
 def _reason(error: Exception) -> str:
-    """The informative line of a reader's exception (SimpleITK puts it after ``ERROR:``)."""
+    """The informative line of a reader's exception: the last line of NRRD's own trace (``[nrrd] ...``,
+    which names the cause), else the line SimpleITK puts after ``ERROR:``."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    teem = [line.removeprefix("[nrrd]").strip() for line in lines if line.startswith("[nrrd]")]
     detail = next((line.split("ERROR:", 1)[1].strip() for line in lines if "ERROR:" in line), None)
-    return detail or (lines[0] if lines else type(error).__name__)
+    return (teem[-1] if teem else detail) or (lines[0] if lines else type(error).__name__)
 
 
 def read_name_map(path) -> dict:

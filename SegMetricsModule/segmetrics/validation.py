@@ -37,6 +37,9 @@ _DICOM_SUFFIXES = (".dcm", ".dicom")
 _NIFTI_NAME = re.compile(r"\.(nii|hdr|img)(\.gz)?$", re.IGNORECASE)
 _GZIP_MAGIC = b"\x1f\x8b"
 _HEADER_BYTES_LIMIT = 1 << 16
+#: Bytes per element of the MetaImage element types whose size does not depend on the platform.
+_META_ELEMENT_BYTES = {"MET_CHAR": 1, "MET_UCHAR": 1, "MET_SHORT": 2, "MET_USHORT": 2, "MET_INT": 4, "MET_UINT": 4,
+                       "MET_FLOAT": 4, "MET_LONG_LONG": 8, "MET_ULONG_LONG": 8, "MET_DOUBLE": 8}
 
 
 class ReadError(ValueError):
@@ -78,7 +81,7 @@ def check_file(path: Path, policy: InputPolicy) -> None:
     elif name.endswith((".nrrd", ".nhdr")):
         _check_nrrd_spacing(path)
     elif name.endswith((".mha", ".mhd")):
-        _check_meta_spacing(path)
+        _check_meta(path)
     elif head[:2] == _GZIP_MAGIC:
         _data_length(path)
 
@@ -219,12 +222,38 @@ def _check_nrrd_spacing(path: Path) -> None:
         _check_header_spacing(path, "NRRD spacings", _floats(fields["spacings"].split()))
 
 
-def _check_meta_spacing(path: Path) -> None:
-    """MetaImage voxel sizes (``ElementSpacing``, else ``ElementSize``)."""
-    fields = _meta_header(path)[0]
+def _check_meta(path: Path) -> None:
+    """MetaImage voxel sizes (``ElementSpacing``, else ``ElementSize``) and data length.
+
+    The data length is checked for data stored ``LOCAL`` or in one file, raw (element count ×
+    element size) or compressed (``CompressedDataSize``): ITK reports data cut short only as
+    "No such file or directory".
+    """
+    fields, _, header_size = _meta_header(path)
     spacing = fields.get("ElementSpacing", fields.get("ElementSize"))
     if spacing:
         _check_header_spacing(path, "MetaImage ElementSpacing", _floats(spacing.split()))
+    source = fields.get("ElementDataFile", "")
+    if not source or source.split()[0] == "LIST" or "%" in source:
+        return
+    if fields.get("CompressedData", "False").lower() == "true":
+        expected = int(fields.get("CompressedDataSize", 0) or 0)
+    else:
+        element = _META_ELEMENT_BYTES.get(fields.get("ElementType", ""))
+        sizes = _floats(fields.get("DimSize", "").split())
+        if element is None or not sizes or not all(math.isfinite(n) for n in sizes):
+            return
+        expected = int(np.prod(sizes)) * int(fields.get("ElementNumberOfChannels", 1)) * element
+    if source == "LOCAL":
+        data, available = path, path.stat().st_size - header_size
+    elif (path.parent / source).is_file():
+        data = path.parent / source
+        available = data.stat().st_size
+    else:
+        return  # a missing data file: ITK reports it
+    if available < expected:
+        raise ReadError(f"{data}: holds {available} bytes of image data where the header {path.name} declares "
+                        f"{expected}; the file is cut short (not copied or downloaded completely?)")
 
 
 def _check_header_spacing(path: Path, what: str, values) -> None:
@@ -263,7 +292,7 @@ def _data_file_names(path: Path) -> list:
     pattern followed by its numbers (the pattern's folder is what matters).
     """
     if path.name.lower().endswith((".mhd", ".mha")):
-        fields, tail = _meta_header(path)
+        fields, tail, _ = _meta_header(path)
         value = fields.get("ElementDataFile", "LOCAL")
     else:
         fields, tail = _nrrd_header(path)
@@ -283,16 +312,19 @@ def _header_lines(path: Path):
 
 
 def _meta_header(path: Path):
-    """``({key: value}, following lines)`` of a MetaImage header, up to ``ElementDataFile``."""
-    fields, lines = {}, _header_lines(path)
+    """``({key: value}, following lines, header bytes)`` of a MetaImage header, up to ``ElementDataFile``
+    (where data stored ``LOCAL`` begins)."""
+    fields, lines, size = {}, _header_lines(path), 0
     for index, line in enumerate(lines):
         key, separator, value = line.partition("=")
         if not separator:
             break
         fields[key.strip()] = value.strip()
+        size += len(line) + 1
         if key.strip() == "ElementDataFile":
-            return fields, [line.strip() for line in lines[index + 1:]] if value.strip().startswith("LIST") else []
-    return fields, []
+            tail = [line.strip() for line in lines[index + 1:]] if value.strip().startswith("LIST") else []
+            return fields, tail, size
+    return fields, [], size
 
 
 def _nrrd_header(path: Path):
