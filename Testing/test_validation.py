@@ -17,7 +17,7 @@ from segmetrics.batch import Case, run_batch
 from segmetrics.cli import main
 from segmetrics.compare import NothingToCompareError
 from segmetrics.geometry import LabelImage, distinct_values
-from segmetrics.io import InputPolicy, ReadError, load_label_image, read_name_map
+from segmetrics.io import InputPolicy, ReadError, apply_name_map, load_label_image, read_name_map
 from segmetrics.registry import ParameterError, Parameters
 
 SLICERIO_SAMPLE = os.path.join(os.path.dirname(slicerio.__file__), "data", "Segmentation.seg.nrrd")
@@ -202,6 +202,20 @@ def test_frames_check_every_frame(tmp_path):
         segmetrics.evaluate_folders(tmp_path / "pred", tmp_path / "gt", threshold=math.nan)
 
 
+def test_grey_picture_or_soft_map_needs_a_threshold(tmp_path, data_dir, capsys):
+    from PIL import Image
+
+    ramp = np.tile(np.arange(256, dtype=np.uint8), (8, 1))  # a grey picture: 255 non-zero levels
+    Image.fromarray(ramp).save(tmp_path / "ramp.png")
+    with pytest.raises(ReadError, match="255 grey levels"):
+        load_label_image(tmp_path / "ramp.png")
+    assert load_label_image(tmp_path / "ramp.png", threshold=128).array.sum() == 8 * 128
+    soft = data_dir / "msi_fda_miss_tool/ComparingSamples/Seg/p0724_n2_s1_pred.png"  # a soft map saved as PNG
+    assert_one_line_error(capsys, "grey levels", "compare", soft, soft)
+    code, _ = run_cli(capsys, "compare", soft, soft, "--threshold", "128", "--metrics", "dice")
+    assert code == 0
+
+
 # ---------------------------------------------------------------------- 5: duplicate names
 def test_duplicate_names_in_a_name_map_are_refused(tmp_path, capsys):
     names = tmp_path / "names.json"
@@ -210,6 +224,22 @@ def test_duplicate_names_in_a_name_map_are_refused(tmp_path, capsys):
         read_name_map(names)
     labels = write(np.arange(4, dtype=np.uint8).repeat(8).reshape(2, 4, 4), tmp_path / "labels.nrrd")
     assert_one_line_error(capsys, "'lung'", "compare", labels, labels, "--names", names)
+
+
+@pytest.mark.parametrize("text", ['{"1": "lung", "1": "heart"}', '{"1": "lung", "1.0": "heart"}'])
+def test_a_label_named_twice_is_refused(tmp_path, text):
+    (tmp_path / "names.json").write_text(text)  # JSON keeps only the last of repeated keys
+    with pytest.raises(ReadError, match="label\\(s\\) 1 named more than once"):
+        read_name_map(tmp_path / "names.json")
+
+
+def test_a_name_equal_to_an_unnamed_label_value_is_refused(tmp_path, capsys):
+    names = tmp_path / "names.json"
+    names.write_text('{"2": "1"}')  # label 2 named "1" while label 1 keeps its value as name
+    labels = write(np.arange(3, dtype=np.uint8).repeat(8).reshape(2, 3, 4), tmp_path / "labels.nrrd")
+    with pytest.raises(ReadError, match="'1' \\(label 2\\) equal the value of an unnamed label"):
+        apply_name_map(load_label_image(labels), read_name_map(names))
+    assert_one_line_error(capsys, "unnamed label", "compare", labels, labels, "--names", names)
 
 
 def test_duplicate_segment_names_in_seg_nrrd_are_refused(tmp_path):
@@ -300,6 +330,25 @@ def test_seg_nrrd_without_segments_is_nothing_to_compare(tmp_path):
     slicerio.write_segmentation(str(tmp_path / "none.seg.nrrd"), segmentation)
     with pytest.raises(NothingToCompareError):
         segmetrics.compare(tmp_path / "none.seg.nrrd", tmp_path / "none.seg.nrrd")
+
+
+def test_empty_frames_are_nothing_to_compare(tmp_path):
+    for folder in ("pred", "gt"):
+        (tmp_path / folder).mkdir()
+        np.save(tmp_path / folder / "f1.npy", np.zeros((6, 6), np.uint8))
+    with pytest.raises(NothingToCompareError, match="no class to score"):
+        segmetrics.evaluate_folders(tmp_path / "pred", tmp_path / "gt")
+    with pytest.raises(NothingToCompareError):
+        segmetrics.evaluate_frames([np.zeros((4, 4), int)], [np.zeros((4, 4), int)])
+
+
+@pytest.mark.parametrize("iou", [math.nan, 0, 1.5, "0.5"])
+def test_invalid_detection_iou_is_refused(tmp_path, iou):
+    for folder in ("pred", "gt"):
+        (tmp_path / folder).mkdir()
+        np.save(tmp_path / folder / "f1.npy", np.ones((6, 6), np.uint8))
+    with pytest.raises(ParameterError, match="detection_iou"):
+        segmetrics.evaluate_folders(tmp_path / "pred", tmp_path / "gt", instances=True, detection_iou=iou)
 
 
 # ------------------------------------------------------------------- 9: intensity as labels

@@ -8,10 +8,7 @@ import numpy as np
 
 from .geometry import LabelImage, check_same_geometry, geometry_differences, resample_nearest
 from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, resolve_selection
-
-
-class NothingToCompareError(ValueError):
-    """Neither image holds a structure (no non-zero voxel, no named segment) and no labels were asked for."""
+from .validation import NothingToCompareError
 
 
 @dataclass

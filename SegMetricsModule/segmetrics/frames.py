@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .registry import MetricValue, Status, emptiness_status
+from .registry import MetricValue, Status, emptiness_status, positive_number
+from .validation import InputPolicy, NothingToCompareError, check_threshold
 
 #: File endings read as frames (longest first so ``.nii.gz`` wins over ``.gz``).
 FRAME_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".png", ".npy", ".tif", ".tiff", ".bmp")
@@ -254,6 +255,9 @@ def frame_counts(pairs, classes, rules: EdgeRules | None = None, frame_names=Non
     names = dict(classes) if isinstance(classes, dict) else {c: str(c) for c in classes}
     names.pop(0, None)
     class_ids = sorted(names)
+    if not class_ids:
+        raise NothingToCompareError("nothing to compare: no class to score (every frame is empty and no classes "
+                                    "were given)")
     counts, pixels = [], []
     for prediction, ground_truth in pairs:
         counts.append(frame_overlaps(prediction, ground_truth, class_ids))
@@ -372,10 +376,9 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
         instance maps may always hold many labels.
     """
     from .instances import IOU_THRESHOLDS, accumulate_ap, count_detections, image_matches
-    from .io import InputPolicy
-    from .validation import check_threshold
 
     check_threshold(threshold)
+    positive_number("detection_iou", detection_iou, maximum=1.0)
     policy = input_policy or InputPolicy()
 
     pairs, prediction_only, reference_only = pair_frames(prediction_dir, ground_truth_dir)

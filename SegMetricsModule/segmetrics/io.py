@@ -15,8 +15,8 @@ import numpy as np
 import SimpleITK as sitk
 
 from .geometry import LabelImage, as_label_image
-from .validation import (InputPolicy, ReadError, check_file, check_label_map, check_lossy, check_threshold,
-                         check_unique_names)
+from .validation import (InputPolicy, ReadError, check_file, check_label_map, check_picture, check_structure_names,
+                         check_threshold, check_unique_names)
 
 PICTURE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
 
@@ -50,7 +50,7 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
     if from_file:
         image = read_label_image(source, input_policy=policy)
         if Path(source).suffix.lower() in PICTURE_SUFFIXES:
-            check_lossy(Path(source), policy, threshold)
+            check_picture(Path(source), image, policy, threshold)
     else:
         try:
             image = as_label_image(source, spacing)
@@ -60,7 +60,7 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
     if threshold is None:
         check_label_map(image, label, policy)
     else:
-        check_unique_names(image.names, label)
+        check_structure_names(image, label)
     return image
 
 
@@ -96,10 +96,11 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None) -> LabelI
 def apply_name_map(image: LabelImage, names: dict) -> None:
     """Name the labels ``image`` holds from a ``{label value: name}`` map (others stay unnamed).
 
-    Raises :class:`ReadError` when the map gives one name to several labels.
+    Raises :class:`ReadError` when names would merge structures (see
+    :func:`segmetrics.validation.check_structure_names`).
     """
-    check_unique_names(names, "name map")
     image.names = {label: names[label] for label in image.labels() if label in names}
+    check_structure_names(image, "name map")
 
 
 def _reason(error: Exception) -> str:
@@ -114,13 +115,20 @@ def _reason(error: Exception) -> str:
 def read_name_map(path) -> dict:
     """Read a JSON object mapping label values to structure names, e.g. ``{"1": "liver"}``."""
     path = Path(path)
+    expected = f'{path}: expected a JSON object of label values and names like {{"1": "liver"}}'
     try:
-        raw = json.loads(path.read_text())
-        names = {int(float(key)): str(value) for key, value in raw.items()}
+        pairs = json.loads(path.read_text(), object_pairs_hook=list)  # a list of (key, value): keeps repeated keys
+        labels = [int(float(key)) for key, _ in pairs]
     except FileNotFoundError as error:
         raise ReadError(f"{path}: no such file") from error
-    except (ValueError, AttributeError) as error:
-        raise ReadError(f'{path}: expected a JSON object like {{"1": "liver"}} ({error})') from error
+    except (ValueError, TypeError) as error:
+        raise ReadError(f"{expected} ({error})") from error
+    if not all(isinstance(pair, tuple) and isinstance(pair[1], str) for pair in pairs):
+        raise ReadError(expected)
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ReadError(f"{path}: label(s) {', '.join(map(str, repeated))} named more than once")
+    names = {label: name for label, (_, name) in zip(labels, pairs)}
     check_unique_names(names, str(path))
     return names
 

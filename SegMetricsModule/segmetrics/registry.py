@@ -93,12 +93,12 @@ class Parameters:
     roughness_convention: str = "default"  # or "paper"
 
     def __post_init__(self):
-        self.hd_percentile = _positive("hd_percentile", self.hd_percentile, maximum=100.0)
-        self.nsd_tolerance_mm = _positive("nsd_tolerance_mm", self.nsd_tolerance_mm)
-        self.msi_il = _positive("msi_il", self.msi_il)
-        self.msi_ol = _positive("msi_ol", self.msi_ol)
+        self.hd_percentile = positive_number("hd_percentile", self.hd_percentile, maximum=100.0)
+        self.nsd_tolerance_mm = positive_number("nsd_tolerance_mm", self.nsd_tolerance_mm)
+        self.msi_il = positive_number("msi_il", self.msi_il)
+        self.msi_ol = positive_number("msi_ol", self.msi_ol)
         if self.roughness_window_mm is not None:
-            self.roughness_window_mm = _positive("roughness_window_mm", self.roughness_window_mm)
+            self.roughness_window_mm = positive_number("roughness_window_mm", self.roughness_window_mm)
         if self.msi_axis is not None:
             if isinstance(self.msi_axis, bool) or not isinstance(self.msi_axis, numbers.Integral) \
                     or not 0 <= self.msi_axis <= 2:
@@ -116,8 +116,9 @@ class Parameters:
                                  f"(array axes 0..{ndim - 1})")
 
 
-def _positive(name: str, value, maximum: float = math.inf) -> float:
-    """``value`` as a float when it is a finite real number in (0, ``maximum``]."""
+def positive_number(name: str, value, maximum: float = math.inf) -> float:
+    """``value`` as a float when it is a finite real number in (0, ``maximum``]; otherwise
+    :class:`ParameterError` naming the parameter ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ParameterError(f"{name} must be a number, got {value!r}")
     value = float(value)

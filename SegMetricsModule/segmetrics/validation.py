@@ -30,6 +30,8 @@ from .geometry import LabelImage, check_spacing
 
 #: More distinct non-zero values than this in a label map suggests an intensity image.
 MAX_LABELS = 500
+#: More grey levels than this in a picture read as labels suggests a grey picture or a soft map.
+MAX_PICTURE_LEVELS = 64
 #: Header-only formats may name their data file(s); those outside the header's folder are refused.
 _DETACHED_SUFFIXES = (".mhd", ".mha", ".nhdr", ".nrrd")
 _DICOM_SUFFIXES = (".dcm", ".dicom")
@@ -44,6 +46,11 @@ _META_ELEMENT_BYTES = {"MET_CHAR": 1, "MET_UCHAR": 1, "MET_SHORT": 2, "MET_USHOR
 
 class ReadError(ValueError):
     """A file is missing or unreadable, or an input is not trustworthy as a label map (one line)."""
+
+
+class NothingToCompareError(ValueError):
+    """The inputs hold no structure to evaluate (no non-zero voxel, no named segment, no class) and
+    none was asked for by name: an empty result would look like a success."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +93,17 @@ def check_file(path: Path, policy: InputPolicy) -> None:
         _data_length(path)
 
 
-def check_lossy(path: Path, policy: InputPolicy, threshold) -> None:
-    """Refuse a lossy picture (JPEG) unless allowed, and then only with a ``threshold``."""
+def check_picture(path: Path, image: LabelImage, policy: InputPolicy, threshold) -> None:
+    """Refuse a 2-D picture that is lossy (JPEG; allowed only on request and with a ``threshold``),
+    or that holds more grey levels than a mask would (a grey picture or a soft map, unthresholded)."""
     lossy = _lossy_format(path)
+    if threshold is None and not policy.allow_many_labels and lossy is None \
+            and len(image.labels()) > MAX_PICTURE_LEVELS:
+        raise ReadError(
+            f"{path}: holds {len(image.labels())} grey levels: a grey picture or a soft (probability) map rather "
+            "than a mask? Binarise it with a threshold (CLI: --threshold 128; Python: threshold=128), or "
+            "allow_many_labels=True (CLI: --allow-many-labels) if it really is a label map"
+        )
     if lossy is None:
         return
     if not policy.allow_lossy:
@@ -350,7 +365,7 @@ def _nrrd_header(path: Path):
 # -------------------------------------------------------------------------------- label maps
 def check_label_map(image: LabelImage, source: str, policy: InputPolicy) -> None:
     """Refuse an image that is not plausibly a label map, or whose structure names repeat."""
-    check_unique_names(image.names, source)
+    check_structure_names(image, source)
     if policy.allow_many_labels:
         return
     labels = image.labels()
@@ -360,6 +375,17 @@ def check_label_map(image: LabelImage, source: str, policy: InputPolicy) -> None
         raise ReadError(f"{source}: holds negative values (down to {labels[0]}): {hint}")
     if len(labels) > MAX_LABELS:
         raise ReadError(f"{source}: holds {len(labels)} distinct non-zero values (more than {MAX_LABELS}): {hint}")
+
+
+def check_structure_names(image: LabelImage, source: str) -> None:
+    """Refuse names that would merge structures: one name for several labels, or a name equal to the
+    value of an unnamed label (which is then named by its value)."""
+    check_unique_names(image.names, source)
+    unnamed = {str(label): label for label in image.labels() if label not in image.names}
+    clashes = [f"{name!r} (label {label})" for label, name in image.names.items() if name in unnamed]
+    if clashes:
+        raise ReadError(f"{source}: structure name(s) {'; '.join(clashes)} equal the value of an unnamed label; "
+                        "name that label too, or choose another name")
 
 
 def check_unique_names(names: dict, source: str) -> None:
