@@ -366,7 +366,18 @@ def test_many_distinct_values_are_refused_unless_allowed():
         load_label_image(array, spacing=(1, 1, 1))
     allowed = load_label_image(array, spacing=(1, 1, 1), input_policy=InputPolicy(allow_many_labels=True))
     assert allowed.labels() == list(range(1, 1000))
-    assert len(load_label_image(array % 400, spacing=(1, 1, 1)).labels()) == 399  # a big label map is fine
+    blocks = np.arange(400, dtype=np.uint16).repeat(8).reshape(10, 20, 16)  # 399 piecewise-constant labels
+    assert len(load_label_image(blocks, spacing=(1, 1, 1)).labels()) == 399  # a big label map is fine
+
+
+def test_noisy_image_with_fewer_values_is_refused_as_intensity(data_dir):
+    rng = np.random.default_rng(3)
+    smooth = np.linspace(20, 180, 16)[:, None, None] * np.ones((16, 16, 16))
+    mr_like = np.clip(smooth + rng.normal(0, 10, smooth.shape), 0, 255).astype(np.uint8)  # ~200 grey values
+    with pytest.raises(ReadError, match="vary from voxel to voxel"):
+        load_label_image(mr_like, spacing=(1, 1, 1))
+    totalseg = load_label_image(data_dir / "totalsegmentator/example_seg.nii.gz")  # a real map of many labels
+    assert len(totalseg.labels()) > 40
 
 
 def test_negative_values_are_refused_as_intensity():

@@ -32,6 +32,10 @@ from .geometry import LabelImage, check_spacing
 MAX_LABELS = 500
 #: More grey levels than this in a picture read as labels suggests a grey picture or a soft map.
 MAX_PICTURE_LEVELS = 64
+#: A map with more than ``MAX_PICTURE_LEVELS`` values whose neighbouring voxels (along the last
+#: axis) are equal less often than this is noisy like an intensity image; label maps are
+#: piecewise constant (typically > 0.9).
+MIN_EQUAL_NEIGHBOURS = 0.5
 #: Header-only formats may name their data file(s); those outside the header's folder are refused.
 _DETACHED_SUFFIXES = (".mhd", ".mha", ".nhdr", ".nrrd")
 _DICOM_SUFFIXES = (".dcm", ".dicom")
@@ -375,6 +379,18 @@ def check_label_map(image: LabelImage, source: str, policy: InputPolicy) -> None
         raise ReadError(f"{source}: holds negative values (down to {labels[0]}): {hint}")
     if len(labels) > MAX_LABELS:
         raise ReadError(f"{source}: holds {len(labels)} distinct non-zero values (more than {MAX_LABELS}): {hint}")
+    if len(labels) > MAX_PICTURE_LEVELS and (share := _equal_neighbours(image.array)) < MIN_EQUAL_NEIGHBOURS:
+        raise ReadError(f"{source}: holds {len(labels)} values that vary from voxel to voxel (only {share:.0%} of "
+                        f"neighbours are equal): {hint}")
+
+
+def _equal_neighbours(array: np.ndarray) -> float:
+    """Share of neighbouring voxel pairs along the last axis that hold the same value (one slice
+    at a time, to bound the temporary memory)."""
+    pairs = array.size - array.size // max(array.shape[-1], 1)
+    if pairs == 0:
+        return 1.0
+    return sum(np.count_nonzero(part[..., 1:] == part[..., :-1]) for part in array) / pairs
 
 
 def check_structure_names(image: LabelImage, source: str) -> None:
