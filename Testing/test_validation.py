@@ -360,6 +360,13 @@ def test_ct_given_as_label_map_is_refused(data_dir, capsys):
     assert_one_line_error(capsys, "intensity image", "compare", seg, ct)
 
 
+@pytest.mark.parametrize("name", ["sct_testing_data/t2/t2.nii.gz", "pyradiomics/breast1_image.nrrd",
+                                  "dcmqi/ct-3slice/01.dcm"])
+def test_real_intensity_images_are_refused_as_label_maps(data_dir, name):
+    with pytest.raises(ReadError, match="intensity image"):
+        load_label_image(data_dir / name)
+
+
 def test_many_distinct_values_are_refused_unless_allowed():
     array = np.arange(1000, dtype=np.uint16).reshape(10, 10, 10)  # exactly 999 non-zero values
     with pytest.raises(ReadError, match="999 distinct non-zero values"):

@@ -58,7 +58,8 @@ def _add_input_arguments(p) -> None:
     p.add_argument("--allow-lossy", action="store_true",
                    help="accept lossy JPEG masks (refused by default: compression adds grey levels); needs --threshold")
     p.add_argument("--allow-many-labels", action="store_true",
-                   help="accept label maps with negative values or more than 500 labels (refused as likely intensity images)")
+                   help="accept label maps refused as likely intensity images (negative values, more than 500 "
+                        "labels, noisy values) or grey pictures")
     p.add_argument("--allow-external-data", action="store_true",
                    help="accept .mhd/.nhdr headers whose data file lies outside the header's folder")
 
