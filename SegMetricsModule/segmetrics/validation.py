@@ -7,9 +7,11 @@ runs, frame folders and the Slicer logic refuse the same things with the same on
 - files: DICOM objects that are not images (recognised by SOP class), header-only formats whose
   data file lies outside the header's folder, spacings that ITK would silently replace by 1 mm
   (read from the header itself), gzip streams cut short or damaged, NIfTI data shorter than its
-  header declares, lossy formats (JPEG);
+  header declares (MetaImage too, whose ITK error would say "No such file or directory");
+- pictures: lossy formats (JPEG), more grey levels than a mask has;
 - label maps: intensity-like content (negative values, more than :data:`MAX_LABELS` distinct
-  values) and duplicate structure names.
+  values, many values varying from voxel to voxel) and names that would merge structures;
+- thresholds that are not finite numbers.
 
 :class:`InputPolicy` holds the explicit overrides. Spacing and direction rules themselves live in
 :func:`segmetrics.geometry.check_spacing` / :func:`~segmetrics.geometry.check_placement`.
@@ -64,7 +66,9 @@ class InputPolicy:
     allow_lossy : bool
         Accept lossy pictures (JPEG); they must then be binarised with a ``threshold``.
     allow_many_labels : bool
-        Accept label maps with negative values or more than :data:`MAX_LABELS` distinct values.
+        Accept label maps that look like intensity images (negative values, more than
+        :data:`MAX_LABELS` distinct values, many values varying from voxel to voxel) and pictures
+        with more than :data:`MAX_PICTURE_LEVELS` grey levels.
     allow_external_data : bool
         Accept ``.mhd``/``.nhdr`` headers whose data file lies outside the header's folder.
     """
@@ -101,24 +105,22 @@ def check_picture(path: Path, image: LabelImage, policy: InputPolicy, threshold)
     """Refuse a 2-D picture that is lossy (JPEG; allowed only on request and with a ``threshold``),
     or that holds more grey levels than a mask would (a grey picture or a soft map, unthresholded)."""
     lossy = _lossy_format(path)
-    if threshold is None and not policy.allow_many_labels and lossy is None \
-            and len(image.labels()) > MAX_PICTURE_LEVELS:
-        raise ReadError(
-            f"{path}: holds {len(image.labels())} grey levels: a grey picture or a soft (probability) map rather "
-            "than a mask? Binarise it with a threshold (CLI: --threshold 128; Python: threshold=128), or "
-            "allow_many_labels=True (CLI: --allow-many-labels) if it really is a label map"
-        )
-    if lossy is None:
-        return
-    if not policy.allow_lossy:
+    if lossy is not None and not policy.allow_lossy:
         raise ReadError(
             f"{path}: {lossy} is a lossy format: its compression adds grey levels that would be read as extra "
             "structures; save masks losslessly (PNG, NRRD, NIfTI), or opt in with allow_lossy=True and a threshold "
             "(CLI: --allow-lossy --threshold 128)"
         )
-    if threshold is None:
+    if lossy is not None and threshold is None:
         raise ReadError(f"{path}: a lossy {lossy} mask must be binarised: give a threshold "
                         "(CLI: --threshold 128; Python: threshold=128)")
+    levels = len(image.labels())
+    if threshold is None and not policy.allow_many_labels and levels > MAX_PICTURE_LEVELS:
+        raise ReadError(
+            f"{path}: holds {levels} grey levels: a grey picture or a soft (probability) map rather than a mask? "
+            "Binarise it with a threshold (CLI: --threshold 128; Python: threshold=128), or allow_many_labels=True "
+            "(CLI: --allow-many-labels) if it really is a label map"
+        )
 
 
 def _lossy_format(path: Path) -> str | None:
@@ -130,7 +132,7 @@ def _lossy_format(path: Path) -> str | None:
             if picture.format in ("JPEG", "MPO"):
                 return "JPEG"
             if picture.format == "TIFF" and "jpeg" in str(picture.info.get("compression", "")):
-                return "a JPEG-compressed TIFF"
+                return "JPEG-compressed TIFF"
     except (UnidentifiedImageError, OSError):
         return None  # not a picture PIL knows: the reader reports it
     return None
