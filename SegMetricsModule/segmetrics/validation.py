@@ -162,9 +162,7 @@ def _check_dicom(path: Path) -> None:
 def _data_length(path: Path) -> int:
     """Bytes a file holds, decompressed; a gzip stream is read to its end, so a stream cut short or
     damaged (CRC, length) is refused here instead of being zero-filled by ITK."""
-    with open(path, "rb") as handle:
-        compressed = handle.read(2) == _GZIP_MAGIC
-    if not compressed:
+    if not _is_gzip(path):
         return path.stat().st_size
     total = 0
     try:
@@ -178,13 +176,16 @@ def _data_length(path: Path) -> int:
 
 def _read_start(path: Path, size: int) -> bytes:
     """The first ``size`` bytes of a file, decompressed when it is gzipped."""
-    with open(path, "rb") as handle:
-        compressed = handle.read(2) == _GZIP_MAGIC
     try:
-        with (gzip.open if compressed else open)(path, "rb") as handle:
+        with (gzip.open if _is_gzip(path) else open)(path, "rb") as handle:
             return handle.read(size)
     except (EOFError, OSError, zlib.error) as error:
         raise _damaged(path, error) from error
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(2) == _GZIP_MAGIC
 
 
 def _damaged(path: Path, error: Exception) -> ReadError:
