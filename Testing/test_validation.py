@@ -63,6 +63,15 @@ def test_truncated_nii_gz_is_refused_not_zero_filled(tmp_path, capsys):
     assert list(summary.failed) == ["cut"] and "cut short" in summary.failed["cut"]
 
 
+def test_damaged_nii_gz_is_refused(tmp_path):
+    rng = np.random.default_rng(4)
+    raw = bytearray(write((rng.random((20, 30, 40)) > 0.5).astype(np.uint8), tmp_path / "a.nii.gz").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # one damaged byte inside the compressed stream
+    (tmp_path / "damaged.nii.gz").write_bytes(bytes(raw))
+    with pytest.raises(ReadError, match="cut short or damaged"):
+        load_label_image(tmp_path / "damaged.nii.gz")
+
+
 def test_nifti_shorter_than_its_header_declares_is_refused(tmp_path):
     array = ball()
     whole = write(array, tmp_path / "whole.nii")
