@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 import slicerio
+from PIL import Image
 
 import segmetrics
 from segmetrics.batch import Case, run_batch
@@ -167,8 +168,6 @@ def test_in_memory_sheared_direction_and_nan_origin_are_refused():
 
 # ---------------------------------------------------------------------------------- 4: JPEG
 def jpeg_mask(tmp_path, name="mask.jpg"):
-    from PIL import Image
-
     mask = np.zeros((64, 64), np.uint8)
     mask[16:48, 20:44] = 255
     Image.fromarray(mask).save(tmp_path / name, format="JPEG", quality=75)
@@ -177,7 +176,7 @@ def jpeg_mask(tmp_path, name="mask.jpg"):
 
 def test_jpeg_mask_is_refused_unless_allowed_with_a_threshold(tmp_path, capsys):
     path, truth = jpeg_mask(tmp_path)
-    assert len(np.unique(np.asarray(__import__("PIL.Image").Image.open(path)))) > 2  # compression grey levels
+    assert len(np.unique(np.asarray(Image.open(path)))) > 2  # the compression made grey levels
     with pytest.raises(ReadError, match="lossy"):
         load_label_image(path)
     with pytest.raises(ReadError, match="threshold"):
@@ -212,8 +211,6 @@ def test_frames_check_every_frame(tmp_path):
 
 
 def test_grey_picture_or_soft_map_needs_a_threshold(tmp_path, data_dir, capsys):
-    from PIL import Image
-
     ramp = np.tile(np.arange(256, dtype=np.uint8), (8, 1))  # a grey picture: 255 non-zero levels
     Image.fromarray(ramp).save(tmp_path / "ramp.png")
     with pytest.raises(ReadError, match="255 grey levels"):
