@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .geometry import LabelImage, check_same_geometry, geometry_differences, resample_nearest
+from .orientation import canonical
 from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, resolve_selection
 
 
@@ -160,9 +161,10 @@ def _as_number(text):
 
 
 def _mask(image: LabelImage, label) -> np.ndarray:
+    """C-contiguous boolean mask of one label (all False for ``None``)."""
     if label is None:
         return np.zeros(image.array.shape, dtype=bool)
-    return image.mask(label)
+    return np.ascontiguousarray(image.mask(label))
 
 
 def compare(
@@ -213,6 +215,8 @@ def compare(
     elif resample_to is not None:
         raise ValueError(f"resample_to must be None or 'reference', got {resample_to!r}")
     check_same_geometry(reference, test)
+    orientation = canonical(reference)  # metrics must not depend on how the grid is stored
+    reference, test = orientation.image(reference), orientation.image(test)
 
     selection = resolve_selection(metrics)
     groups = all_groups()
@@ -226,12 +230,14 @@ def compare(
             test=_mask(test, test_label),
             spacing=reference.spacing,
             image=reference,
+            orientation=orientation,
         )
         values = []
         for group_name, wanted in selection.items():
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]
-        results.append(StructureResult(name, ref_label, test_label, values, pair.extras))
+        extras = orientation.surfaces_to_stored(pair.extras, reference.spacing)
+        results.append(StructureResult(name, ref_label, test_label, values, extras))
         if progress is not None:
             progress(index + 1, len(pairs), name)
     return ComparisonResult(results, notes)
