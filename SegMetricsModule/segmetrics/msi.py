@@ -396,7 +396,10 @@ def slice_table(reference, test, spacing, params: Parameters | None = None, dire
     Returns
     -------
     list of SliceMSI
-        Slices empty in both masks are skipped.
+        Slices empty in both masks are skipped. Each slice is measured on its masks' bounding
+        box with one pixel of background around, also where they touch the image border, so the
+        values do not depend on the field of view (with ``fda``, border pixels of the image are
+        boundary pixels).
     """
     params = params or Parameters()
     reference, test = np.asarray(reference, bool), np.asarray(test, bool)
@@ -412,8 +415,9 @@ def slice_table(reference, test, spacing, params: Parameters | None = None, dire
     rows = []
     for k in np.flatnonzero(union.any(axis=(1, 2))):
         box = ndimage.find_objects(union[k].astype(np.uint8))[0]
-        box = tuple(slice(max(s.start - 1, 0), s.stop + 1) for s in box)  # keep a background margin
-        ref2d, test2d = reference[k][box], test[k][box]
+        # a background margin of one pixel, also at the image border, so that the field of view
+        # (padding) does not matter: the fda perimeter counts pixels beyond the crop as inside
+        ref2d, test2d = np.pad(reference[k][box], 1), np.pad(test[k][box], 1)
         if params.msi_convention == "fda":
             value, weight, counts, status = _slice_fda(ref2d, test2d, params.msi_il, params.msi_ol)
         elif params.msi_convention == "default":
