@@ -18,7 +18,7 @@ from vtk.util.numpy_support import vtk_to_numpy
 from segmetrics import mesh
 from segmetrics.compare import compare
 from segmetrics.geometry import LabelImage
-from segmetrics.orientation import canonical
+from segmetrics.orientation import Reorientation, canonical
 from segmetrics.registry import Parameters, Status
 
 RTOL = 1e-9
@@ -271,3 +271,20 @@ def test_surfaces_stay_at_their_physical_place(mode, order, flips):
     normals = vtk_to_numpy(placed[1].GetPointData().GetNormals())
     centre = mesh.points(placed[1]).mean(axis=0)
     assert np.mean(np.sum((mesh.points(placed[1]) - centre) * normals, axis=1) > 0) > 0.95  # outward normals
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**16), order=st.permutations([0, 1, 2]), flips=st.tuples(*[st.booleans()] * 3))
+def test_canonical_masks_are_c_ordered_copies_of_the_view(seed, order, flips):
+    """Masks are copied (by blocks when the rows change axis) only within their bounding box."""
+    rng = np.random.default_rng(seed)
+    stored = np.zeros((70, 40, 75), bool)
+    low = rng.integers(0, 30, 3)
+    stored[tuple(slice(a, a + int(n)) for a, n in zip(low, rng.integers(1, 40, 3)))] = rng.random() < 0.5
+    stored[tuple(rng.integers(0, 40, (3, 20)))] = True
+    move = Reorientation(tuple(order), tuple(flips), stored.shape)
+    expected = np.flip(np.transpose(stored, order), [a for a in range(3) if flips[a]])
+    got = move.mask(stored)
+    np.testing.assert_array_equal(got, expected)
+    assert got.flags.c_contiguous
+    np.testing.assert_array_equal(move.mask(np.zeros_like(stored)), np.zeros(expected.shape, bool))

@@ -161,10 +161,9 @@ def _as_number(text):
 
 
 def _mask(image: LabelImage, label) -> np.ndarray:
-    """C-contiguous boolean mask of one label (all False for ``None``)."""
     if label is None:
         return np.zeros(image.array.shape, dtype=bool)
-    return np.ascontiguousarray(image.mask(label))
+    return image.mask(label)
 
 
 def compare(
@@ -216,7 +215,7 @@ def compare(
         raise ValueError(f"resample_to must be None or 'reference', got {resample_to!r}")
     check_same_geometry(reference, test)
     orientation = canonical(reference)  # metrics must not depend on how the grid is stored
-    reference, test = orientation.image(reference), orientation.image(test)
+    grid = orientation.image(reference)
 
     selection = resolve_selection(metrics)
     groups = all_groups()
@@ -226,17 +225,17 @@ def compare(
     for index, (name, ref_label, test_label) in enumerate(pairs):
         pair = StructurePair(
             name=name,
-            reference=_mask(reference, ref_label),
-            test=_mask(test, test_label),
-            spacing=reference.spacing,
-            image=reference,
+            reference=orientation.mask(_mask(reference, ref_label)),
+            test=orientation.mask(_mask(test, test_label)),
+            spacing=grid.spacing,
+            image=grid,
             orientation=orientation,
         )
         values = []
         for group_name, wanted in selection.items():
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]
-        extras = orientation.surfaces_to_stored(pair.extras, reference.spacing)
+        extras = orientation.surfaces_to_stored(pair.extras, grid.spacing)
         results.append(StructureResult(name, ref_label, test_label, values, extras))
         if progress is not None:
             progress(index + 1, len(pairs), name)
