@@ -246,6 +246,9 @@ def test_msi_axis_and_slice_indices_refer_to_the_stored_array(order, flips):
     assert [row.slice for row in rows if row.status == Status.TEST_EMPTY] == missed.tolist()
     assert [row.position_mm for row in rows] == pytest.approx(union * stored[0].GetSpacing()[2 - x_axis])
     assert set(msi.params["worst_slices"][:3]) == set(missed.tolist())  # the missed slices score 0
+    # the default axis is the thickest one (original z, 2 mm), reported as an axis of the stored array
+    (structure,) = compare(*stored, metrics="msi").structures
+    assert structure.get("msi").params["axis"] == 2 - order.index(2)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -199,6 +199,11 @@ def compare(
         Binarise both inputs at ``value >= threshold`` (probability maps); default: integer labels.
     progress : callable, optional
         Called as ``progress(done, total, structure_name)`` after each structure.
+
+    The values do not depend on how the grid is stored: both images are measured in one canonical
+    storage orientation (:mod:`segmetrics.orientation`), while everything that refers to the
+    array (``msi_axis``, per-slice MSI rows, surface polydata in ``extras``) stays in the stored
+    array's indices and index-scaled frame.
     """
     from .io import load_label_image
 
