@@ -200,11 +200,22 @@ def test_every_storage_of_a_grid_has_one_canonical_array(seed, angles):
     np.testing.assert_allclose(other.spacing, reference.spacing, rtol=1e-12)
     np.testing.assert_allclose(other.direction, reference.direction, atol=1e-12)
     np.testing.assert_allclose(other.origin, reference.origin, atol=1e-9)
+    ndim = other.ndim  # closest to the identity of all storages: no larger trace
+    assert np.trace(np.reshape(other.direction, (ndim, ndim))) >= np.trace(np.reshape(stored.GetDirection(), (ndim, ndim))) - 1e-9
     # the canonical voxel (k, j, i) is the stored voxel at the same physical point
     index = tuple(int(rng.integers(0, n)) for n in other.array.shape)
     point = other.index_to_physical(index)
     stored_index = stored.TransformPhysicalPointToIndex(tuple(point))[::-1]
     assert other.array[index] == sitk.GetArrayViewFromImage(stored)[stored_index]
+
+
+def test_identity_and_lps_ras_storages():
+    """Images stored along the axes stay as they are; RAS-stored ones (x and y reversed) are flipped back."""
+    image = LabelImage(np.zeros((3, 4, 5)), (1.0, 1.0, 1.0))
+    assert canonical(image).is_identity
+    image.direction = (-1.0, 0, 0, 0, -1.0, 0, 0, 0, 1.0)
+    move = canonical(image)
+    assert move.axes == (0, 1, 2) and move.flipped == (False, True, True)
 
 
 def _canonical(image: sitk.Image) -> LabelImage:

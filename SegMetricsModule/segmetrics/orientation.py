@@ -23,7 +23,7 @@ from .geometry import LabelImage, bounding_box
 
 #: Direction cosines are compared after rounding to this many decimals when choosing the
 #: canonical orientation, so that files storing the same matrix with rounding choose alike.
-DECIMALS = 6
+DIRECTION_DECIMALS = 6
 #: Voxels per axis of the blocks in which :meth:`Reorientation.mask` copies a mask whose last
 #: (contiguous) axis moves: about 6 times faster than one copy of a 512 × 512 × 200 mask with z
 #: and x swapped.
@@ -200,14 +200,14 @@ def canonical(image: LabelImage) -> Reorientation:
     """
     ndim = image.ndim
     direction = np.asarray(image.direction, dtype=float).reshape(ndim, ndim)
-    best_key, best = None, None
-    for itk_axes in itertools.permutations(range(ndim)):
-        for signs in itertools.product((1.0, -1.0), repeat=ndim):
-            matrix = np.round(direction[:, itk_axes] * signs, DECIMALS) + 0.0  # + 0.0: no -0.0
-            key = (round(float(np.trace(matrix)), DECIMALS), *matrix.ravel())
-            if best_key is None or key > best_key:
-                best_key, best = key, (itk_axes, signs)
-    itk_axes, signs = best
+
+    def closeness(candidate):  # ITK axes and signs -> (trace, row-major entries), rounded
+        itk_axes, signs = candidate
+        matrix = np.round(direction[:, itk_axes] * signs, DIRECTION_DECIMALS)
+        return (round(float(np.trace(matrix)), DIRECTION_DECIMALS), *matrix.ravel())
+
+    candidates = itertools.product(itertools.permutations(range(ndim)), itertools.product((1.0, -1.0), repeat=ndim))
+    itk_axes, signs = max(candidates, key=closeness)
     axes = tuple(ndim - 1 - itk_axes[ndim - 1 - a] for a in range(ndim))
     flipped = tuple(signs[ndim - 1 - a] < 0 for a in range(ndim))
     return Reorientation(axes, flipped, image.array.shape)
