@@ -302,3 +302,18 @@ def test_canonical_masks_are_c_ordered_copies_of_the_view(seed, order, flips):
     np.testing.assert_array_equal(got, expected)
     assert got.flags.c_contiguous
     np.testing.assert_array_equal(move.mask(np.zeros_like(stored)), np.zeros(expected.shape, bool))
+
+
+def test_slicer_table_equals_the_cli_on_flipped_storage(lidc_pair, data_dir):
+    """Slicer shows files in other storage orientations than the CLI reads: the table must not care."""
+    mrml = pytest.importorskip("segmetrics.mrml", exc_type=ImportError)
+    headless = mrml.create_headless_scene()
+    nodes = []
+    for image, name in zip(lidc_pair, ("rater1", "rater3")):
+        label_image = LabelImage.from_sitk(restored(image, [1, 0, 2], [True, False, True]), names={1: "nodule"})
+        nodes.append(mrml.add_segmentation_from_label_image(headless.scene, label_image, name))
+    table = mrml.run(*nodes).table
+    (expected,) = compare(*(data_dir / LIDC.format(rater) for rater in (1, 3))).structures
+    for value in expected.values:
+        got = table.GetTable().GetColumnByName(mrml.column_name(value.metric, value.unit)).GetValue(0)
+        assert math.isclose(got, value.value, rel_tol=RTOL, abs_tol=1e-12) or (math.isnan(got) and math.isnan(value.value)), value.metric
