@@ -168,7 +168,7 @@ def shapes(ndim, seed, spacing, direction):
     return images
 
 
-@settings(max_examples=12, deadline=None, derandomize=True)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(
     ndim=st.sampled_from([2, 3]),
     seed=st.integers(0, 2**16),
