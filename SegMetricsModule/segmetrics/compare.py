@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .geometry import LabelImage, check_same_geometry, geometry_differences, resample_nearest
+from .orientation import canonical
 from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, resolve_selection
 from .validation import NothingToCompareError
 
@@ -207,6 +208,11 @@ def compare(
 
     Raises :class:`NothingToCompareError` when neither image holds a structure and no ``labels``
     were given, and ``ValueError`` for parameters that do not fit the images (e.g. ``msi_axis``).
+
+    The values do not depend on how the grid is stored: both images are measured in one canonical
+    storage orientation (:mod:`segmetrics.orientation`), while everything that refers to the
+    array (``msi_axis``, per-slice MSI rows, surface polydata in ``extras``) stays in the stored
+    array's indices and index-scaled frame.
     """
     from .io import load_label_image
 
@@ -223,6 +229,8 @@ def compare(
     elif resample_to is not None:
         raise ValueError(f"resample_to must be None or 'reference', got {resample_to!r}")
     check_same_geometry(reference, test)
+    orientation = canonical(reference)  # metrics must not depend on how the grid is stored
+    grid = orientation.image(reference)
 
     selection = resolve_selection(metrics)
     groups = all_groups()
@@ -235,16 +243,18 @@ def compare(
     for index, (name, ref_label, test_label) in enumerate(pairs):
         pair = StructurePair(
             name=name,
-            reference=_mask(reference, ref_label),
-            test=_mask(test, test_label),
-            spacing=reference.spacing,
-            image=reference,
+            reference=orientation.mask(_mask(reference, ref_label)),
+            test=orientation.mask(_mask(test, test_label)),
+            spacing=grid.spacing,
+            image=grid,
+            orientation=orientation,
         )
         values = []
         for group_name, wanted in selection.items():
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]
-        results.append(StructureResult(name, ref_label, test_label, values, pair.extras))
+        extras = orientation.surfaces_to_stored(pair.extras, grid.spacing)
+        results.append(StructureResult(name, ref_label, test_label, values, extras))
         if progress is not None:
             progress(index + 1, len(pairs), name)
     return ComparisonResult(results, notes)

@@ -206,6 +206,18 @@ def through_plane_axis(spacing, direction=None) -> int:
     return int(candidates[np.argmax(superior_inferior)])
 
 
+def bounding_box(mask: np.ndarray):
+    """Tuple of slices around the non-zero voxels, or ``None``; reads the mask about once."""
+    box = []
+    for axis in range(mask.ndim):
+        view = mask[tuple(box)]
+        hits = np.flatnonzero(view.any(axis=tuple(a for a in range(mask.ndim) if a != axis)))
+        if hits.size == 0:
+            return None
+        box.append(slice(int(hits[0]), int(hits[-1]) + 1))
+    return tuple(box)
+
+
 def as_label_image(image, spacing=None) -> LabelImage:
     """Accept a :class:`LabelImage`, a SimpleITK image or a NumPy array (with ``spacing``).
 

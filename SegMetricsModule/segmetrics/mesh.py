@@ -60,6 +60,7 @@ from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
 from . import _kernels
+from .geometry import bounding_box
 
 #: Gaussian blur (in voxels, every axis) of :func:`smooth_surface`.
 SMOOTHING_SIGMA_VOXELS = 1.0
@@ -286,18 +287,6 @@ def _gaussian_at(padded: np.ndarray, index: tuple, sigma_voxels: float, dtype) -
         blurred = _kernels.gaussian_blur(padded[box], sigma_voxels, dtype)
         values[members] = blurred[tuple((points - low).T)]
     return values
-
-
-def bounding_box(mask: np.ndarray):
-    """Tuple of slices around the non-zero voxels, or ``None``; reads the mask about once."""
-    box = []
-    for axis in range(mask.ndim):
-        view = mask[tuple(box)]
-        hits = np.flatnonzero(view.any(axis=tuple(a for a in range(mask.ndim) if a != axis)))
-        if hits.size == 0:
-            return None
-        box.append(slice(int(hits[0]), int(hits[-1]) + 1))
-    return tuple(box)
 
 
 def joint_bounding_box(*masks):

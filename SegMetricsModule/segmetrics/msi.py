@@ -25,7 +25,7 @@ Outputs stored on the :class:`~segmetrics.registry.StructurePair`:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import ndimage
@@ -36,6 +36,7 @@ from vtk.util.numpy_support import numpy_to_vtk
 
 from . import mesh
 from .geometry import through_plane_axis
+from .orientation import Reorientation
 from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group, undefined
 
 #: Contours are subdivided to at most this fraction of the smallest pixel size before distances
@@ -395,7 +396,10 @@ def slice_table(reference, test, spacing, params: Parameters | None = None, dire
     Returns
     -------
     list of SliceMSI
-        Slices empty in both masks are skipped.
+        Slices empty in both masks are skipped. Each slice is measured on its masks' bounding
+        box with one pixel of background around, also where they touch the image border, so the
+        values do not depend on the field of view (with ``fda``, border pixels of the image are
+        boundary pixels).
     """
     params = params or Parameters()
     reference, test = np.asarray(reference, bool), np.asarray(test, bool)
@@ -411,8 +415,9 @@ def slice_table(reference, test, spacing, params: Parameters | None = None, dire
     rows = []
     for k in np.flatnonzero(union.any(axis=(1, 2))):
         box = ndimage.find_objects(union[k].astype(np.uint8))[0]
-        box = tuple(slice(max(s.start - 1, 0), s.stop + 1) for s in box)  # keep a background margin
-        ref2d, test2d = reference[k][box], test[k][box]
+        # a background margin of one pixel, also at the image border, so that the field of view
+        # (padding) does not matter: the fda perimeter counts pixels beyond the crop as inside
+        ref2d, test2d = np.pad(reference[k][box], 1), np.pad(test[k][box], 1)
         if params.msi_convention == "fda":
             value, weight, counts, status = _slice_fda(ref2d, test2d, params.msi_il, params.msi_ol)
         elif params.msi_convention == "default":
@@ -496,16 +501,25 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     """The ``msi`` and ``msi_3d`` values of a structure pair (see module docstring for extras).
 
     Empty masks: both empty → NaN (``both_empty``); one empty → 0 (``test_empty`` /
-    ``reference_empty``). ``msi_3d`` of a 2-D pair is NaN (``not_applicable``).
+    ``reference_empty``). ``msi_3d`` of a 2-D pair is NaN (``not_applicable``). When the masks
+    are a reoriented view of the user's array (``pair.orientation``), ``params.msi_axis``, the
+    reported ``axis``, ``worst_slices`` and the per-slice rows refer to the user's (stored) array.
     """
+    orientation = pair.orientation or Reorientation.identity(pair.reference.shape)
     direction = pair.image.direction if pair.image is not None else None
-    axis = slice_axis(pair.spacing, params, direction) if pair.reference.ndim == 3 else None
-    used = dict(il=params.msi_il, ol=params.msi_ol, axis=axis, convention=params.msi_convention,
-                units="pixel" if params.msi_convention == "fda" else params.msi_units, align=params.msi_align)
+    axis = None  # array axis of the masks cut into slices
+    if pair.reference.ndim == 3:
+        axis = slice_axis(pair.spacing, params, direction) if params.msi_axis is None else orientation.canonical_axis(params.msi_axis % 3)
+        params = replace(params, msi_axis=axis)
+    used = dict(il=params.msi_il, ol=params.msi_ol, axis=None if axis is None else orientation.stored_axis(axis),
+                convention=params.msi_convention, units="pixel" if params.msi_convention == "fda" else params.msi_units,
+                align=params.msi_align)
     status = pair.emptiness
     if status == Status.BOTH_EMPTY:
         return [undefined(MSI, status, used), undefined(MSI_3D, status, used)]
     rows = slice_table(pair.reference, pair.test, pair.spacing, params, direction)
+    if axis is not None:
+        rows = _stored_slices(rows, orientation, axis, pair.spacing[axis])
     pair.extras["msi_slices"] = rows
     if status != Status.OK:
         msi = MetricValue(MSI.name, 0.0, MSI.unit, status, used)
@@ -522,6 +536,18 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     else:
         msi_3d = MetricValue(MSI_3D.name, _msi_3d(pair, params), MSI_3D.unit, Status.OK, surface_params)
     return [msi, msi_3d]
+
+
+def _stored_slices(rows, orientation: Reorientation, axis: int, spacing_mm: float) -> list:
+    """Per-slice rows along canonical array ``axis`` renumbered as slices of the stored array
+    (``slice`` and ``position_mm``), in increasing stored slice order."""
+    if orientation.is_identity:
+        return rows
+    moved = []
+    for row in rows:
+        index = orientation.stored_index(axis, row.slice)
+        moved.append(replace(row, slice=index, position_mm=float(index * spacing_mm)))
+    return sorted(moved, key=lambda r: r.slice)
 
 
 register_group(MetricGroup("msi", (MSI, MSI_3D), compute, "Medical Similarity Index (slice-wise contours and 3-D surface)"))

@@ -134,8 +134,11 @@ class StructurePair:
 
     ``reference`` and ``test`` are boolean arrays in array-axis order; ``spacing`` is in mm in the
     same order. ``image`` is the :class:`~segmetrics.geometry.LabelImage` the masks came from
-    (for physical positions); ``cache`` lets groups share expensive intermediates;
-    ``extras`` collects non-scalar outputs (per-slice tables, VTK polydata) by name.
+    (for physical positions); ``orientation`` is the
+    :class:`~segmetrics.orientation.Reorientation` from the user's stored array to these masks
+    (``None``: stored as is), for outputs that refer to the stored array (slice indices, axes);
+    ``cache`` lets groups share expensive intermediates; ``extras`` collects non-scalar outputs
+    (per-slice tables, VTK polydata) by name.
     """
 
     name: str
@@ -143,6 +146,7 @@ class StructurePair:
     test: np.ndarray
     spacing: tuple
     image: object = None
+    orientation: object = None
     cache: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
 
