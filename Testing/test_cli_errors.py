@@ -200,3 +200,14 @@ def test_interrupt_exits_130_and_programming_errors_are_not_disguised(files, cap
     monkeypatch.setattr("segmetrics.io.load_label_image", buggy)
     with pytest.raises(TypeError, match="a bug"):
         main(["compare", str(files["ref"]), str(files["test"])])
+
+
+def test_frames_without_any_class_say_nothing_to_compare(tmp_path, capsys):
+    from PIL import Image
+
+    for folder in ("pred", "gt"):
+        (tmp_path / folder).mkdir()
+        Image.fromarray(np.zeros((5, 5), np.uint8)).save(tmp_path / folder / "a.png")
+    code, out, err = _run(capsys, ["frames", tmp_path / "pred", tmp_path / "gt", "--format", "csv"])
+    _assert_one_line_error(code, err, "frames", "nothing to compare")
+    assert out == ""

@@ -326,7 +326,7 @@ def check_options(args) -> None:
             raise UserError(f"{_flag(option)} {value}: expected a value {OPTION_RANGES[option][1]}")
     if getattr(args, "penalty", None) is not None:
         _penalty(args.penalty)
-    if getattr(args, "params", None) is not None or hasattr(args, "hd_percentile"):
+    if hasattr(args, "params"):  # compare and batch: Parameters validates the metric parameters
         _parameters(args)
 
 
