@@ -24,7 +24,7 @@ def _write(path, array):
 
 @pytest.fixture
 def files(tmp_path):
-    """Two small masks, a manifest of one case, an existing file and an existing folder."""
+    """Two small masks, as files, a manifest of one case and two folders; an existing file and folder."""
     reference = np.zeros((8, 8, 8), np.uint8)
     reference[2:6, 2:6, 2:6] = 1
     test = np.roll(reference, 1, axis=2)
@@ -38,6 +38,10 @@ def files(tmp_path):
         "out": tmp_path / "results",
     }
     paths["manifest"].write_text("case_id,reference,test\nc1,ref.nrrd,test.nrrd\n")
+    for side, array in (("refs", reference), ("tests", test)):
+        paths[side] = tmp_path / side
+        paths[side].mkdir()
+        _write(paths[side] / "c1.nrrd", array)
     paths["file"].write_text("not a folder")
     paths["folder"].mkdir()
     return paths
@@ -67,6 +71,8 @@ OS_ERRORS = {
     "compare -o in a missing folder": (lambda f: ["compare", f["ref"], f["test"], "-o", f["folder"] / "no" / "x.csv"],
                                        ["--output", "does not exist"]),
     "compare --names a folder": (lambda f: ["compare", f["ref"], f["test"], "--names", f["folder"]], ["a_folder"]),
+    "batch --names a folder": (lambda f: ["batch", "--reference-dir", f["refs"], "--test-dir", f["tests"], "--names",
+                                          f["folder"], "-o", f["out"]], ["a_folder"]),
     "batch --manifest a folder": (lambda f: ["batch", "--manifest", f["folder"], "-o", f["out"]], ["a_folder"]),
     "batch -o an existing file": (lambda f: ["batch", "--manifest", f["manifest"], "-o", f["file"]],
                                   ["--output", "not a folder"]),

@@ -206,7 +206,10 @@ def _run_batch(args) -> int:
     import importlib.util
 
     from .batch import match_folders, read_manifest, run_batch
+    from .io import read_name_map
 
+    if args.names:
+        read_name_map(args.names)  # a bad name map is refused before any case runs
     if args.manifest:
         cases, unmatched = read_manifest(args.manifest), {}
     elif not args.test_dir:
