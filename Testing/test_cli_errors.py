@@ -168,6 +168,9 @@ INVALID_OPTIONS = [
     (["batch", "--manifest", "{manifest}", "-o", "{out}", "--penalty", "diagonl"], "--penalty"),
     (["batch", "--manifest", "{manifest}", "-o", "{out}", "--threshold", "nan"], "--threshold"),
     (["batch", "--manifest", "{manifest}", "-o", "{out}", "--hd-percentile", "nan"], "--hd-percentile"),
+    (["batch", "--manifest", "{manifest}", "-o", "{out}", "--metrics", "dcie"], "unknown metric"),
+    (["compare", "missing.nrrd", "missing.nrrd", "--metrics", ","], "--metrics"),
+    (["batch", "--manifest", "{manifest}", "-o", "{out}", "--params", "{folder}"], "--params"),
 ]
 
 

@@ -68,7 +68,7 @@ def _parameters(args):
         try:
             values = json.loads(open(args.params).read())
         except (OSError, ValueError) as error:
-            raise UserError(f"--params {args.params}: {error}") from error
+            raise UserError(f"--params {args.params}: {_one_line(error)}") from error
         known = {f.name for f in fields(Parameters)}
         if not isinstance(values, dict) or set(values) - known:
             raise UserError(f"--params {args.params}: expected a JSON object with keys among {', '.join(sorted(known))}")
@@ -331,6 +331,11 @@ def check_options(args) -> None:
         _penalty(args.penalty)
     if hasattr(args, "params"):  # compare and batch: Parameters validates the metric parameters
         _parameters(args)
+    if hasattr(args, "metrics"):
+        from .registry import resolve_selection
+
+        if not resolve_selection(args.metrics):  # unknown names raise ValueError
+            raise UserError(f"--metrics {args.metrics!r}: no metric selected; give metric or group names")
 
 
 def check_output_file(path, option: str) -> None:
