@@ -122,9 +122,6 @@ def _run_compare(args) -> int:
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
                          resample_to=args.resample_to, progress=progress)
-    if not result.structures:
-        raise UserError("nothing to compare: neither input holds a structure (both empty?); "
-                        "--labels names the structures to report even when absent")
     write_result(result, args.format, args.output)
     if args.msi_slices:
         write_msi_slices(result, args.msi_slices)
