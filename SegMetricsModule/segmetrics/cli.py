@@ -300,7 +300,9 @@ OUTPUTS = {
 
 
 def _flag(option: str) -> str:
-    return "--" + option.replace("_", "-")
+    """The command-line spelling of an ``args`` attribute, with its ``Parameters`` field if it has one."""
+    flag = "--" + option.replace("_", "-")
+    return f"{flag} ({PARAMETER_FLAGS[option]})" if option in PARAMETER_FLAGS else flag
 
 
 def _penalty(text: str):
