@@ -208,6 +208,11 @@ def test_batch_results_csv_neutralises_case_ids_and_names(label_pair, tmp_path, 
     _assert_no_cell_runs_as_formula(rows)
     record = json.loads((tmp_path / "out" / "results.jsonl").read_text().splitlines()[0])
     assert (record["case_id"], record["structure"]) == ("@SUM(1)", FORMULA)  # JSON keeps the exact text
+    if (tmp_path / "out" / "results.parquet").exists():  # so does Parquet (not a spreadsheet format)
+        import pyarrow.parquet as pq
+
+        row = pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()[0]
+        assert (row["case_id"], row["structure"]) == ("@SUM(1)", FORMULA)
 
 
 def test_frames_csv_neutralises_frame_and_class_names(tmp_path):

@@ -62,9 +62,14 @@ def safe_csv_row(row: dict) -> dict:
     return {key: safe_csv_cell(value) for key, value in row.items()}
 
 
+def record_row(record: dict) -> dict:
+    """A record as one flat row (``params`` as a JSON object string), text kept exactly (e.g. Parquet)."""
+    return {**record, "params": json.dumps(record.get("params", {}), sort_keys=True)}
+
+
 def csv_row(record: dict) -> dict:
-    """A record ready for ``csv.DictWriter``: ``params`` as a JSON object string, text cells made safe."""
-    return safe_csv_row({**record, "params": json.dumps(record.get("params", {}), sort_keys=True)})
+    """A record ready for ``csv.DictWriter``: :func:`record_row` with its text cells made safe."""
+    return safe_csv_row(record_row(record))
 
 
 def csv_text(rows, fields) -> str:
