@@ -284,8 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: Range of each bounded command-line option (metric parameters are checked by ``Parameters``).
 OPTION_RANGES = {
-    "workers": (lambda n: n >= 1, "at least 1"),
-    "cases": (lambda n: n >= 1, "at least 1"),
+    "workers": (lambda n: n >= 0, ">= 0"),
+    "cases": (lambda n: n >= 1, ">= 1"),
     "connectivity": (lambda n: 1 <= n <= 3, "1 (faces) to 3 (corners, 3-D)"),
     "detection_iou": (lambda x: 0 < x <= 1, "in (0, 1]"),
 }
