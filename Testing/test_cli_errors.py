@@ -220,3 +220,9 @@ def test_frames_without_any_class_say_nothing_to_compare(tmp_path, capsys):
     code, out, err = _run(capsys, ["frames", tmp_path / "pred", tmp_path / "gt", "--format", "csv"])
     _assert_one_line_error(code, err, "frames", "nothing to compare")
     assert out == ""
+
+
+def test_traceback_on_request(files, capsys, monkeypatch):
+    monkeypatch.setenv("SEGMETRICS_TRACEBACK", "1")
+    with pytest.raises(IsADirectoryError):
+        main(["compare", str(files["ref"]), str(files["test"]), "--names", str(files["folder"])])

@@ -384,7 +384,8 @@ def main(argv=None) -> int:
 
     Exit status: 0 done; 1 a batch case failed; 2 bad input, an invalid option or an OS error
     (unwritable output, full disk, a folder given as a file), reported as one line on standard
-    error without a traceback; 130 interrupted (Ctrl-C).
+    error without a traceback (set ``SEGMETRICS_TRACEBACK=1`` to see it); 130 interrupted (Ctrl-C).
+    Other exceptions are programming errors and keep their traceback.
     """
     from .io import ReadError
 
@@ -394,6 +395,8 @@ def main(argv=None) -> int:
         check_outputs(args)
         return args.run(args)
     except (UserError, ReadError, ValueError, OSError) as error:
+        if os.environ.get("SEGMETRICS_TRACEBACK"):
+            raise
         print(f"segmetrics {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
