@@ -86,13 +86,13 @@ def csv_text(rows, fields) -> str:
 
 def records_to_csv(records, fields=RECORD_FIELDS) -> str:
     """CSV text, one record per line (see :func:`csv_row`)."""
-    return csv_text((csv_row(record) for record in records), fields)
+    return csv_text((record_row(record) for record in records), fields)
 
 
 def write_text(path, text: str) -> None:
-    """Write ``text`` to the file ``path``; an OS error at write time (a full disk) names the file."""
+    """Write ``text`` to the file ``path`` in UTF-8; an OS error at write time (a full disk) names the file."""
     try:
-        Path(path).write_text(text)
+        Path(path).write_text(text, encoding="utf-8")
     except OSError as error:
         if error.filename is None:
             raise OSError(error.errno, error.strerror, str(path)) from error
