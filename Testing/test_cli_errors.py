@@ -140,11 +140,13 @@ def test_two_empty_masks_without_labels_say_nothing_to_compare(files, capsys):
 
 def test_seg_nrrd_pair_without_segments_says_nothing_to_compare(tmp_path, capsys):
     slicerio = pytest.importorskip("slicerio")
-    sample = slicerio.read_segmentation(os.path.join(os.path.dirname(slicerio.__file__), "data", "Segmentation.seg.nrrd"))
-    sample["segments"] = []
-    sample["voxels"] = np.zeros(sample["voxels"].shape[:3], np.uint8)
-    slicerio.write_segmentation(str(tmp_path / "none.seg.nrrd"), sample)
-    code, out, err = _run(capsys, ["compare", tmp_path / "none.seg.nrrd", tmp_path / "none.seg.nrrd", "--format", "json"])
+    sample = os.path.join(os.path.dirname(slicerio.__file__), "data", "Segmentation.seg.nrrd")
+    segmentation = slicerio.read_segmentation(sample)
+    segmentation["segments"] = []
+    segmentation["voxels"] = np.zeros(segmentation["voxels"].shape[:3], np.uint8)
+    empty = tmp_path / "none.seg.nrrd"
+    slicerio.write_segmentation(str(empty), segmentation)
+    code, out, err = _run(capsys, ["compare", empty, empty, "--format", "json"])
     _assert_one_line_error(code, err, "compare", "nothing to compare")
     assert out == ""
 
