@@ -254,9 +254,6 @@ def frame_counts(pairs, classes, rules: EdgeRules | None = None, frame_names=Non
     names = dict(classes) if isinstance(classes, dict) else {c: str(c) for c in classes}
     names.pop(0, None)
     class_ids = sorted(names)
-    if not class_ids:
-        raise ValueError("nothing to compare: no class to score (every frame empty, or only class 0 given); "
-                         "name the classes to score (--classes, classes=)")
     counts, pixels = [], []
     for prediction, ground_truth in pairs:
         counts.append(frame_overlaps(prediction, ground_truth, class_ids))
