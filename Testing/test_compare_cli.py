@@ -1,4 +1,6 @@
 """The compare entry point and the command line: pairing, selection, statuses, output formats, errors."""
+import csv
+import io
 import json
 import math
 
@@ -9,6 +11,7 @@ import SimpleITK as sitk
 import segmetrics
 from segmetrics.cli import main
 from segmetrics.geometry import LabelImage
+from segmetrics.output import records_to_csv, safe_csv_cell
 
 
 def _write(path, array, spacing_xyz=(1.0, 1.0, 1.0), origin=(0.0, 0.0, 0.0)):
@@ -140,3 +143,90 @@ def test_threshold_binarises_probability_maps_in_the_api():
     probability[6:8, 2:6] = 0.3
     result = segmetrics.compare(probability, probability > 0.5, spacing=(1, 1), threshold=0.5, metrics="dice")
     assert result.structures[0].value("dice") == 1.0
+
+
+# CSV injection: text cells a spreadsheet would run as formulas are neutralised in every CSV written.
+FORMULA = '=HYPERLINK("http://example.com","click")'
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _assert_no_cell_runs_as_formula(rows):
+    """Only plain numbers may start with a formula character; everything else was prefixed with '."""
+    for row in rows:
+        for cell in row.values():
+            if cell.startswith(FORMULA_STARTS):
+                float(cell)
+
+
+def test_safe_csv_cell_quotes_formula_text_only():
+    assert safe_csv_cell(FORMULA) == "'" + FORMULA
+    assert [safe_csv_cell(t) for t in ("@SUM(1)", "+1+1", "-cmd", "\t=1", "\r=1")] == [
+        "'@SUM(1)", "'+1+1", "'-cmd", "'\t=1", "'\r=1"]
+    assert [safe_csv_cell(v) for v in (-0.5, -math.inf, 3, "-0.5", "-inf", "liver", "a=b")] == [
+        -0.5, -math.inf, 3, "-0.5", "-inf", "liver", "a=b"]
+    assert safe_csv_cell(safe_csv_cell("=1")) == "'=1"
+
+
+def test_negative_numbers_stay_numbers_in_csv_records():
+    record = {"structure": "@evil", "reference_label": 1, "test_label": 1, "metric": "m", "value": -0.5,
+              "unit": "mm", "status": "ok", "params": {}}
+    rows = list(csv.DictReader(io.StringIO(records_to_csv([record, {**record, "value": -math.inf}]))))
+    assert [(r["structure"], r["value"]) for r in rows] == [("'@evil", "-0.5"), ("'@evil", "-inf")]
+
+
+def test_compare_csv_and_msi_slices_neutralise_formula_names(label_pair, tmp_path, capsys):
+    ref_path, test_path, _, _ = label_pair
+    names = tmp_path / "names.json"
+    names.write_text(json.dumps({"1": FORMULA, "2": "@SUM(1)", "3": "-2+3"}))
+    out, slices = tmp_path / "out.csv", tmp_path / "slices.csv"
+    assert main(["compare", str(ref_path), str(test_path), "--names", str(names), "--metrics", "dice,msi",
+                 "--format", "csv", "-o", str(out), "--msi-slices", str(slices)]) == 0
+    rows = _csv_rows(out)
+    assert {r["structure"] for r in rows} == {"'" + FORMULA, "'@SUM(1)", "'-2+3"}
+    dice = next(r for r in rows if r["structure"] == "'" + FORMULA and r["metric"] == "dice")
+    assert float(dice["value"]) == pytest.approx(2 * 180 / 432)
+    _assert_no_cell_runs_as_formula(rows)
+    slice_rows = _csv_rows(slices)
+    assert {r["structure"] for r in slice_rows} == {"'" + FORMULA, "'@SUM(1)", "'-2+3"}
+    _assert_no_cell_runs_as_formula(slice_rows)
+
+
+def test_batch_results_csv_neutralises_case_ids_and_names(label_pair, tmp_path, capsys):
+    ref_path, test_path, _, _ = label_pair
+    (tmp_path / "names.json").write_text(json.dumps({"1": FORMULA}))
+    manifest = tmp_path / "manifest.csv"
+    manifest.write_text(f"case_id,reference,test,names\n@SUM(1),{ref_path.name},{test_path.name},names.json\n")
+    assert main(["batch", "--manifest", str(manifest), "-o", str(tmp_path / "out"), "--labels", "1",
+                 "--metrics", "dice", "--no-progress"]) == 0
+    rows = _csv_rows(tmp_path / "out" / "results.csv")
+    assert [(r["case_id"], r["structure"]) for r in rows] == [("'@SUM(1)", "'" + FORMULA)]
+    _assert_no_cell_runs_as_formula(rows)
+    record = json.loads((tmp_path / "out" / "results.jsonl").read_text().splitlines()[0])
+    assert (record["case_id"], record["structure"]) == ("@SUM(1)", FORMULA)  # JSON keeps the exact text
+    if (tmp_path / "out" / "results.parquet").exists():  # so does Parquet (not a spreadsheet format)
+        import pyarrow.parquet as pq
+
+        row = pq.read_table(tmp_path / "out" / "results.parquet").to_pylist()[0]
+        assert (row["case_id"], row["structure"]) == ("@SUM(1)", FORMULA)
+
+
+def test_frames_csv_neutralises_frame_and_class_names(tmp_path):
+    from PIL import Image
+
+    frame = np.zeros((6, 6), np.uint8)
+    frame[1:4, 1:4] = 1
+    for folder in ("pred", "gt"):
+        (tmp_path / folder).mkdir()
+        Image.fromarray(frame).save(tmp_path / folder / "=1+1.png")
+    (tmp_path / "classes.json").write_text(json.dumps({"1": "@SUM(1)"}))
+    out = tmp_path / "frames.csv"
+    assert main(["frames", str(tmp_path / "pred"), str(tmp_path / "gt"), "--classes", str(tmp_path / "classes.json"),
+                 "--format", "csv", "-o", str(out)]) == 0
+    rows = _csv_rows(out)
+    assert "'=1+1" in {r["frame"] for r in rows} and "'@SUM(1)" in {r["structure"] for r in rows}
+    _assert_no_cell_runs_as_formula(rows)

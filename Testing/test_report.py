@@ -1,5 +1,6 @@
 """Aggregation statistics, the empty-mask penalty, reports and offscreen renders."""
 import base64
+import csv
 import io
 import math
 import re
@@ -131,3 +132,24 @@ def test_offscreen_render_shows_the_colour_scale(tmp_path):
     assert np.median(rows_red[rows_red < rgb.shape[0] * 0.9]) < np.median(rows_blue)
     with pytest.raises(KeyError):
         render_surface(surface, "MSI", tmp_path / "msi.png")
+
+
+def test_report_escapes_names_and_neutralises_csv_formulas(tmp_path, monkeypatch):
+    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: INFO)
+    script, formula, piped = "<script>alert(1)</script>", '=HYPERLINK("http://x")', "a|b *c* _d_ [e](f) `g`"
+    records = [_record(case, structure, "hd", value) for case, value in (("@SUM(1)", -2.0), ("c2", -1.0))
+               for structure in (script, formula, piped)]
+    agg = aggregate(records, failed={"bad|case": "ReadError: <b>x</b>"}, n_worst=6)
+    write_report(tmp_path, agg)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "<script" not in markdown and "<b>" not in markdown and "&lt;script&gt;alert(1)&lt;/script&gt;" in markdown
+    assert r"a\|b \*c\* \_d\_ \[e\](f) \`g\`" in markdown and r"@SUM(1)" in markdown
+    unescaped_pipes = re.compile(r"(?<!\\)\|")
+    for table in re.findall(r"(?:^\|.*\n)+", markdown, flags=re.M):
+        widths = {len(unescaped_pipes.findall(line)) for line in table.splitlines()}
+        assert len(widths) == 1, table  # no name adds a column
+    assert "<script>" not in (tmp_path / "report.html").read_text()
+    with open(tmp_path / "aggregate.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["structure"] for r in rows} == {script, "'" + formula, piped, OVERALL}
+    assert {float(r["mean"]) for r in rows} == {-1.5} and all(r["mean"] == "-1.5" for r in rows)  # numbers stay numbers

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .output import RECORD_FIELDS, csv_row, json_value
+from .output import RECORD_FIELDS, csv_row, json_value, record_row
 from .registry import Parameters
 
 #: Columns of ``results.csv`` (the compare record fields, prefixed with the case id).
@@ -320,7 +320,7 @@ def _write_parquet(output: Path, records: list) -> bool:
         import pyarrow.parquet as pq
     except ImportError:
         return False
-    columns = {name: [csv_row(r)[name] for r in records] for name in BATCH_FIELDS}
+    columns = {name: [record_row(r)[name] for r in records] for name in BATCH_FIELDS}
     columns["value"] = [float(r["value"]) for r in records]
     columns["reference_label"] = [str(v) for v in columns["reference_label"]]
     columns["test_label"] = [str(v) for v in columns["test_label"]]

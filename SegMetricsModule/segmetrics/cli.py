@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import os
 import sys
+from pathlib import Path
 
 from . import __version__
 
@@ -85,7 +88,7 @@ def _parameters(args):
         try:
             values = json.loads(open(args.params).read())
         except (OSError, ValueError) as error:
-            raise UserError(f"--params {args.params}: {error}") from error
+            raise UserError(f"--params {args.params}: {_one_line(error)}") from error
         known = {f.name for f in fields(Parameters)}
         if not isinstance(values, dict) or set(values) - known:
             raise UserError(f"--params {args.params}: expected a JSON object with keys among {', '.join(sorted(known))}")
@@ -112,12 +115,14 @@ def _add_compare_parser(subparsers) -> None:
 
 @contextlib.contextmanager
 def _structure_progress():
-    """Yield a ``progress(done, total, name)`` callback drawing a transient bar on standard error."""
+    """Yield a ``progress(done, total, name)`` callback drawing a transient bar on standard error
+    (nothing when standard error is not a terminal, e.g. a log file)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    console = Console(stderr=True)
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True)
+                   console=console, transient=True, disable=not console.is_terminal)
     task = bar.add_task("compare", total=None)
     with bar:
         yield lambda done, total, name: bar.update(task, completed=done, total=total, description=f"compared {name}")
@@ -222,7 +227,10 @@ def _run_batch(args) -> int:
     import importlib.util
 
     from .batch import match_folders, read_manifest, run_batch
+    from .io import read_name_map
 
+    if args.names:
+        read_name_map(args.names)  # a bad name map is refused before any case runs
     if args.manifest:
         cases, unmatched = read_manifest(args.manifest), {}
     elif not args.test_dir:
@@ -236,7 +244,7 @@ def _run_batch(args) -> int:
         raise UserError("no cases to evaluate")
     if args.scheduler and importlib.util.find_spec("distributed") is None:
         raise UserError("--scheduler needs dask.distributed: pip install 'segmetrics[distributed]'")
-    penalty = args.penalty if args.penalty in ("diagonal", "none") else float(args.penalty)
+    penalty = _penalty(args.penalty)
     params = _parameters(args)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     job = {"metrics": args.metrics, "params": params, "resample_to": args.resample_to, "threshold": args.threshold,
@@ -299,17 +307,126 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Range of each bounded command-line option (metric parameters are checked by ``Parameters``).
+OPTION_RANGES = {
+    "workers": (lambda n: n >= 0, ">= 0"),
+    "cases": (lambda n: n >= 1, ">= 1"),
+    "connectivity": (lambda n: 1 <= n <= 3, "1 (faces) to 3 (corners, 3-D)"),
+    "detection_iou": (lambda x: 0 < x <= 1, "in (0, 1]"),
+}
+
+#: Output locations of each command: option -> "file" or "folder".
+OUTPUTS = {
+    "compare": {"output": "file", "msi_slices": "file"},
+    "frames": {"output": "file"},
+    "batch": {"output": "folder", "report": "folder"},
+    "demo": {"output": "folder"},
+}
+
+
+def _flag(option: str) -> str:
+    """The command-line spelling of an ``args`` attribute, with its ``Parameters`` field if it has one."""
+    flag = "--" + option.replace("_", "-")
+    return f"{flag} ({PARAMETER_FLAGS[option]})" if option in PARAMETER_FLAGS else flag
+
+
+def _penalty(text: str):
+    """``--penalty``: 'diagonal', 'none' or a finite distance >= 0 in mm (returned as float)."""
+    if text in ("diagonal", "none"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise UserError(f"--penalty {text}: expected 'diagonal', 'none' or a distance >= 0 in mm")
+    return value
+
+
+def check_options(args) -> None:
+    """Refuse invalid option values in one line before any work: every number finite, bounded options
+    in range, ``--penalty`` valid, metric parameters accepted by ``Parameters``."""
+    for option, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"{_flag(option)} {value}: expected a finite number")
+        if option in OPTION_RANGES and value is not None and not OPTION_RANGES[option][0](value):
+            raise UserError(f"{_flag(option)} {value}: expected a value {OPTION_RANGES[option][1]}")
+    if getattr(args, "penalty", None) is not None:
+        _penalty(args.penalty)
+    if hasattr(args, "params"):  # compare and batch: Parameters validates the metric parameters
+        _parameters(args)
+    if hasattr(args, "metrics"):
+        from .registry import resolve_selection
+
+        if not resolve_selection(args.metrics):  # unknown names raise ValueError
+            raise UserError(f"--metrics {args.metrics!r}: no metric selected; give metric or group names")
+
+
+def check_output_file(path, option: str) -> None:
+    """Refuse an output file that cannot be written: a folder, or a parent that is missing or not a folder."""
+    path = Path(path)
+    parent = path.parent
+    if path.is_dir():
+        raise UserError(f"{option} {path}: is a folder; give a file name")
+    if not parent.is_dir():
+        problem = "is a file, not a folder" if parent.exists() else "does not exist"
+        raise UserError(f"{option} {path}: {parent} {problem}")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        raise UserError(f"{option} {path}: no permission to write {path if path.exists() else parent}")
+
+
+def check_output_folder(path, option: str) -> None:
+    """Refuse an output folder that is a file or cannot be created (nothing is created here)."""
+    path = Path(path)
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        where = "" if existing == path else f" ({existing} is a file)"
+        raise UserError(f"{option} {path}: not a folder{where}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {path}: no permission to write in {existing}")
+
+
+def check_outputs(args) -> None:
+    """Check every output location of the command before the work starts (see :data:`OUTPUTS`)."""
+    for option, kind in OUTPUTS.get(args.command, {}).items():
+        path = getattr(args, option, None)
+        if path is not None:
+            (check_output_file if kind == "file" else check_output_folder)(path, _flag(option))
+
+
+def _one_line(error: Exception) -> str:
+    """The message of ``error`` on one line; an OS error as ``FILE: reason``."""
+    if isinstance(error, OSError) and error.strerror:
+        files = [str(f) for f in (error.filename, error.filename2) if f is not None]
+        text = ": ".join([" -> ".join(files), error.strerror] if files else [error.strerror])
+    else:
+        text = str(error) or type(error).__name__
+    return " ".join(text.split())
+
+
 def main(argv=None) -> int:
-    """Entry point of the ``segmetrics`` command; bad input gives one line on stderr and exit 2."""
-    from .geometry import GeometryMismatchError
+    """Entry point of the ``segmetrics`` command.
+
+    Exit status: 0 done; 1 a batch case failed; 2 bad input, an invalid option or an OS error
+    (unwritable output, full disk, a folder given as a file), reported as one line on standard
+    error without a traceback (set ``SEGMETRICS_TRACEBACK=1`` to see it); 130 interrupted (Ctrl-C).
+    Other exceptions are programming errors and keep their traceback.
+    """
     from .io import ReadError
 
     args = build_parser().parse_args(argv)
     try:
+        check_options(args)
+        check_outputs(args)
         return args.run(args)
-    except (UserError, GeometryMismatchError, ReadError, ValueError, FileNotFoundError) as error:
-        print(f"segmetrics {args.command}: error: {error}", file=sys.stderr)
+    except (UserError, ReadError, ValueError, OSError) as error:
+        if os.environ.get("SEGMETRICS_TRACEBACK"):
+            raise
+        print(f"segmetrics {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"segmetrics {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -482,9 +482,10 @@ def result_json(result: FrameResult) -> dict:
 
 def write_frame_result(result: FrameResult, fmt: str = "table", path=None) -> None:
     """Write a :class:`FrameResult` as a terminal table, CSV (all records, ``frame`` column) or JSON."""
+    import io
     import sys
 
-    from .output import RECORD_FIELDS, format_value, records_to_csv
+    from .output import RECORD_FIELDS, format_value, records_to_csv, write_text
 
     if fmt == "json":
         text = json.dumps(result_json(result), indent=2, default=str)
@@ -508,16 +509,16 @@ def write_frame_result(result: FrameResult, fmt: str = "table", path=None) -> No
         per_class.add_row("status", "", *(values[0].status for values in columns), end_section=True)
         for row, first in enumerate(columns[0] if columns else []):
             per_class.add_row(first.metric, first.unit, *(format_value(values[row].value) for values in columns))
-        console = Console(file=open(path, "w") if path else None, width=200 if path else None)
+        console = Console(file=io.StringIO() if path else None, width=200 if path else None)
         console.print(summary)
         console.print(per_class)
         if path:
-            console.file.close()
+            write_text(path, console.file.getvalue())
     else:
         raise ValueError(f"unknown format {fmt!r} (table, csv or json)")
     if fmt != "table":
         if path:
-            Path(path).write_text(text + "\n")
+            write_text(path, text + "\n")
         else:
             sys.stdout.write(text + "\n")
     for note in result.notes:

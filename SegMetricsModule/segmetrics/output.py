@@ -2,6 +2,9 @@
 
 JSON cannot hold NaN or infinity: undefined values are written as ``null`` and infinite ones as
 the strings ``"inf"`` / ``"-inf"``; the ``status`` field says why.
+
+Every CSV the package writes goes through :func:`safe_csv_cell`: a text cell that a spreadsheet
+would run as a formula (a structure or case named ``=HYPERLINK(...)``) gets a leading ``'``.
 """
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ import sys
 from pathlib import Path
 
 RECORD_FIELDS = ("structure", "reference_label", "test_label", "metric", "value", "unit", "status", "params")
+#: First characters that make a spreadsheet evaluate a text cell as a formula (OWASP "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def json_value(value):
@@ -30,18 +35,68 @@ def records_to_json(records) -> str:
     return json.dumps([{**r, "value": json_value(r["value"])} for r in records], indent=2, default=str)
 
 
-def csv_row(record: dict) -> dict:
-    """A record ready for ``csv.DictWriter``: ``params`` as a JSON object string."""
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def safe_csv_cell(value):
+    """``value`` safe to open in a spreadsheet: text starting like a formula gets a leading ``'``.
+
+    Text starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return is prefixed with a
+    single quote (OWASP's advice against CSV injection), so Excel, LibreOffice or Google Sheets show
+    it as text instead of running it. Numbers, and text that reads as a plain number (``-0.5``,
+    ``-inf``), are left unchanged. A reader wanting the original drops a leading ``'`` when the
+    rest starts with one of those characters.
+    """
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not _is_number(value):
+        return "'" + value
+    return value
+
+
+def safe_csv_row(row: dict) -> dict:
+    """:func:`safe_csv_cell` applied to every cell of a ``csv.DictWriter`` row."""
+    return {key: safe_csv_cell(value) for key, value in row.items()}
+
+
+def record_row(record: dict) -> dict:
+    """A record as one flat row (``params`` as a JSON object string), text kept exactly (e.g. Parquet)."""
     return {**record, "params": json.dumps(record.get("params", {}), sort_keys=True)}
+
+
+def csv_row(record: dict) -> dict:
+    """A record ready for ``csv.DictWriter``: :func:`record_row` with its text cells made safe."""
+    return safe_csv_row(record_row(record))
+
+
+def csv_text(rows, fields) -> str:
+    """CSV text with a header line and one line per row (dicts; keys not in ``fields`` ignored).
+
+    Every cell goes through :func:`safe_csv_cell`.
+    """
+    buffer = _io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(safe_csv_row(row) for row in rows)
+    return buffer.getvalue()
 
 
 def records_to_csv(records, fields=RECORD_FIELDS) -> str:
     """CSV text, one record per line (see :func:`csv_row`)."""
-    buffer = _io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(fields), extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(csv_row(record) for record in records)
-    return buffer.getvalue()
+    return csv_text((record_row(record) for record in records), fields)
+
+
+def write_text(path, text: str) -> None:
+    """Write ``text`` to the file ``path`` in UTF-8; an OS error at write time (a full disk) names the file."""
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as error:
+        if error.filename is None:
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
 
 
 def format_value(value) -> str:
@@ -100,17 +155,17 @@ def write_result(result, fmt: str = "table", path=None) -> None:
     if fmt == "table":
         from rich.console import Console
 
-        console = Console(file=open(path, "w"), width=160) if path else Console()
+        console = Console(file=_io.StringIO(), width=160) if path else Console()
         for table in result_tables(result):
             console.print(table)
         if path:
-            console.file.close()
+            write_text(path, console.file.getvalue())
         for note in result.notes:
             print(f"note: {note}", file=sys.stderr)
         return
     text = records_to_json(result.records()) if fmt == "json" else records_to_csv(result.records())
     if path:
-        Path(path).write_text(text)
+        write_text(path, text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
@@ -123,7 +178,4 @@ def write_msi_slices(result, path) -> None:
             row = row if isinstance(row, dict) else vars(row)
             rows.append({"structure": structure.structure, **row})
     fields = list(dict.fromkeys(key for row in rows for key in row)) or ["structure"]
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_text(path, csv_text(rows, fields))

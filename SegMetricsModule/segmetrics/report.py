@@ -4,18 +4,20 @@ Content: the aggregate tables (overall and per class), box plots per class for e
 worst cases per metric, per-slice MSI curves and offscreen 3-D renders of the worst cases' test
 surfaces (coloured by MSI and signed distance), the empty-mask penalty policy and failed cases.
 The HTML embeds every image as base64; the Markdown links the PNG files in ``figures/``.
+Names and case ids come from user files: both documents escape them (:func:`markdown_escape`,
+``html.escape``), so a segment named ``<script>`` or ``a|b`` can neither inject HTML nor break a table.
 """
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import json
 import math
+import re
 from pathlib import Path
 
 from .aggregate import OVERALL, Aggregate
-from .output import format_value
+from .output import csv_text, format_value, write_text
 
 #: Metrics tried, in order, to pick the worst cases shown in detail.
 DETAIL_METRICS = ("msi", "dice", "hd95_mm")
@@ -204,23 +206,32 @@ def _blocks(agg: Aggregate, figures: Path, details, settings) -> list:
     return blocks
 
 
+def markdown_escape(text) -> str:
+    """``text`` shown literally in Markdown: HTML tags escaped as entities, Markdown control characters
+    (``\\ ` * _ [ ] | ~``) backslash-escaped, line breaks made spaces (a table row stays one line)."""
+    text = html.escape(" ".join(str(text).splitlines()), quote=False)
+    return re.sub(r"([\\`*_\[\]|~])", r"\\\1", text)
+
+
 def _markdown(title: str, blocks) -> str:
-    lines = [f"# {title}", ""]
+    esc = markdown_escape
+    lines = [f"# {esc(title)}", ""]
     for kind, *content in blocks:
         if kind == "h":
-            lines += ["#" * content[0] + " " + content[1], ""]
+            lines += ["#" * content[0] + " " + esc(content[1]), ""]
         elif kind == "p":
-            lines += [content[0], ""]
+            lines += [esc(content[0]), ""]
         elif kind == "pre":
-            lines += ["```", content[0], "```", ""]
+            fence = "`" * max(3, 1 + max(map(len, re.findall("`+", content[0])), default=0))
+            lines += [fence, content[0], fence, ""]
         elif kind == "table":
             header, rows = content
-            lines.append("| " + " | ".join(header) + " |")
+            lines.append("| " + " | ".join(map(esc, header)) + " |")
             lines.append("|" + "---|" * len(header))
-            lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+            lines += ["| " + " | ".join(map(esc, row)) + " |" for row in rows]
             lines.append("")
         elif kind == "img":
-            lines += [f"![{content[1]}](figures/{content[0]})", "", content[1], ""]
+            lines += [f"![{esc(content[1])}](figures/{content[0]})", "", esc(content[1]), ""]
     return "\n".join(lines)
 
 
@@ -253,13 +264,11 @@ def _html(title: str, blocks, figures: Path) -> str:
 
 
 def write_aggregate_csv(agg: Aggregate, path) -> None:
-    """Every aggregate row (per class and overall) as CSV; statuses as a JSON object."""
+    """Every aggregate row (per class and overall) as CSV; statuses as a JSON object; text cells
+    that a spreadsheet would run as formulas neutralised (:func:`segmetrics.output.safe_csv_cell`)."""
     fields = ["structure", "metric", "unit", "better", "n", "n_used", "n_penalised", "mean", "class_mean",
               "median", "std", "min", "max", "ci_low", "ci_high", "statuses"]
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({**r, "statuses": json.dumps(r["statuses"], sort_keys=True)} for r in agg.rows)
+    write_text(path, csv_text(({**r, "statuses": json.dumps(r["statuses"], sort_keys=True)} for r in agg.rows), fields))
 
 
 def write_report(report_dir, agg: Aggregate, *, details=(), settings=None,
@@ -283,8 +292,8 @@ def write_report(report_dir, agg: Aggregate, *, details=(), settings=None,
     figures = report_dir / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     blocks = _blocks(agg, figures, details, settings)
-    (report_dir / "report.md").write_text(_markdown(title, blocks))
-    (report_dir / "report.html").write_text(_html(title, blocks, figures))
+    write_text(report_dir / "report.md", _markdown(title, blocks))
+    write_text(report_dir / "report.html", _html(title, blocks, figures))
     write_aggregate_csv(agg, report_dir / "aggregate.csv")
     return report_dir / "report.html"
 

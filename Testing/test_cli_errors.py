@@ -1,0 +1,230 @@
+"""Command-line errors: one line on standard error, exit 2, no traceback, checked before any work.
+
+Exit 1 stays reserved for "a batch case failed"; Ctrl-C gives 130; a programming error is not
+disguised as a user error.
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+
+import segmetrics
+from segmetrics.cli import main
+
+
+def _write(path, array):
+    sitk.WriteImage(sitk.GetImageFromArray(array), str(path))
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Two small masks, as files, a manifest of one case and two folders; an existing file and folder."""
+    reference = np.zeros((8, 8, 8), np.uint8)
+    reference[2:6, 2:6, 2:6] = 1
+    test = np.roll(reference, 1, axis=2)
+    paths = {
+        "ref": _write(tmp_path / "ref.nrrd", reference),
+        "test": _write(tmp_path / "test.nrrd", test),
+        "empty": _write(tmp_path / "empty.nrrd", np.zeros_like(reference)),
+        "manifest": tmp_path / "manifest.csv",
+        "file": tmp_path / "a_file.txt",
+        "folder": tmp_path / "a_folder",
+        "out": tmp_path / "results",
+    }
+    paths["manifest"].write_text("case_id,reference,test\nc1,ref.nrrd,test.nrrd\n")
+    for side, array in (("refs", reference), ("tests", test)):
+        paths[side] = tmp_path / side
+        paths[side].mkdir()
+        _write(paths[side] / "c1.nrrd", array)
+    paths["file"].write_text("not a folder")
+    paths["folder"].mkdir()
+    return paths
+
+
+def _run(capsys, argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _assert_one_line_error(code, err, command, *needles):
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"segmetrics {command}: error: ")
+    for needle in needles:
+        assert needle in lines[0]
+
+
+# Defect 7: each OS-level mistake of the issue, plus the other output options.
+OS_ERRORS = {
+    "compare -o a folder": (lambda f: ["compare", f["ref"], f["test"], "-o", f["folder"]], ["--output", "folder"]),
+    "compare -o file/x": (lambda f: ["compare", f["ref"], f["test"], "-o", f["file"] / "x"], ["--output", "is a file"]),
+    "compare --msi-slices file/x": (lambda f: ["compare", f["ref"], f["test"], "--msi-slices", f["file"] / "x.csv"],
+                                    ["--msi-slices"]),
+    "compare -o in a missing folder": (lambda f: ["compare", f["ref"], f["test"], "-o", f["folder"] / "no" / "x.csv"],
+                                       ["--output", "does not exist"]),
+    "compare --names a folder": (lambda f: ["compare", f["ref"], f["test"], "--names", f["folder"]], ["a_folder"]),
+    "batch --names a folder": (lambda f: ["batch", "--reference-dir", f["refs"], "--test-dir", f["tests"], "--names",
+                                          f["folder"], "-o", f["out"]], ["a_folder"]),
+    "batch --manifest a folder": (lambda f: ["batch", "--manifest", f["folder"], "-o", f["out"]], ["a_folder"]),
+    "batch -o an existing file": (lambda f: ["batch", "--manifest", f["manifest"], "-o", f["file"]],
+                                  ["--output", "not a folder"]),
+    "batch --report file/x": (lambda f: ["batch", "--manifest", f["manifest"], "-o", f["out"], "--report",
+                                         f["file"] / "x"], ["--report", "a_file.txt is a file"]),
+    "frames -o a folder": (lambda f: ["frames", f["folder"], f["folder"], "-o", f["folder"]], ["--output"]),
+    "demo -o an existing file": (lambda f: ["demo", "-o", f["file"]], ["--output", "not a folder"]),
+}
+
+
+@pytest.mark.parametrize("case", OS_ERRORS)
+def test_os_errors_are_one_line_and_exit_2_before_any_work(case, files, capsys):
+    argv, needles = OS_ERRORS[case]
+    code, out, err = _run(capsys, argv(files))
+    _assert_one_line_error(code, err, argv(files)[0], *needles)
+    assert not files["out"].exists()  # batch refused before creating its results folder, let alone a case
+
+
+def test_output_checked_before_inputs_are_read(files, capsys):
+    code, _, err = _run(capsys, ["compare", "missing_ref.nrrd", "missing_test.nrrd", "-o", files["folder"]])
+    _assert_one_line_error(code, err, "compare", "--output")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+def test_full_disk_at_write_time_is_one_line(fmt, files, capsys):
+    code, out, err = _run(capsys, ["compare", files["ref"], files["test"], "--metrics", "dice", "--format", fmt,
+                                   "-o", "/dev/full"])
+    _assert_one_line_error(code, err, "compare", "/dev/full", "No space left on device")
+
+
+def test_manifest_row_with_a_missing_field_is_one_line(files, capsys):
+    files["manifest"].write_text("case_id,reference,test\nc1,ref.nrrd\n")
+    code, _, err = _run(capsys, ["batch", "--manifest", files["manifest"], "-o", files["out"], "--no-progress"])
+    _assert_one_line_error(code, err, "batch", "manifest.csv")
+    assert not (files["out"] / "results.csv").exists()
+
+
+def _entry_command():
+    """The installed ``segmetrics`` script (or ``python -m segmetrics.cli``), importing this checkout."""
+    script = shutil.which("segmetrics")
+    return [script] if script else [sys.executable, "-m", "segmetrics.cli"]
+
+
+@pytest.mark.parametrize("argv", [
+    lambda f: ["compare", f["ref"], f["test"], "-o", f["folder"]],
+    lambda f: ["batch", "--manifest", f["folder"], "-o", f["out"]],
+    lambda f: ["compare", f["empty"], f["empty"]],
+])
+def test_real_entry_point_prints_no_traceback(argv, files):
+    package_root = str(Path(segmetrics.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    run = subprocess.run(_entry_command() + [str(a) for a in argv(files)], capture_output=True, text=True, env=env,
+                         timeout=300)
+    _assert_one_line_error(run.returncode, run.stderr, argv(files)[0])
+
+
+# Defect 8: nothing to compare is said, never an empty table / [] with exit 0.
+def test_two_empty_masks_without_labels_say_nothing_to_compare(files, capsys):
+    for fmt in ("table", "csv", "json"):
+        code, out, err = _run(capsys, ["compare", files["empty"], files["empty"], "--format", fmt])
+        _assert_one_line_error(code, err, "compare", "nothing to compare")
+        assert out == ""
+
+
+def test_seg_nrrd_pair_without_segments_says_nothing_to_compare(tmp_path, capsys):
+    slicerio = pytest.importorskip("slicerio")
+    sample = os.path.join(os.path.dirname(slicerio.__file__), "data", "Segmentation.seg.nrrd")
+    segmentation = slicerio.read_segmentation(sample)
+    segmentation["segments"] = []
+    segmentation["voxels"] = np.zeros(segmentation["voxels"].shape[:3], np.uint8)
+    empty = tmp_path / "none.seg.nrrd"
+    slicerio.write_segmentation(str(empty), segmentation)
+    code, out, err = _run(capsys, ["compare", empty, empty, "--format", "json"])
+    _assert_one_line_error(code, err, "compare", "nothing to compare")
+    assert out == ""
+
+
+# Defect 6 (CLI side): invalid options refused in one line before any input is read or case runs.
+INVALID_OPTIONS = [
+    (["compare", "missing.nrrd", "missing.nrrd", "--threshold", "nan"], "--threshold"),
+    (["compare", "missing.nrrd", "missing.nrrd", "--nsd-tolerance", "inf"], "--nsd-tolerance"),
+    (["compare", "missing.nrrd", "missing.nrrd", "--msi-il", "nan"], "--msi-il"),
+    (["frames", "missing", "missing", "--detection-iou", "0"], "--detection-iou"),
+    (["frames", "missing", "missing", "--detection-iou", "1.5"], "--detection-iou"),
+    (["frames", "missing", "missing", "--connectivity", "0"], "--connectivity"),
+    (["frames", "missing", "missing", "--connectivity", "4"], "--connectivity"),
+    (["frames", "missing", "missing", "--threshold=-inf"], "--threshold"),
+    (["demo", "--cases", "0", "-o", "{out}"], "--cases"),
+    (["demo", "--workers", "-1", "-o", "{out}"], "--workers"),
+    (["batch", "--manifest", "{manifest}", "-o", "{out}", "--workers", "-2"], "--workers"),
+    (["batch", "--manifest", "{manifest}", "-o", "{out}", "--penalty", "-1"], "--penalty"),
+    (["batch", "--manifest", "{manifest}", "-o", "{out}", "--penalty", "nan"], "--penalty"),
+    (["batch", "--manifest", "{manifest}", "-o", "{out}", "--penalty", "inf"], "--penalty"),
+    (["batch", "--manifest", "{manifest}", "-o", "{out}", "--penalty", "diagonl"], "--penalty"),
+    (["batch", "--manifest", "{manifest}", "-o", "{out}", "--threshold", "nan"], "--threshold"),
+    (["batch", "--manifest", "{manifest}", "-o", "{out}", "--hd-percentile", "nan"], "--hd-percentile"),
+    (["batch", "--manifest", "{manifest}", "-o", "{out}", "--metrics", "dcie"], "unknown metric"),
+    (["compare", "missing.nrrd", "missing.nrrd", "--metrics", ","], "--metrics"),
+    (["batch", "--manifest", "{manifest}", "-o", "{out}", "--params", "{folder}"], "--params"),
+]
+
+
+@pytest.mark.parametrize("argv, flag", INVALID_OPTIONS)
+def test_invalid_options_are_refused_before_any_work(argv, flag, files, capsys):
+    code, _, err = _run(capsys, [a.format(**files) for a in argv])
+    _assert_one_line_error(code, err, argv[0], flag)
+    assert not files["out"].exists()
+
+
+def test_valid_penalty_values_are_accepted(files, capsys):
+    for penalty in ("none", "0", "12.5"):
+        code, out, _ = _run(capsys, ["batch", "--manifest", files["manifest"], "-o", files["out"] / penalty,
+                                     "--metrics", "dice", "--penalty", penalty, "--no-progress"])
+        assert code == 0 and "1 evaluated now" in out
+
+
+def test_a_failed_case_still_exits_1(files, capsys):
+    files["manifest"].write_text("case_id,reference,test\nc1,ref.nrrd,test.nrrd\nc2,ref.nrrd,gone.nrrd\n")
+    code, out, err = _run(capsys, ["batch", "--manifest", files["manifest"], "-o", files["out"], "--metrics", "dice",
+                                   "--no-progress"])
+    assert code == 1 and "1 failed" in out and "failed c2" in err
+
+
+def test_interrupt_exits_130_and_programming_errors_are_not_disguised(files, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("segmetrics.io.load_label_image", interrupted)
+    code, _, err = _run(capsys, ["compare", files["ref"], files["test"]])
+    assert code == 130 and err == "segmetrics compare: interrupted\n"
+
+    def buggy(*args, **kwargs):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr("segmetrics.io.load_label_image", buggy)
+    with pytest.raises(TypeError, match="a bug"):
+        main(["compare", str(files["ref"]), str(files["test"])])
+
+
+def test_frames_without_any_class_say_nothing_to_compare(tmp_path, capsys):
+    from PIL import Image
+
+    for folder in ("pred", "gt"):
+        (tmp_path / folder).mkdir()
+        Image.fromarray(np.zeros((5, 5), np.uint8)).save(tmp_path / folder / "a.png")
+    code, out, err = _run(capsys, ["frames", tmp_path / "pred", tmp_path / "gt", "--format", "csv"])
+    _assert_one_line_error(code, err, "frames", "nothing to compare")
+    assert out == ""
+
+
+def test_traceback_on_request(files, capsys, monkeypatch):
+    monkeypatch.setenv("SEGMETRICS_TRACEBACK", "1")
+    with pytest.raises(IsADirectoryError):
+        main(["compare", str(files["ref"]), str(files["test"]), "--names", str(files["folder"])])
