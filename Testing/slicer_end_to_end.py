@@ -3,9 +3,11 @@
 Loads two label maps (segmetrics.io, as the CLI reads them), makes segmentation nodes of them, runs the
 comparison with every registered metric group, and writes into OUTPUT_DIR:
 ``results.csv`` (the results table node, saved by Slicer's table storage node), ``msi_slices.csv``
-(per-slice MSI tables, when MSI ran) and ``surface.png`` (offscreen render of the test surface).
+(per-slice MSI tables, when MSI ran), ``surface.png`` (offscreen 3-D render of both surfaces) and
+``slice_view.png`` (the first pair's worst MSI slice in a slice view, centred as "Show worst slice"
+does, with both contours coloured by the signed distance and the colour legend).
 
-    python Testing/slicer_end_to_end.py OUTPUT_DIR [--reference REF.nii.gz --test TEST.nii.gz]
+    python Testing/slicer_end_to_end.py OUTPUT_DIR [--reference REF.nii.gz --test TEST.nii.gz] [--structure NAME]
 
 Defaults: the Spinal Cord Toolbox t2 cord masks of ../shared/data (2016 manual vs deepseg 2-D).
 """
@@ -15,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import slicer
 
 from segmetrics import mrml
@@ -68,6 +71,16 @@ def main(argv=None) -> int:
             writer.writerows(rows)
     if outputs.models:
         mrml.render_png(scene, headless.app_logic, args.output_dir / "surface.png")
+    structure = outputs.result.structures[0]
+    worst = mrml.worst_slice(structure)
+    if worst is not None and structure.structure in outputs.models:
+        models = [outputs.models[structure.structure], outputs.reference_models.get(structure.structure)]
+        bounds = np.array([m.GetPolyData().GetBounds() for m in models if m is not None]).reshape(-1, 3, 2)
+        extent = float((bounds[:, :, 1].max(axis=0) - bounds[:, :, 0].min(axis=0)).max())
+        orientation = mrml.slice_orientation(outputs.grid, mrml.msi_axis(structure))
+        mrml.render_slice_png(scene, headless.app_logic, args.output_dir / "slice_view.png",
+                              mrml.worst_slice_ras(outputs, structure.structure), orientation, 1.4 * extent)
+        print(f"worst slice of {structure.structure}: {worst[0]} (MSI {worst[1]:.3f}), {orientation} view")
     print(f"metric groups: {', '.join(groups)}; notes: {'; '.join(outputs.result.notes)}")
     print(f"wrote {', '.join(sorted(p.name for p in args.output_dir.iterdir()))} to {args.output_dir}")
     return 0

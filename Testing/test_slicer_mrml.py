@@ -250,13 +250,15 @@ def test_surface_models_carry_arrays_and_display_settings(blob_outputs):
     assert model.GetPolyData().GetBounds()[3] == pytest.approx(-(50 + j.min()), abs=1.0)
     assert model.GetPolyData().GetBounds()[5] == pytest.approx(-20 + k.max(), abs=1.0)
     display = model.GetDisplayNode()
-    shown = display.GetActiveScalarName()
-    assert shown == ("MSI" if "msi" in surface_groups() else "Roughness_mm")
+    assert display.GetActiveScalarName() == "SignedDistance_mm"  # the QA default, on both surfaces
+    assert outputs.reference_models["blob"].GetDisplayNode().GetActiveScalarName() == "SignedDistance_mm"
     assert display.GetScalarVisibility()
+    assert display.GetVisibility2D() and display.GetSliceIntersectionThickness() == mrml.CONTOUR_WIDTHS["test"]
     assert display.GetScalarRangeFlag() == slicer.vtkMRMLDisplayNode.UseManualScalarRange
     assert scene.GetNodeByID(display.GetColorNodeID()).GetName().startswith("SegMetrics ")
     legend = slicer.vtkSlicerColorLogic.GetColorLegendDisplayNode(model)
-    assert legend is not None and legend.GetVisibility()
+    assert legend is not None and legend.GetVisibility() and legend.GetVisibility2D()
+    assert legend.GetLabelFormat() == "%.3g"
 
 
 def test_signed_distance_uses_a_symmetric_diverging_table(blob_outputs):

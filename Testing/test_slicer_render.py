@@ -27,7 +27,7 @@ def render(tmp_path_factory):
     nodes = [mrml.add_segmentation_from_label_image(headless.scene, LabelImage(a, (1, 1, 1), names={1: "ball"}), n)
              for a, n in ((reference, "reference"), (test, "test"))]
     # severity level 5: weight width 10/5 = 2 mm, so the 6 mm bump scores MSI near 0
-    outputs = mrml.run(*nodes, metrics=["msi"], params=Parameters(msi_il=5.0, msi_ol=5.0))
+    outputs = mrml.run(*nodes, metrics=["msi"], params=Parameters(msi_il=5.0, msi_ol=5.0), color_array="MSI")
     path = tmp_path_factory.mktemp("render") / "msi.png"
     mrml.render_png(headless.scene, headless.app_logic, path, size=(800, 600))
     with Image.open(path) as image:
