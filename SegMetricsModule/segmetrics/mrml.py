@@ -566,12 +566,32 @@ def jump_to(scene, ras) -> None:
     slicer.vtkMRMLSliceNode.JumpAllSlices(scene, *ras, slicer.vtkMRMLSliceNode.CenteredJumpSlice)
 
 
+def _write_marker(scene):
+    """The chart's current-slice marker: a black diamond series over a one-row table."""
+    table = _output_node(scene, "vtkMRMLTableNode", "marker", "SegMetrics current slice")
+    _fill_table(table, [("slice", [], "", ""), ("msi", [], "", "")])
+    marker = _output_node(scene, "vtkMRMLPlotSeriesNode", "marker", "Current slice")
+    marker.SetAndObserveTableNodeID(table.GetID())
+    marker.SetXColumnName("slice")
+    marker.SetYColumnName("msi")
+    marker.SetPlotType(slicer.vtkMRMLPlotSeriesNode.PlotTypeScatter)
+    marker.SetMarkerStyle(slicer.vtkMRMLPlotSeriesNode.MarkerStyleDiamond)
+    marker.SetMarkerSize(14)
+    marker.SetColor(0.0, 0.0, 0.0)
+    return marker
+
+
 def _write_slice_tables(scene, result, chart_node=None):
+    reviewed = [s for s in result.structures if slice_rows(s)]
+    if not reviewed:
+        for class_name in ("vtkMRMLPlotChartNode", "vtkMRMLPlotSeriesNode", "vtkMRMLTableNode"):
+            for prefix in ("chart", "marker", "series:", "slices:"):
+                _remove_stale(scene, class_name, prefix, [])
+        return {}, None, None
+    marker = _write_marker(scene)  # first: its black is then taken, so no pair's series gets it
     tables, series = {}, []
-    for structure in result.structures:
+    for structure in reviewed:
         rows = slice_rows(structure)
-        if not rows:
-            continue
         key = f"slices:{structure.structure}"
         table = _output_node(scene, "vtkMRMLTableNode", key, f"SegMetrics MSI per slice {structure.structure}")
         _fill_table(table, [(k, [r[k] for r in rows], "", "") for k in rows[0]])
@@ -585,22 +605,7 @@ def _write_slice_tables(scene, result, chart_node=None):
         series.append(plot)
     _remove_stale(scene, "vtkMRMLTableNode", "slices:", tables.values())
     _remove_stale(scene, "vtkMRMLPlotSeriesNode", "series:", series)
-    if not series:
-        for class_name in ("vtkMRMLPlotChartNode", "vtkMRMLPlotSeriesNode", "vtkMRMLTableNode"):
-            _remove_stale(scene, class_name, "chart", [])
-            _remove_stale(scene, class_name, "marker", [])
-        return tables, None, None
     chart = _output_node(scene, "vtkMRMLPlotChartNode", "chart", "SegMetrics MSI per slice", chart_node)
-    marker_table = _output_node(scene, "vtkMRMLTableNode", "marker", "SegMetrics current slice")
-    _fill_table(marker_table, [("slice", [], "", ""), ("msi", [], "", "")])
-    marker = _output_node(scene, "vtkMRMLPlotSeriesNode", "marker", "Current slice")
-    marker.SetAndObserveTableNodeID(marker_table.GetID())
-    marker.SetXColumnName("slice")
-    marker.SetYColumnName("msi")
-    marker.SetPlotType(slicer.vtkMRMLPlotSeriesNode.PlotTypeScatter)
-    marker.SetMarkerStyle(slicer.vtkMRMLPlotSeriesNode.MarkerStyleDiamond)
-    marker.SetMarkerSize(14)
-    marker.SetColor(0.0, 0.0, 0.0)
     chart.RemoveAllPlotSeriesNodeIDs()
     for plot in (*series, marker):
         chart.AddAndObservePlotSeriesNodeID(plot.GetID())
