@@ -829,6 +829,19 @@ def _managers(factory, app_logic, renderer, view_node, names):
     return group
 
 
+def _node_ids(scene) -> set:
+    return {scene.GetNthNode(i).GetID() for i in range(scene.GetNumberOfNodes())}
+
+
+def _remove_nodes_except(scene, keep: set) -> None:
+    """Remove the nodes an offscreen render added (view, camera, slice composite and slice model
+    nodes): these renders run synchronously in scripts, so nothing else adds nodes meanwhile."""
+    for node_id in _node_ids(scene) - keep:
+        node = scene.GetNodeByID(node_id)
+        if node is not None:
+            scene.RemoveNode(node)
+
+
 def _write_png(window, path) -> None:
     window.Render()
     grab = vtk.vtkWindowToImageFilter()
@@ -846,6 +859,7 @@ def render_png(scene, app_logic, path, size=(800, 600)) -> None:
     Models keep their display settings (scalar colouring, colour legend); the camera looks from
     anterior and fits all models. Headless Linux needs the Mesa EGL libraries.
     """
+    before = _node_ids(scene)
     view_logic = slicer.vtkMRMLViewLogic()
     view_logic.SetMRMLApplicationLogic(app_logic)
     view_logic.SetMRMLScene(scene)
@@ -857,7 +871,7 @@ def render_png(scene, app_logic, path, size=(800, 600)) -> None:
     renderer.ResetCamera()
     _write_png(window, path)
     del group
-    scene.RemoveNode(view_node)
+    _remove_nodes_except(scene, before)
 
 
 def slice_orientation(grid: LabelImage, axis: int) -> str:
@@ -873,8 +887,9 @@ def render_slice_png(scene, app_logic, path, ras, orientation: str = "Axial", fi
 
     The view is centred on ``ras`` (mm) and spans ``field_of_view_mm`` across; models shown in 2-D
     (the surfaces' contours, coloured by their active arrays) and colour legends are drawn, on a
-    black background (no volume layers). The slice node is removed afterwards.
+    black background (no volume layers). The nodes the render adds are removed afterwards.
     """
+    before = _node_ids(scene)
     logic = slicer.vtkMRMLSliceLogic()
     logic.SetMRMLApplicationLogic(app_logic)
     logic.SetMRMLScene(scene)
@@ -889,4 +904,4 @@ def render_slice_png(scene, app_logic, path, ras, orientation: str = "Axial", fi
     _write_png(window, path)
     del group
     logic.SetMRMLScene(None)
-    scene.RemoveNode(slice_node)
+    _remove_nodes_except(scene, before)
