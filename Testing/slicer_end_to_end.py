@@ -17,7 +17,6 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 import slicer
 
 from segmetrics import mrml
@@ -72,15 +71,11 @@ def main(argv=None) -> int:
     if outputs.models:
         mrml.render_png(scene, headless.app_logic, args.output_dir / "surface.png")
     structure = outputs.result.structures[0]
-    worst = mrml.worst_slice(structure)
-    if worst is not None and structure.structure in outputs.models:
-        models = [outputs.models[structure.structure], outputs.reference_models.get(structure.structure)]
-        bounds = np.array([m.GetPolyData().GetBounds() for m in models if m is not None]).reshape(-1, 3, 2)
-        extent = float((bounds[:, :, 1].max(axis=0) - bounds[:, :, 0].min(axis=0)).max())
-        orientation = mrml.slice_orientation(outputs.grid, mrml.msi_axis(structure))
-        mrml.render_slice_png(scene, headless.app_logic, args.output_dir / "slice_view.png",
-                              mrml.worst_slice_ras(outputs, structure.structure), orientation, 1.4 * extent)
-        print(f"worst slice of {structure.structure}: {worst[0]} (MSI {worst[1]:.3f}), {orientation} view")
+    view = mrml.worst_slice_view(outputs, structure.structure)
+    if view is not None:
+        mrml.render_slice_png(scene, headless.app_logic, args.output_dir / "slice_view.png", *view)
+        index, msi = mrml.worst_slice(structure)
+        print(f"worst slice of {structure.structure}: {index} (MSI {msi:.3f}), {view[1]} view")
     print(f"metric groups: {', '.join(groups)}; notes: {'; '.join(outputs.result.notes)}")
     print(f"wrote {', '.join(sorted(p.name for p in args.output_dir.iterdir()))} to {args.output_dir}")
     return 0

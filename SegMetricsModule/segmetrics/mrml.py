@@ -874,6 +874,21 @@ def render_png(scene, app_logic, path, size=(800, 600)) -> None:
     _remove_nodes_except(scene, before)
 
 
+def worst_slice_view(outputs: Outputs, structure_name: str, margin: float = 1.4):
+    """``(ras, orientation, field of view in mm)`` showing a pair's worst MSI slice: centred as
+    :func:`worst_slice_ras`, in the orientation of the MSI slices (:func:`slice_orientation`), wide
+    enough for both surfaces' in-plane extent times ``margin``; None without per-slice MSI."""
+    structure, ras = _structure(outputs, structure_name), worst_slice_ras(outputs, structure_name)
+    models = [m for m in (outputs.models.get(structure_name), outputs.reference_models.get(structure_name)) if _usable(m)]
+    if ras is None or not models:
+        return None
+    orientation = slice_orientation(outputs.grid, msi_axis(structure))
+    bounds = np.array([m.GetPolyData().GetBounds() for m in models]).reshape(-1, 3, 2)
+    extent = bounds[:, :, 1].max(axis=0) - bounds[:, :, 0].min(axis=0)
+    in_plane = np.delete(extent, ("Sagittal", "Coronal", "Axial").index(orientation))
+    return ras, orientation, margin * float(in_plane.max())
+
+
 def slice_orientation(grid: LabelImage, axis: int) -> str:
     """Slice view orientation (``Axial``, ``Sagittal``, ``Coronal``) closest to the slices along
     array axis ``axis`` of the grid (its normal is the grid's index axis ``2 - axis``)."""
