@@ -122,9 +122,9 @@ def test_top_level_cmake_has_the_extension_fields(top_cmake):
 
 def test_icon_and_screenshot_urls_point_at_committed_files(top_cmake):
     for variable in ("ICONURL", "SCREENSHOTURLS"):
-        url = re.search(rf'set\(EXTENSION_{variable} "([^"]+)"\)', top_cmake).group(1)
-        path = ROOT / url.split("/main/", 1)[1]
-        assert path.is_file(), url
+        for url in re.search(rf'set\(EXTENSION_{variable} "([^"]+)"\)', top_cmake).group(1).split():
+            path = ROOT / url.split("/main/", 1)[1]
+            assert path.is_file(), url
     with Image.open(MODULE / "Resources" / "Icons" / "SegMetrics.png") as icon:
         assert icon.size == (128, 128)
 
@@ -235,3 +235,13 @@ def test_every_vtk_method_called_exists_on_some_slicer_core_or_vtk_class():
     qt_calls = {"QTableWidgetItem"}  # qt.QTableWidgetItem(...) is a class, see DESKTOP_MODULES
     missing = {f"{p.name}: {name}" for p in SLICER_SOURCES for name in _vtk_method_names(p) - known - qt_calls}
     assert sorted(missing) == []
+
+
+def test_readme_states_the_minimum_slicer_version_and_the_installed_packages():
+    source = MODULE_PY.read_text()
+    version = re.search(r'MINIMUM_SLICER_VERSION = "([\d.]+)"', source).group(1)
+    section = (ROOT / "README.md").read_text().split("## The 3D Slicer extension", 1)[1]
+    assert f"Slicer {version} or later" in section
+    assert "Requires Slicer {version} or later" in source  # the module's help text
+    for line in (MODULE / "Resources" / "requirements.txt").read_text().split():
+        assert f"`{re.split(r'[<>=!~]', line)[0]}`" in section, line
