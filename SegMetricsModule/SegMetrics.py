@@ -293,7 +293,7 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
 
         Slicer 5.12 and later: ``slicer.packaging.pip_ensure`` (``import slicer`` does not import
         that submodule), which checks, asks and installs; in testing mode it installs only with
-        ``installInTesting`` (then without asking). Slicer 5.10: the missing requirements are
+        ``installInTesting`` (then without any dialog). Slicer 5.10: the missing requirements are
         listed first; nothing happens when there are none, else ``confirm(text)`` is asked
         (when given) and ``slicer.util.pip_install`` installs only those. Raises RuntimeError
         when the user declines.
@@ -304,7 +304,8 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
             packaging = None
         if packaging is not None:
             packaging.pip_ensure(packaging.load_requirements(cls.requirementsPath()), requester="SegMetrics",
-                                 prompt_install=not installInTesting, skip_in_testing=not installInTesting)
+                                 prompt_install=not installInTesting, prompt_restart=not installInTesting,
+                                 skip_in_testing=not installInTesting)
             return
         missing = cls.missingRequirements()
         if not missing:
@@ -509,7 +510,8 @@ class SegMetricsTest(ScriptedLoadableModuleTest):
         for got, expected in zip(center, position):
             self.assertAlmostEqual(got, expected, places=3)
         logic.showResults(slicer.app.applicationLogic())
-        self.assertEqual(slicer.app.layoutManager().layout, slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView)
+        layout = slicer.mrmlScene.GetFirstNodeByClass("vtkMRMLLayoutNode")
+        self.assertEqual(layout.GetViewArrangement(), slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView)
         slicer.mrmlScene.Clear()  # the outputs' nodes are gone: recolouring skips them
         self.assertEqual(logic.showArray("MSI"), 0)
         logic.clearOutputs()

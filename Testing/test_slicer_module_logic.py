@@ -131,8 +131,8 @@ def test_requirements_on_slicer_5_12_use_pip_ensure(module, monkeypatch):
     module.SegMetricsLogic.ensureRequirements(installInTesting=True)
     path = module.SegMetricsLogic.requirementsPath()
     assert calls == [
-        (["parsed", path], dict(requester="SegMetrics", prompt_install=True, skip_in_testing=True)),
-        (["parsed", path], dict(requester="SegMetrics", prompt_install=False, skip_in_testing=False)),
+        (["parsed", path], dict(requester="SegMetrics", prompt_install=True, prompt_restart=True, skip_in_testing=True)),
+        (["parsed", path], dict(requester="SegMetrics", prompt_install=False, prompt_restart=False, skip_in_testing=False)),
     ]
 
 
@@ -288,8 +288,7 @@ def test_run_removes_only_its_own_nodes_and_never_shows_working_copies(module):
 
     def progress(fraction, message):
         if not added:  # the user adds a node while the run goes on
-            added.append(scene.AddNewNodeByClass("vtkMRMLMarkupsFiducialNode", "user's point")
-                         if hasattr(slicer, "vtkMRMLMarkupsFiducialNode") else scene.AddNewNodeByClass("vtkMRMLTableNode", "user's table"))
+            added.append(scene.AddNewNodeByClass("vtkMRMLTableNode", "user's table"))
         for index in range(scene.GetNumberOfNodesByClass("vtkMRMLSegmentationDisplayNode")):
             display = scene.GetNthNodeByClass(index, "vtkMRMLSegmentationDisplayNode")
             if display.GetID() not in inputs and display.GetVisibility():
