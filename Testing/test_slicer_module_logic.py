@@ -321,3 +321,76 @@ def test_series_have_one_colour_per_pair(module):
             colours.append(tuple(series.GetColor()))
     assert len(colours) == 2 and colours[0] != colours[1]
     assert all(max(c) > 0.2 for c in colours), "no black series"
+
+
+# --- the widget's glue, with stand-ins for its Qt widgets ----------------------------------------
+
+
+class FakeWidget(SimpleNamespace):
+    """Records what the widget code sets on a Qt widget."""
+
+    def blockSignals(self, block):
+        return False
+
+    def clear(self):
+        self.items = []
+
+    def addItems(self, items):
+        self.items = list(items)
+        self.currentText = self.items[0] if self.items else ""
+
+    def setRowCount(self, count):
+        self.rows = [[None] * 4 for _ in range(count)]
+
+    def setItem(self, row, column, item):
+        self.rows[row][column] = item
+
+    def selectRow(self, row):
+        self.selected = row
+
+
+@pytest.fixture
+def widget(module, review, monkeypatch):
+    monkeypatch.setattr(sys.modules["qt"], "QTableWidgetItem", lambda text: text, raising=False)
+    widget = object.__new__(module.SegMetricsWidget)
+    widget._parameterNode, widget._currentSlice = None, None
+    widget.logic = review.logic
+    widget.ui = SimpleNamespace(resultsLabel=FakeWidget(text=""), pairComboBox=FakeWidget(currentText=""),
+                                sliceTable=FakeWidget(rows=[], selected=None),
+                                **{name: FakeWidget(enabled=False) for name in
+                                   ("showWorstSliceButton", "previousSliceButton", "nextSliceButton")})
+    return widget
+
+
+def test_widget_lists_slices_worst_first_and_steps_through_them(widget, review):
+    widget.showOutputs(review.outputs)
+    order = review.logic.reviewOrder("ball")
+    assert widget.ui.pairComboBox.items == ["ball"]
+    assert [int(row[0]) for row in widget.ui.sliceTable.rows] == order
+    assert widget.ui.resultsLabel.text.startswith("ball: dice")
+    assert widget.ui.nextSliceButton.enabled
+    widget.onStep(1)  # from no slice: the worst one
+    widget.onStep(1)
+    assert widget._currentSlice == order[1] and widget.ui.sliceTable.selected == 1
+    widget.onSliceTableClicked(3, 0)
+    assert widget._currentSlice == order[3]
+    to_ras = review.slice_logics[0].GetSliceNode().GetSliceToRAS()
+    assert [to_ras.GetElement(r, 3) for r in range(3)] == pytest.approx(mrml.slice_ras(review.outputs, "ball", order[3]))
+
+
+def test_widget_progress_raises_cancelled_on_cancel(module, monkeypatch):
+    monkeypatch.setattr(slicer, "app", SimpleNamespace(processEvents=lambda: None), raising=False)
+    dialog = SimpleNamespace(wasCanceled=False, labelText="", value=0)
+    module.SegMetricsWidget.onProgress(dialog, 0.5, "ball: computing metrics")
+    assert (dialog.labelText, dialog.value) == ("ball: computing metrics", 50)
+    dialog.wasCanceled = True
+    with pytest.raises(mrml.Cancelled):
+        module.SegMetricsWidget.onProgress(dialog, 0.75, "ball: building the review surfaces")
+
+
+def test_widget_scene_close_clears_the_results(widget, review):
+    widget.showOutputs(review.outputs)
+    widget.onSceneStartClose(None, None)
+    assert widget.logic.outputs is None
+    assert widget.ui.sliceTable.rows == [] and not widget.ui.nextSliceButton.enabled
+    assert widget.ui.pairComboBox.items == []
