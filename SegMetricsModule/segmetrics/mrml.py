@@ -314,37 +314,41 @@ def _add_point_array(polydata, name: str, values) -> None:
 def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.ndarray, spacing, params) -> None:
     """Put both surfaces of a 3-D pair, with the arrays that colour them, into ``structure.extras``.
 
-    ``extras["test_surface"]`` (kept when a metric group made it) and ``extras["reference_surface"]``
-    are ``vtkPolyData`` in index-scaled mm (see :mod:`segmetrics.mesh`). Each gets
-    ``SignedDistance_mm`` (signed bidirectional local distance to the other surface, + outside it)
-    and ``MSI`` (its weight at the levels of ``params``) unless the metric groups already added them.
-    On the reference surface the levels swap sides: a reference vertex outside the test was missed
-    (the inner level's error), one inside the test is over-contoured (the outer level's). A pair
-    with one empty side gets that side's surface only, without arrays.
+    ``extras["test_surface"]`` and ``extras["reference_surface"]`` become ``vtkPolyData`` of the two
+    masks as given here (the reference grid's array order; index-scaled mm, see
+    :mod:`segmetrics.mesh`), whatever frame the metric groups worked in. The test surface the
+    metric groups made is kept, with its arrays (e.g. ``Roughness_mm``), when it is the same
+    surface. Each surface gets ``SignedDistance_mm`` (signed bidirectional local distance to the
+    other surface, + outside it) and ``MSI`` (its weight at the levels of ``params``) unless it has
+    them. On the reference surface the levels swap sides: a reference vertex outside the test was
+    missed (the inner level's error), one inside the test is over-contoured (the outer level's).
+    A pair with one empty side gets that side's surface only, without arrays.
     """
     from . import mesh, msi
 
     if reference_mask.ndim != 3:
         return
-    surfaces = {}
-    for role, mask in (("test", test_mask), ("reference", reference_mask)):
-        polydata = structure.extras.get(f"{role}_surface")
-        if (polydata is None or polydata.GetNumberOfPoints() == 0) and mask.any():
-            polydata = structure.extras[f"{role}_surface"] = mesh.surface_mesh(mask, spacing)
-        if polydata is not None and polydata.GetNumberOfPoints():
-            surfaces[role] = polydata
-    if len(surfaces) < 2:
+    reference, test = mesh.pair_surfaces(reference_mask, test_mask, spacing)
+    polydata = {"reference": mesh.to_polydata(reference), "test": mesh.to_polydata(test)}
+    computed = structure.extras.get("test_surface")
+    if computed is not None and test is not None and computed.GetNumberOfPoints() == len(test.points) \
+            and np.allclose(mesh.points(computed), test.points + test.origin, atol=1e-6):
+        polydata["test"] = computed
+    for role, surface in (("reference", reference), ("test", test)):
+        if surface is not None:
+            structure.extras[f"{role}_surface"] = polydata[role]
+        else:
+            structure.extras.pop(f"{role}_surface", None)
+    if reference is None or test is None:
         return
-    test, reference = (mesh.Surface.from_polydata(surfaces[role]) for role in ("test", "reference"))
-    for polydata, (signed, weights, _) in (
-        (surfaces["test"], msi.surface_msi(test, reference, params.msi_il, params.msi_ol)
-         if surfaces["test"].GetPointData().GetArray("SignedDistance_mm") is None else (None, None, None)),
-        (surfaces["reference"], msi.surface_msi(reference, test, params.msi_ol, params.msi_il)),
-    ):
-        if signed is not None:
-            _add_point_array(polydata, "SignedDistance_mm", signed)
-        if weights is not None and polydata.GetPointData().GetArray("MSI") is None:
-            _add_point_array(polydata, "MSI", weights)
+    for role, (own, other, inner, outer) in (("test", (test, reference, params.msi_il, params.msi_ol)),
+                                             ("reference", (reference, test, params.msi_ol, params.msi_il))):
+        arrays = polydata[role].GetPointData()
+        if arrays.GetArray("SignedDistance_mm") is None or arrays.GetArray("MSI") is None:
+            signed, weights, _ = msi.surface_msi(own, other, inner, outer)
+            for name, values in (("SignedDistance_mm", signed), ("MSI", weights)):
+                if arrays.GetArray(name) is None:
+                    _add_point_array(polydata[role], name, values)
 
 
 def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, params=None, progress=None):
