@@ -394,3 +394,38 @@ def test_widget_scene_close_clears_the_results(widget, review):
     assert widget.logic.outputs is None
     assert widget.ui.sliceTable.rows == [] and not widget.ui.nextSliceButton.enabled
     assert widget.ui.pairComboBox.items == []
+
+
+def test_a_full_run_needs_nothing_beyond_the_slicer_requirements():
+    """With the CLI's extras (matplotlib, slicerio, rich) unimportable, every metric group runs and
+    the outputs are written: Resources/requirements.txt is enough inside Slicer."""
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import importlib.abc, sys
+
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name.split(".")[0] in {"matplotlib", "slicerio", "rich"}:
+                    raise ImportError(name + " is blocked")
+
+        sys.meta_path.insert(0, Block())
+        import numpy as np
+        from segmetrics import LabelImage, mrml
+        from segmetrics.registry import all_groups
+
+        headless = mrml.create_headless_scene()
+        reference = np.zeros((10, 12, 12), np.uint8)
+        reference[2:8, 3:9, 3:9] = 1
+        test = np.roll(reference, 1, axis=2)
+        nodes = [mrml.add_segmentation_from_label_image(headless.scene, LabelImage(a, (1, 1, 1), names={1: "box"}), n)
+                 for a, n in ((reference, "r"), (test, "t"))]
+        outputs = mrml.run(*nodes, metrics=list(all_groups()))
+        print(sorted(all_groups()), outputs.table.GetNumberOfColumns() > 10, sorted(outputs.models))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "['distance', 'msi', 'overlap', 'roughness'] True ['box']"

@@ -156,3 +156,12 @@ def test_offscreen_renders_leave_no_nodes(missed_cap, tmp_path):
     mrml.render_slice_png(scene, missed_cap.headless.app_logic, tmp_path / "slice.png", missed_cap.ras)
     mrml.render_png(scene, missed_cap.headless.app_logic, tmp_path / "surface.png", size=(80, 60))
     assert scene.GetNumberOfNodes() == before
+
+
+@pytest.mark.parametrize("name, tolerance", [("RdBu_r", 0.005), ("RdYlGn", 0.005), ("viridis", 0.03)])
+def test_colour_maps_match_matplotlibs(name, tolerance):
+    """The module's colour tables are built without matplotlib but show its maps."""
+    from segmetrics.render import colour_map_rgb
+
+    expected = matplotlib.colormaps[name](np.linspace(0, 1, 256))[:, :3]
+    assert np.abs(colour_map_rgb(name) - expected).max() < tolerance
