@@ -56,7 +56,7 @@ def rendering_available() -> tuple:
 
 
 #: Colour maps as evenly spaced control points, interpolated linearly: ColorBrewer's 11-class RdBu
-#: (reversed: blue = negative) and RdYlGn, and viridis at 9 points, the same colours as matplotlib's
+#: (reversed: blue = negative) and RdYlGn, and viridis at 17 points, the same colours as matplotlib's
 #: maps of these names, so that building a lookup table needs no matplotlib (the Slicer module
 #: does not install it).
 COLOUR_MAPS = {
@@ -64,7 +64,8 @@ COLOUR_MAPS = {
                "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f"),
     "RdYlGn": ("#a50026", "#d73027", "#f46d43", "#fdae61", "#fee08b", "#ffffbf",
                "#d9ef8b", "#a6d96a", "#66bd63", "#1a9850", "#006837"),
-    "viridis": ("#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962", "#addc30", "#fde725"),
+    "viridis": ("#440154", "#48186a", "#472d7b", "#424086", "#3b528b", "#33638d", "#2c728e", "#26828e", "#21918c",
+                "#1fa088", "#28ae80", "#3fbc73", "#5ec962", "#84d44b", "#addc30", "#d8e219", "#fde725"),
 }
 
 
