@@ -28,6 +28,9 @@ from segmetrics import LabelImage, Parameters, mrml
 from segmetrics.registry import all_groups
 
 METRIC_GROUPS = ("overlap", "distance", "msi", "roughness")
+#: Packages Slicer bundles that numba or scikit-image depend on: installing the requirements must
+#: not replace them (pip is held to their installed versions).
+BUNDLED_PACKAGES = ("numpy", "scipy")
 #: Oldest Slicer release the module supports (Python 3.12; 5.8 has Python 3.9, which numba and
 #: scikit-image releases for this module no longer support).
 MINIMUM_SLICER_VERSION = "5.10"
@@ -287,6 +290,16 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
                 missing.append(line)
         return missing
 
+    @staticmethod
+    def bundledConstraints():
+        """A pip constraints file (path) holding :data:`BUNDLED_PACKAGES` at their installed versions."""
+        import tempfile
+        from importlib.metadata import version
+
+        with tempfile.NamedTemporaryFile("w", suffix="-constraints.txt", prefix="SegMetrics-", delete=False) as handle:
+            handle.writelines(f"{name}=={version(name)}\n" for name in BUNDLED_PACKAGES)
+        return handle.name
+
     @classmethod
     def ensureRequirements(cls, confirm=None, installInTesting=False):
         """Install what Slicer does not bundle (Resources/requirements.txt), asking first.
@@ -296,24 +309,30 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
         ``installInTesting`` (then without any dialog). Slicer 5.10: the missing requirements are
         listed first; nothing happens when there are none, else ``confirm(text)`` is asked
         (when given) and ``slicer.util.pip_install`` installs only those. Raises RuntimeError
-        when the user declines.
+        when the user declines. Either way pip keeps Slicer's own numpy and scipy
+        (:meth:`bundledConstraints`).
         """
         try:
             packaging = importlib.import_module("slicer.packaging")
         except ImportError:
             packaging = None
-        if packaging is not None:
-            packaging.pip_ensure(packaging.load_requirements(cls.requirementsPath()), requester="SegMetrics",
-                                 prompt_install=not installInTesting, prompt_restart=not installInTesting,
-                                 skip_in_testing=not installInTesting)
+        missing = [] if packaging is not None else cls.missingRequirements()
+        if packaging is None and not missing:
             return
-        missing = cls.missingRequirements()
-        if not missing:
-            return
-        text = _("SegMetrics needs these Python packages, which will now be installed: {packages}").format(packages=", ".join(missing))
-        if confirm is not None and not confirm(text):
-            raise RuntimeError(_("SegMetrics cannot run without: {packages}").format(packages=", ".join(missing)))
-        slicer.util.pip_install(missing)
+        if missing:
+            text = _("SegMetrics needs these Python packages, which will now be installed: {packages}").format(packages=", ".join(missing))
+            if confirm is not None and not confirm(text):
+                raise RuntimeError(_("SegMetrics cannot run without: {packages}").format(packages=", ".join(missing)))
+        constraints = cls.bundledConstraints()
+        try:
+            if packaging is not None:
+                packaging.pip_ensure(packaging.load_requirements(cls.requirementsPath()), constraints=constraints,
+                                     requester="SegMetrics", prompt_install=not installInTesting,
+                                     prompt_restart=not installInTesting, skip_in_testing=not installInTesting)
+            else:
+                slicer.util.pip_install(["-c", constraints, *missing])
+        finally:
+            os.remove(constraints)
 
     # --- parameters ----------------------------------------------------------------------------
 

@@ -119,7 +119,14 @@ def test_missing_requirements_checks_names_and_versions(module, tmp_path, monkey
     assert module.SegMetricsLogic.missingRequirements() == ["numpy>=999", "segmetrics-no-such-package>=1"]
 
 
-def test_requirements_on_slicer_5_12_use_pip_ensure(module, monkeypatch):
+def fake_constraints(monkeypatch, logic, folder):
+    """Make bundledConstraints write a known file; returns its path."""
+    path = folder / "constraints.txt"
+    monkeypatch.setattr(logic, "bundledConstraints", staticmethod(lambda: path.write_text("numpy==1\n") and str(path)))
+    return str(path)
+
+
+def test_requirements_on_slicer_5_12_use_pip_ensure(module, monkeypatch, tmp_path):
     """``slicer.packaging`` is imported explicitly (``import slicer`` does not import it)."""
     calls = []
     packaging = types.ModuleType("slicer.packaging")
@@ -127,16 +134,19 @@ def test_requirements_on_slicer_5_12_use_pip_ensure(module, monkeypatch):
     packaging.pip_ensure = lambda requirements, **options: calls.append((requirements, options))
     monkeypatch.setitem(sys.modules, "slicer.packaging", packaging)
     monkeypatch.delattr(slicer, "packaging", raising=False)
+    constraints = fake_constraints(monkeypatch, module.SegMetricsLogic, tmp_path)
     module.SegMetricsLogic.ensureRequirements()
     module.SegMetricsLogic.ensureRequirements(installInTesting=True)
     path = module.SegMetricsLogic.requirementsPath()
+    common = dict(requester="SegMetrics", constraints=constraints)
     assert calls == [
-        (["parsed", path], dict(requester="SegMetrics", prompt_install=True, prompt_restart=True, skip_in_testing=True)),
-        (["parsed", path], dict(requester="SegMetrics", prompt_install=False, prompt_restart=False, skip_in_testing=False)),
+        (["parsed", path], dict(common, prompt_install=True, prompt_restart=True, skip_in_testing=True)),
+        (["parsed", path], dict(common, prompt_install=False, prompt_restart=False, skip_in_testing=False)),
     ]
+    assert not Path(constraints).exists()  # removed after use
 
 
-def test_requirements_on_slicer_5_10_check_then_ask(module, monkeypatch):
+def test_requirements_on_slicer_5_10_check_then_ask(module, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "slicer.packaging", None)  # import fails, as on 5.10
     installed, asked = [], []
     monkeypatch.setattr(slicer.util, "pip_install", installed.append)
@@ -148,8 +158,21 @@ def test_requirements_on_slicer_5_10_check_then_ask(module, monkeypatch):
     with pytest.raises(RuntimeError, match="numba"):
         logic.ensureRequirements(confirm=lambda text: asked.append(text) or False)
     assert installed == [] and "numba>=0.59" in asked[0]
+    constraints = fake_constraints(monkeypatch, logic, tmp_path)
     logic.ensureRequirements(confirm=lambda text: True)
-    assert installed == [["numba>=0.59"]]  # only what is missing
+    assert installed == [["-c", constraints, "numba>=0.59"]]  # only what is missing, Slicer's numpy kept
+    assert not Path(constraints).exists()
+
+
+def test_bundled_constraints_hold_the_installed_numpy_and_scipy(module):
+    import numpy
+    import scipy
+
+    path = Path(module.SegMetricsLogic.bundledConstraints())
+    try:
+        assert path.read_text().split() == [f"numpy=={numpy.__version__}", f"scipy=={scipy.__version__}"]
+    finally:
+        path.unlink()
 
 
 def test_msi_level_width():
