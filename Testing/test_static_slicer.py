@@ -158,7 +158,7 @@ DESKTOP_ONLY = {
 DESKTOP_MODULES = {
     "qt": "PythonQt: QTableWidgetItem, QProgressDialog.wasCanceled (Qt property)",
     "slicer.i18n": "Base/Python/slicer/i18n.py: tr, translate (also v5.10.0)",
-    "slicer.packaging": "Base/Python/slicer/packaging.py: load_requirements, pip_ensure(requester, prompt_install, prompt_restart, skip_in_testing)",
+    "slicer.packaging": "Base/Python/slicer/packaging.py: load_requirements, pip_ensure(constraints, requester, prompt_install, prompt_restart, skip_in_testing)",
     "slicer.parameterNodeWrapper": "Base/Python/slicer/parameterNodeWrapper: parameterNodeWrapper, Choice, WithinRange",
     "slicer.ScriptedLoadableModule": "Base/Python/slicer/ScriptedLoadableModule.py",
 }
