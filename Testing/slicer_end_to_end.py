@@ -3,9 +3,11 @@
 Loads two label maps (segmetrics.io, as the CLI reads them), makes segmentation nodes of them, runs the
 comparison with every registered metric group, and writes into OUTPUT_DIR:
 ``results.csv`` (the results table node, saved by Slicer's table storage node), ``msi_slices.csv``
-(per-slice MSI tables, when MSI ran) and ``surface.png`` (offscreen render of the test surface).
+(per-slice MSI tables, when MSI ran), ``surface.png`` (offscreen 3-D render of both surfaces) and
+``slice_view.png`` (the first pair's worst MSI slice in a slice view, centred as "Show worst slice"
+does, with both contours coloured by the signed distance and the colour legend).
 
-    python Testing/slicer_end_to_end.py OUTPUT_DIR [--reference REF.nii.gz --test TEST.nii.gz]
+    python Testing/slicer_end_to_end.py OUTPUT_DIR [--reference REF.nii.gz --test TEST.nii.gz] [--structure NAME]
 
 Defaults: the Spinal Cord Toolbox t2 cord masks of ../shared/data (2016 manual vs deepseg 2-D).
 """
@@ -68,6 +70,12 @@ def main(argv=None) -> int:
             writer.writerows(rows)
     if outputs.models:
         mrml.render_png(scene, headless.app_logic, args.output_dir / "surface.png")
+    structure = outputs.result.structures[0]
+    view = mrml.worst_slice_view(outputs, structure.structure)
+    if view is not None:
+        mrml.render_slice_png(scene, headless.app_logic, args.output_dir / "slice_view.png", *view)
+        index, msi = mrml.worst_slice(structure)
+        print(f"worst slice of {structure.structure}: {index} (MSI {msi:.3f}), {view[1]} view")
     print(f"metric groups: {', '.join(groups)}; notes: {'; '.join(outputs.result.notes)}")
     print(f"wrote {', '.join(sorted(p.name for p in args.output_dir.iterdir()))} to {args.output_dir}")
     return 0

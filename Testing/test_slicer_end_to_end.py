@@ -80,13 +80,47 @@ def test_render_of_the_mirrored_direction_data_is_lit_and_coloured(run):
     model, rgb, white = model_pixels(pixels)
     assert model.sum() > 20000  # the cord fills a good part of the view
     assert rgb[model].max(axis=-1).mean() > 0.25  # lit (the black render gave 0.002)
-    # MSI is near 1 almost everywhere: the surface shows the green end of the colour map
-    assert np.mean(rgb[model][:, 1] > rgb[model][:, 0] + 0.1) > 0.9
-    rows, cols = np.nonzero(model)
-    box = white[max(rows.min() - 5, 0):rows.max() + 6, max(cols.min() - 5, 0):cols.max() + 6]
-    assert box.sum() < 20, "the legend title must not cover the model"
+    # coloured by signed distance (the default): near 0 (white) over much of the cord, with red
+    # patches where one surface lies outside the other; never the grey of an uncoloured model
+    pale = np.ptp(rgb[model], axis=-1) < 0.15  # white, shaded grey by the lighting
+    red = (rgb[model][:, 0] > rgb[model][:, 1] + 0.25) & (rgb[model][:, 0] > rgb[model][:, 2] + 0.25)
+    assert pale.mean() > 0.35 and red.sum() > 500
+    _, cols = np.nonzero(model)
+    legend_cols = np.nonzero(white[:, 600:].any(axis=0))[0] + 600  # the legend's text, right of the view
+    assert len(legend_cols) and cols.max() < legend_cols.min(), "the legend must not cover the model"
 
 
 def test_no_error_is_logged(run):
     out, _ = run
     assert (out / "stderr.txt").read_text().count("ERR|") == 0
+
+
+def test_slice_view_shows_the_worst_slice_with_both_contours_coloured(run, data_dir):
+    """The worst MSI slice in a slice view: both contours, with several colours of the diverging
+    map along them (red where a contour lies outside the other, blue inside, white on it)."""
+    out, _ = run
+    from PIL import Image
+
+    with Image.open(out / "slice_view.png") as image:
+        rgb = np.asarray(image.convert("RGB"), dtype=float) / 255
+    view = rgb[:, :440]  # left of the colour legend
+    drawn = view.max(axis=-1) > 0.2  # contours on the black background
+    red = drawn & (view[..., 0] > view[..., 1] + 0.25) & (view[..., 0] > view[..., 2] + 0.25)
+    blue = drawn & (view[..., 2] > view[..., 0] + 0.25)
+    white = view.min(axis=-1) > 0.85
+    assert red.sum() > 200 and blue.sum() > 200 and white.sum() > 200
+    # two contours: the drawn pixels form two closed rings, i.e. at least three background regions
+    # (outside, inside the outer ring between the rings or inside the inner one)
+    from scipy import ndimage
+
+    _, regions = ndimage.label(~ndimage.binary_dilation(drawn))
+    assert regions >= 2
+
+
+def test_msi_slices_csv_equals_the_core(run, data_dir):
+    out, _ = run
+    with open(out / "msi_slices.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    expected = compare(data_dir / REFERENCE, data_dir / TEST, metrics=["msi"]).structures[0].extras["msi_slices"]
+    assert [int(r["slice"]) for r in rows] == [e.slice for e in expected]
+    assert [float(r["msi"]) for r in rows] == pytest.approx([e.msi for e in expected], rel=1e-9)

@@ -1,9 +1,12 @@
 """SegMetrics.py's logic on slicer-core, with stand-ins for the desktop-only Slicer modules.
 
-slicer-core lacks ``slicer.ScriptedLoadableModule`` and ``slicer.parameterNodeWrapper``; minimal
-stand-ins let the module file import so its Logic (validation, parameters, run, worst slice) is
-exercised on a real MRML scene.
+slicer-core lacks ``qt``, ``slicer.ScriptedLoadableModule``, ``slicer.parameterNodeWrapper`` and
+``slicer.i18n``; minimal stand-ins let the module file import so its Logic (validation, packages,
+parameters, run, cancel, scene close, slice review, layout) is exercised on a real MRML scene with
+real slice, layout and plot nodes.
 """
+import math
+import re
 import sys
 import types
 from pathlib import Path
@@ -29,7 +32,12 @@ def module(monkeypatch_module):
     wrapper = types.ModuleType("slicer.parameterNodeWrapper")
     wrapper.parameterNodeWrapper = lambda cls: cls
     wrapper.Choice = wrapper.WithinRange = lambda *args: None
-    for name, stand_in in (("slicer.ScriptedLoadableModule", scripted), ("slicer.parameterNodeWrapper", wrapper)):
+    i18n = types.ModuleType("slicer.i18n")
+    i18n.tr = lambda text: text
+    i18n.translate = lambda context, text: text
+    stand_ins = (("slicer.ScriptedLoadableModule", scripted), ("slicer.parameterNodeWrapper", wrapper),
+                 ("slicer.i18n", i18n), ("qt", types.ModuleType("qt")))
+    for name, stand_in in stand_ins:
         monkeypatch_module.setitem(sys.modules, name, stand_in)
     monkeypatch_module.syspath_prepend(str(MODULE_DIR))
     monkeypatch_module.delitem(sys.modules, "SegMetrics", raising=False)
@@ -48,7 +56,7 @@ def parameters(**changes):
     values = dict(referenceSegmentation=None, referenceSegmentID="", testSegmentation=None, testSegmentID="",
                   allSegments=True, overlap=True, distance=False, msi=False, roughness=False, hdPercentile=90.0,
                   nsdToleranceMm=1.0, msiInnerLevel=2.0, msiOuterLevel=3.0, msiAxis=0, roughnessWindowMm=0.0,
-                  outputTable=None, colorArray="MSI")
+                  outputTable=None, colorArray="SignedDistance_mm")
     values.update(changes)
     return SimpleNamespace(**values)
 
@@ -91,3 +99,356 @@ def test_process_fills_the_table_and_the_parameter_node(module):
     if "msi" in all_groups():
         assert logic.worstSliceRAS("cube") is not None
     assert logic.worstSliceRAS("no such pair") is None
+
+
+# --- packages -------------------------------------------------------------------------------------
+
+
+def test_requirements_hold_only_what_the_module_imports():
+    """The Slicer requirements are the module's own imports that Slicer does not bundle."""
+    lines = (MODULE_DIR / "Resources" / "requirements.txt").read_text().split()
+    assert sorted(re.split(r"[<>=!~]", line)[0] for line in lines) == ["numba", "scikit-image"]
+
+
+def test_missing_requirements_checks_names_and_versions(module, tmp_path, monkeypatch):
+    import numpy
+
+    path = tmp_path / "requirements.txt"
+    path.write_text(f"numpy>={numpy.__version__}  # installed\nnumpy>=999\nsegmetrics-no-such-package>=1\n\n")
+    monkeypatch.setattr(module.SegMetricsLogic, "requirementsPath", staticmethod(lambda: str(path)))
+    assert module.SegMetricsLogic.missingRequirements() == ["numpy>=999", "segmetrics-no-such-package>=1"]
+
+
+def fake_constraints(monkeypatch, logic, folder):
+    """Make bundledConstraints write a known file; returns its path."""
+    path = folder / "constraints.txt"
+    monkeypatch.setattr(logic, "bundledConstraints", staticmethod(lambda: path.write_text("numpy==1\n") and str(path)))
+    return str(path)
+
+
+def test_requirements_on_slicer_5_12_use_pip_ensure(module, monkeypatch, tmp_path):
+    """``slicer.packaging`` is imported explicitly (``import slicer`` does not import it)."""
+    calls = []
+    packaging = types.ModuleType("slicer.packaging")
+    packaging.load_requirements = lambda path: ["parsed", path]
+    packaging.pip_ensure = lambda requirements, **options: calls.append((requirements, options))
+    monkeypatch.setitem(sys.modules, "slicer.packaging", packaging)
+    monkeypatch.delattr(slicer, "packaging", raising=False)
+    constraints = fake_constraints(monkeypatch, module.SegMetricsLogic, tmp_path)
+    module.SegMetricsLogic.ensureRequirements()
+    module.SegMetricsLogic.ensureRequirements(installInTesting=True)
+    path = module.SegMetricsLogic.requirementsPath()
+    common = dict(requester="SegMetrics", constraints=constraints)
+    assert calls == [
+        (["parsed", path], dict(common, prompt_install=True, prompt_restart=True, skip_in_testing=True)),
+        (["parsed", path], dict(common, prompt_install=False, prompt_restart=False, skip_in_testing=False)),
+    ]
+    assert not Path(constraints).exists()  # removed after use
+
+
+def test_requirements_on_slicer_5_10_check_then_ask(module, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "slicer.packaging", None)  # import fails, as on 5.10
+    installed, asked = [], []
+    monkeypatch.setattr(slicer.util, "pip_install", installed.append)
+    logic = module.SegMetricsLogic
+    monkeypatch.setattr(logic, "missingRequirements", classmethod(lambda cls: []))
+    logic.ensureRequirements(confirm=lambda text: asked.append(text) or True)
+    assert installed == [] and asked == []  # nothing missing: no question, no pip
+    monkeypatch.setattr(logic, "missingRequirements", classmethod(lambda cls: ["numba>=0.59"]))
+    with pytest.raises(RuntimeError, match="numba"):
+        logic.ensureRequirements(confirm=lambda text: asked.append(text) or False)
+    assert installed == [] and "numba>=0.59" in asked[0]
+    constraints = fake_constraints(monkeypatch, logic, tmp_path)
+    logic.ensureRequirements(confirm=lambda text: True)
+    assert installed == [["-c", constraints, "numba>=0.59"]]  # only what is missing, Slicer's numpy kept
+    assert not Path(constraints).exists()
+
+
+def test_bundled_constraints_hold_the_installed_numpy_and_scipy(module):
+    import numpy
+    import scipy
+
+    path = Path(module.SegMetricsLogic.bundledConstraints())
+    try:
+        assert path.read_text().split() == [f"numpy=={numpy.__version__}", f"scipy=={scipy.__version__}"]
+    finally:
+        path.unlink()
+
+
+def test_msi_level_width():
+    from segmetrics.msi import weight_function
+
+    # sigma = 10/l mm: the weight one sigma away is exp(-1/2)
+    for level in (1.0, 2.0, 10.0):
+        width = 10.0 / level
+        assert weight_function(width, level) == pytest.approx(math.exp(-0.5))
+
+
+def test_msi_width_text(module):
+    assert module.SegMetricsLogic.msiWidthText(1.0) == "σ = 10 mm"
+    assert module.SegMetricsLogic.msiWidthText(4.0) == "σ = 2.5 mm"
+    assert module.SegMetricsLogic.msiWidthMm(0.0) == math.inf
+
+
+# --- a run on a ball whose test misses a cap ----------------------------------------------------
+
+
+def ball_pair(scene, cut=28):
+    z, y, x = np.mgrid[:32, :40, :40]
+    reference = ((z - 16) ** 2 + (y - 20) ** 2 + (x - 20) ** 2 <= 12**2).astype(np.uint8)
+    test = reference.copy()
+    test[:, :, cut:] = 0  # the cap beyond x = cut (1 mm voxels) is missed
+    nodes = [mrml.add_segmentation_from_label_image(scene, LabelImage(a, (1, 1, 1), names={1: "ball"}), n)
+             for a, n in ((reference, "reference"), (test, "test"))]
+    return nodes, reference, test
+
+
+def node_ids(scene):
+    return sorted(scene.GetNthNode(i).GetID() for i in range(scene.GetNumberOfNodes()))
+
+
+@pytest.fixture
+def review(module):
+    """A run with real Red/Yellow/Green slice nodes and a layout node in the scene."""
+    if "msi" not in all_groups():
+        pytest.skip("the MSI group is not registered")
+    headless = mrml.create_headless_scene()
+    scene = headless.scene
+    slice_logics = []
+    for name in ("Red", "Yellow", "Green"):
+        slice_logic = slicer.vtkMRMLSliceLogic()
+        slice_logic.SetMRMLApplicationLogic(headless.app_logic)
+        slice_logic.SetMRMLScene(scene)
+        slice_logic.AddSliceNode(name).SetOrientation({"Red": "Axial", "Yellow": "Sagittal", "Green": "Coronal"}[name])
+        slice_logics.append(slice_logic)
+    layout = scene.AddNewNodeByClass("vtkMRMLLayoutNode")
+    layout.SetViewArrangement(slicer.vtkMRMLLayoutNode.SlicerLayoutConventionalView)
+    nodes, reference, test = ball_pair(scene)
+    logic = module.SegMetricsLogic()
+    outputs = logic.run(*nodes, metrics=["overlap", "msi"])
+    return SimpleNamespace(headless=headless, scene=scene, logic=logic, outputs=outputs, nodes=nodes,
+                           reference=reference, test=test, slice_logics=slice_logics, layout=layout)
+
+
+def test_review_order_is_the_msi_order(review):
+    rows = review.logic.reviewRows("ball")
+    msi = [r["msi"] for r in rows]
+    assert msi == sorted(msi) and len(rows) == np.count_nonzero(review.reference.any(axis=(1, 2)))
+    assert [r["slice"] for r in rows] == review.logic.reviewOrder("ball")
+    order = review.logic.reviewOrder("ball")
+    assert review.logic.stepSlice("ball", None, 1) == order[0]
+    assert review.logic.stepSlice("ball", order[0], 1) == order[1]
+    assert review.logic.stepSlice("ball", order[1], -1) == order[0]
+    assert review.logic.stepSlice("ball", order[0], -1) is None
+    assert review.logic.stepSlice("ball", order[-1], 1) is None
+    # the worst slices cut through the middle of the ball, where the missed cap is widest
+    assert abs(order[0] - 16) <= 3
+
+
+def test_row_jump_centres_every_slice_view_on_the_structure(review):
+    """Centred jump: all three views pass through the centre of both segments in that slice (the
+    default offset jump would only move each plane, leaving the axial view's centre elsewhere)."""
+    index = review.logic.reviewOrder("ball")[2]
+    position = review.logic.jumpToSlice("ball", index)
+    inside = np.nonzero(review.reference[index] | review.test[index])
+    expected_lps = (np.mean(inside[1]), np.mean(inside[0]), index)  # x, y, z with 1 mm voxels at the origin
+    assert position == pytest.approx((-expected_lps[0], -expected_lps[1], expected_lps[2]))
+    for slice_logic in review.slice_logics:
+        to_ras = slice_logic.GetSliceNode().GetSliceToRAS()
+        assert [to_ras.GetElement(r, 3) for r in range(3)] == pytest.approx(position)
+    marker = review.outputs.marker.GetTableNode().GetTable()
+    row = next(r for r in mrml.slice_rows(review.outputs.result["ball"]) if r["slice"] == index)
+    assert marker.GetNumberOfRows() == 1
+    assert (marker.GetValue(0, 0).ToDouble(), marker.GetValue(0, 1).ToDouble()) == pytest.approx((index, row["msi"]))
+
+
+def test_results_layout_has_a_table_and_the_chart(review):
+    review.logic.showResults(review.headless.app_logic)
+    assert review.layout.GetViewArrangement() == slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView
+    selection = review.headless.app_logic.GetSelectionNode()
+    assert selection.GetActiveTableID() == review.outputs.table.GetID()
+    assert selection.GetActivePlotChartID() == review.outputs.chart.GetID()
+
+
+def test_recolouring_after_a_deleted_model_and_a_scene_close_raises_nothing(review):
+    scene, logic = review.scene, review.logic
+    assert logic.showArray("MSI") == 1
+    assert review.outputs.models["ball"].GetDisplayNode().GetActiveScalarName() == "MSI"
+    scene.RemoveNode(review.outputs.models["ball"])  # the user deletes the test model
+    assert logic.showArray("SignedDistance_mm") == 1  # the reference model is still coloured
+    assert review.outputs.reference_models["ball"].GetDisplayNode().GetActiveScalarName() == "SignedDistance_mm"
+    scene.Clear(0)  # what closing the scene does
+    assert logic.showArray("MSI") == 0
+    assert logic.jumpToSlice("ball", 16) is None
+    logic.clearOutputs()  # the widget does this on StartCloseEvent
+    assert logic.outputs is None and logic.showArray("MSI") == 0 and logic.reviewRows("ball") == []
+
+
+def test_cancel_leaves_the_scene_as_it_was(review):
+    scene, logic = review.scene, review.logic
+    before = node_ids(scene)
+    dice = review.outputs.table.GetTable().GetColumnByName("dice").GetValue(0)
+    for stop_at in range(1, 6):
+        calls = []
+
+        def progress(fraction, message):
+            calls.append(message)
+            if len(calls) == stop_at:
+                raise mrml.Cancelled()
+
+        with pytest.raises(mrml.Cancelled):
+            logic.run(*review.nodes, metrics=["overlap"], progress=progress)
+        assert node_ids(scene) == before, calls[-1]
+    assert review.outputs.table.GetTable().GetColumnByName("dice").GetValue(0) == dice
+
+
+def test_run_removes_only_its_own_nodes_and_never_shows_working_copies(module):
+    headless = mrml.create_headless_scene()
+    scene = headless.scene
+    nodes, _, _ = ball_pair(scene)
+    inputs = {n.GetDisplayNode().GetID() for n in nodes}
+    added, visible = [], []
+
+    def progress(fraction, message):
+        if not added:  # the user adds a node while the run goes on
+            added.append(scene.AddNewNodeByClass("vtkMRMLTableNode", "user's table"))
+        for index in range(scene.GetNumberOfNodesByClass("vtkMRMLSegmentationDisplayNode")):
+            display = scene.GetNthNodeByClass(index, "vtkMRMLSegmentationDisplayNode")
+            if display.GetID() not in inputs and display.GetVisibility():
+                visible.append(display.GetDisplayableNode().GetName())
+
+    module.SegMetricsLogic().run(*nodes, metrics=["overlap"], progress=progress)
+    assert added[0].GetScene() is scene, "a node the user added during the run was removed"
+    assert visible == [], "working copies were visible in the views"
+    names = [scene.GetNthNode(i).GetName() for i in range(scene.GetNumberOfNodes())]
+    assert not [n for n in names if "working copy" in n or n.startswith("SegMetrics export")]
+
+
+def test_series_have_one_colour_per_pair(module):
+    if "msi" not in all_groups():
+        pytest.skip("the MSI group is not registered")
+    headless = mrml.create_headless_scene()
+    scene = headless.scene
+    reference = np.zeros((12, 16, 16), np.uint8)
+    reference[2:9, 2:7, 2:7] = 1
+    reference[2:9, 9:14, 9:14] = 2
+    test = np.roll(reference, 1, axis=2)
+    names = {1: "left", 2: "right"}
+    nodes = [mrml.add_segmentation_from_label_image(scene, LabelImage(a, (1, 1, 1), names=names), n)
+             for a, n in ((reference, "reference"), (test, "test"))]
+    outputs = module.SegMetricsLogic().run(*nodes, metrics=["msi"])
+    colours = []
+    for index in range(outputs.chart.GetNumberOfPlotSeriesNodes()):
+        series = outputs.chart.GetNthPlotSeriesNode(index)
+        if series is not outputs.marker:
+            colours.append(tuple(series.GetColor()))
+    assert len(colours) == 2 and colours[0] != colours[1]
+    assert all(max(c) > 0.2 for c in colours), "no black series"
+
+
+# --- the widget's glue, with stand-ins for its Qt widgets ----------------------------------------
+
+
+class FakeWidget(SimpleNamespace):
+    """Records what the widget code sets on a Qt widget."""
+
+    def blockSignals(self, block):
+        return False
+
+    def clear(self):
+        self.items = []
+
+    def addItems(self, items):
+        self.items = list(items)
+        self.currentText = self.items[0] if self.items else ""
+
+    def setRowCount(self, count):
+        self.rows = [[None] * 4 for _ in range(count)]
+
+    def setItem(self, row, column, item):
+        self.rows[row][column] = item
+
+    def selectRow(self, row):
+        self.selected = row
+
+
+@pytest.fixture
+def widget(module, review, monkeypatch):
+    monkeypatch.setattr(sys.modules["qt"], "QTableWidgetItem", lambda text: text, raising=False)
+    widget = object.__new__(module.SegMetricsWidget)
+    widget._parameterNode, widget._currentSlice = None, None
+    widget.logic = review.logic
+    widget.ui = SimpleNamespace(resultsLabel=FakeWidget(text=""), pairComboBox=FakeWidget(currentText=""),
+                                sliceTable=FakeWidget(rows=[], selected=None),
+                                **{name: FakeWidget(enabled=False) for name in
+                                   ("showWorstSliceButton", "previousSliceButton", "nextSliceButton")})
+    return widget
+
+
+def test_widget_lists_slices_worst_first_and_steps_through_them(widget, review):
+    widget.showOutputs(review.outputs)
+    order = review.logic.reviewOrder("ball")
+    assert widget.ui.pairComboBox.items == ["ball"]
+    assert [int(row[0]) for row in widget.ui.sliceTable.rows] == order
+    assert widget.ui.resultsLabel.text.startswith("ball: dice")
+    assert widget.ui.nextSliceButton.enabled
+    widget.onStep(1)  # from no slice: the worst one
+    widget.onStep(1)
+    assert widget._currentSlice == order[1] and widget.ui.sliceTable.selected == 1
+    widget.onSliceTableClicked(3, 0)
+    assert widget._currentSlice == order[3]
+    to_ras = review.slice_logics[0].GetSliceNode().GetSliceToRAS()
+    assert [to_ras.GetElement(r, 3) for r in range(3)] == pytest.approx(mrml.slice_ras(review.outputs, "ball", order[3]))
+
+
+def test_widget_progress_raises_cancelled_on_cancel(module, monkeypatch):
+    monkeypatch.setattr(slicer, "app", SimpleNamespace(processEvents=lambda: None), raising=False)
+    dialog = SimpleNamespace(wasCanceled=False, labelText="", value=0)
+    module.SegMetricsWidget.onProgress(dialog, 0.5, "ball: computing metrics")
+    assert (dialog.labelText, dialog.value) == ("ball: computing metrics", 50)
+    dialog.wasCanceled = True
+    with pytest.raises(mrml.Cancelled):
+        module.SegMetricsWidget.onProgress(dialog, 0.75, "ball: building the review surfaces")
+
+
+def test_widget_scene_close_clears_the_results(widget, review):
+    widget.showOutputs(review.outputs)
+    widget.onSceneStartClose(None, None)
+    assert widget.logic.outputs is None
+    assert widget.ui.sliceTable.rows == [] and not widget.ui.nextSliceButton.enabled
+    assert widget.ui.pairComboBox.items == []
+
+
+def test_a_full_run_needs_nothing_beyond_the_slicer_requirements():
+    """With the CLI's extras (matplotlib, slicerio, rich) unimportable, every metric group runs and
+    the outputs are written: Resources/requirements.txt is enough inside Slicer."""
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import importlib.abc, sys
+
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name.split(".")[0] in {"matplotlib", "slicerio", "rich"}:
+                    raise ImportError(name + " is blocked")
+
+        sys.meta_path.insert(0, Block())
+        import numpy as np
+        from segmetrics import LabelImage, mrml
+        from segmetrics.registry import all_groups
+
+        headless = mrml.create_headless_scene()
+        reference = np.zeros((10, 12, 12), np.uint8)
+        reference[2:8, 3:9, 3:9] = 1
+        test = np.roll(reference, 1, axis=2)
+        nodes = [mrml.add_segmentation_from_label_image(headless.scene, LabelImage(a, (1, 1, 1), names={1: "box"}), n)
+                 for a, n in ((reference, "r"), (test, "t"))]
+        outputs = mrml.run(*nodes, metrics=list(all_groups()))
+        print(sorted(all_groups()), outputs.table.GetNumberOfColumns() > 10, sorted(outputs.models))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "['distance', 'msi', 'overlap', 'roughness'] True ['box']"

@@ -250,13 +250,15 @@ def test_surface_models_carry_arrays_and_display_settings(blob_outputs):
     assert model.GetPolyData().GetBounds()[3] == pytest.approx(-(50 + j.min()), abs=1.0)
     assert model.GetPolyData().GetBounds()[5] == pytest.approx(-20 + k.max(), abs=1.0)
     display = model.GetDisplayNode()
-    shown = display.GetActiveScalarName()
-    assert shown == ("MSI" if "msi" in surface_groups() else "Roughness_mm")
+    assert display.GetActiveScalarName() == "SignedDistance_mm"  # the QA default, on both surfaces
+    assert outputs.reference_models["blob"].GetDisplayNode().GetActiveScalarName() == "SignedDistance_mm"
     assert display.GetScalarVisibility()
+    assert display.GetVisibility2D() and display.GetSliceIntersectionThickness() == mrml.CONTOUR_WIDTHS["test"]
     assert display.GetScalarRangeFlag() == slicer.vtkMRMLDisplayNode.UseManualScalarRange
     assert scene.GetNodeByID(display.GetColorNodeID()).GetName().startswith("SegMetrics ")
     legend = slicer.vtkSlicerColorLogic.GetColorLegendDisplayNode(model)
-    assert legend is not None and legend.GetVisibility()
+    assert legend is not None and legend.GetVisibility() and legend.GetVisibility2D()
+    assert legend.GetLabelFormat() == "%.3g"
 
 
 def test_signed_distance_uses_a_symmetric_diverging_table(blob_outputs):
@@ -390,3 +392,34 @@ def test_headless_scene_logs_no_error_and_keeps_default_colours(headless):
     scene = headless.scene
     assert scene.GetNodeByID("vtkMRMLColorTableNodeLabels") is not None  # built-in default colour tables
     assert Path(headless.app_logic.GetTemporaryPath()).is_dir()
+
+
+def test_review_surfaces_are_built_on_the_given_masks_whatever_frame_the_metrics_used():
+    """A metric group's test surface in another frame (e.g. a reoriented copy) is not shown: the
+    review surfaces come from the masks on the reference grid, and a surface the groups made on
+    the same masks is kept with its arrays."""
+    from types import SimpleNamespace
+
+    from segmetrics import Parameters
+    from segmetrics.mesh import points, surface_mesh
+
+    reference = np.zeros((12, 14, 16), bool)
+    reference[2:10, 3:11, 4:12] = True
+    test = np.zeros_like(reference)
+    test[2:10, 3:11, 6:14] = True  # shifted 2 voxels along x
+    spacing = (2.0, 1.0, 1.0)
+    elsewhere = surface_mesh(test[:, :, ::-1], spacing)  # the test mirrored: another frame
+    structure = SimpleNamespace(extras={"test_surface": elsewhere})
+    mrml.add_review_surfaces(structure, reference, test, spacing, Parameters())
+    shown = structure.extras["test_surface"]
+    assert shown is not elsewhere
+    x = points(shown)[:, 0]
+    assert x.min() == pytest.approx(5.5, abs=0.6) and x.max() == pytest.approx(13.5, abs=0.6)  # columns 6..13
+    signed = vtk_to_numpy(shown.GetPointData().GetArray("SignedDistance_mm"))
+    assert signed.max() == pytest.approx(2.0, abs=0.4)  # 2 mm beyond the reference at the shifted face
+    same = SimpleNamespace(extras={})
+    mrml.add_review_surfaces(same, reference, test, spacing, Parameters())
+    kept = same.extras["test_surface"]
+    kept.GetPointData().GetArray("MSI").SetName("Marked")
+    mrml.add_review_surfaces(same, reference, test, spacing, Parameters())
+    assert same.extras["test_surface"] is kept and kept.GetPointData().GetArray("Marked") is not None

@@ -122,9 +122,9 @@ def test_top_level_cmake_has_the_extension_fields(top_cmake):
 
 def test_icon_and_screenshot_urls_point_at_committed_files(top_cmake):
     for variable in ("ICONURL", "SCREENSHOTURLS"):
-        url = re.search(rf'set\(EXTENSION_{variable} "([^"]+)"\)', top_cmake).group(1)
-        path = ROOT / url.split("/main/", 1)[1]
-        assert path.is_file(), url
+        for url in re.search(rf'set\(EXTENSION_{variable} "([^"]+)"\)', top_cmake).group(1).split():
+            path = ROOT / url.split("/main/", 1)[1]
+            assert path.is_file(), url
     with Image.open(MODULE / "Resources" / "Icons" / "SegMetrics.png") as icon:
         assert icon.size == (128, 128)
 
@@ -134,3 +134,114 @@ def test_requirements_are_not_slicer_bundled_packages():
     names = {re.split(r"[<>=!~ ;]", r)[0].lower() for r in requirements}
     assert "scikit-image" in names
     assert not names & {"numpy", "scipy", "simpleitk", "vtk"}
+
+
+# --- Slicer API names used by the module, checked against slicer-core or Slicer's source ---------
+
+SLICER_SOURCES = [MODULE_PY, MODULE / "segmetrics" / "mrml.py"]
+
+#: Names the desktop application has but slicer-core does not (no Qt, no application object),
+#: each checked by hand in Slicer's sources at tag v5.12.0 (and, where noted, v5.10.0):
+DESKTOP_ONLY = {
+    "slicer.app": "qSlicerApplication (Base/QTGUI); .applicationLogic(), .layoutManager() (qSlicerLayoutManager.h:"
+                  " sliceWidget(name); qMRMLSliceWidget.h: mrmlSliceNode(); qMRMLLayoutManager.h: layout), .processEvents()",
+    "slicer.mrmlScene": "set by the application at start-up (a vtkMRMLScene: StartCloseEvent, EndCloseEvent)",
+    "slicer.util.childWidgetVariables": "Base/Python/slicer/util.py",
+    "slicer.util.confirmOkCancelDisplay": "Base/Python/slicer/util.py (True without a popup in testing mode)",
+    "slicer.util.createProgressDialog": "Base/Python/slicer/util.py: a qt.QProgressDialog (has wasCanceled)",
+    "slicer.util.loadUI": "Base/Python/slicer/util.py",
+    "slicer.util.tryWithErrorDisplay": "Base/Python/slicer/util.py",
+    "slicer.util.pip_install": "Base/Python/slicer/util.py (v5.10.0: list of pip arguments)",
+    "slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView": "Libs/MRML/Core/vtkMRMLLayoutNode.h (38)",
+}
+#: Modules imported from the desktop application only, checked the same way.
+DESKTOP_MODULES = {
+    "qt": "PythonQt: QTableWidgetItem, QProgressDialog.wasCanceled (Qt property)",
+    "slicer.i18n": "Base/Python/slicer/i18n.py: tr, translate (also v5.10.0)",
+    "slicer.packaging": "Base/Python/slicer/packaging.py: load_requirements, pip_ensure(constraints, requester, prompt_install, prompt_restart, skip_in_testing)",
+    "slicer.parameterNodeWrapper": "Base/Python/slicer/parameterNodeWrapper: parameterNodeWrapper, Choice, WithinRange",
+    "slicer.ScriptedLoadableModule": "Base/Python/slicer/ScriptedLoadableModule.py",
+}
+
+
+def _dotted(node) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _slicer_names(path) -> set:
+    """Every ``slicer.X.Y...`` chain in a file, longest form only."""
+    chains = {_dotted(n) for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
+    chains = {c for c in chains if c.startswith("slicer.")}
+    return {c for c in chains if not any(other.startswith(c + ".") for other in chains)}
+
+
+def test_every_slicer_name_exists_in_slicer_core_or_was_checked_in_slicers_source():
+    slicer = pytest.importorskip("slicer", reason="slicer-core is not installed")
+    unknown = []
+    for path in SLICER_SOURCES:
+        for chain in sorted(_slicer_names(path)):
+            if any(chain == name or chain.startswith(name + ".") for name in (*DESKTOP_ONLY, *DESKTOP_MODULES)):
+                continue
+            target = slicer
+            for part in chain.split(".")[1:]:
+                if not hasattr(target, part):
+                    unknown.append(f"{path.name}: {chain}")
+                    break
+                target = getattr(target, part)
+    assert unknown == []
+
+
+def test_every_desktop_only_name_is_still_used():
+    """The hand-checked list stays exact: a name no longer used is dropped from it."""
+    used = set().union(*(_slicer_names(p) for p in SLICER_SOURCES))
+    assert sorted(n for n in DESKTOP_ONLY if not any(u == n or u.startswith(n + ".") for u in used)) == []
+    imported = {a.name if isinstance(n, ast.Import) else n.module
+                for p in SLICER_SOURCES for n in ast.walk(ast.parse(p.read_text()))
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    imported |= set(re.findall(r'import_module\("([\w.]+)"\)', MODULE_PY.read_text()))
+    assert sorted(set(DESKTOP_MODULES) - imported) == []
+
+
+def _vtk_method_names(path) -> set:
+    """Names of CamelCase methods called in a file (``x.GetScene()``): VTK/MRML methods; calls on
+    imported Python modules (``tempfile.TemporaryDirectory``) are left out."""
+    tree = ast.parse(path.read_text())
+    modules = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules -= {"vtk", "slicer", "qt"}
+    return {n.func.attr for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and re.match(r"[A-Z]\w*$", n.func.attr)
+            and _dotted(n.func.value).split(".")[0] not in modules}
+
+
+def test_every_vtk_method_called_exists_on_some_slicer_core_or_vtk_class():
+    """Method names on MRML/VTK objects (typed only at run time) exist on some class that the
+    module's files use: a misspelt or removed method would fail here."""
+    slicer = pytest.importorskip("slicer", reason="slicer-core is not installed")
+    import vtk
+
+    classes = [getattr(slicer, n) for n in dir(slicer) if n.startswith("vtk")]
+    for path in SLICER_SOURCES:
+        classes += [getattr(vtk, n) for n in set(re.findall(r"vtk\.(vtk\w+)", path.read_text()))]
+    classes += [vtk.vtkPolyData, vtk.vtkPointData, vtk.vtkLookupTable, vtk.vtkDataArray, vtk.vtkTable, vtk.vtkImageData, vtk.vtkVariant,
+                vtk.vtkAbstractArray]
+    known = set().union(*(dir(c) for c in classes))
+    qt_calls = {"QTableWidgetItem"}  # qt.QTableWidgetItem(...) is a class, see DESKTOP_MODULES
+    missing = {f"{p.name}: {name}" for p in SLICER_SOURCES for name in _vtk_method_names(p) - known - qt_calls}
+    assert sorted(missing) == []
+
+
+def test_readme_states_the_minimum_slicer_version_and_the_installed_packages():
+    source = MODULE_PY.read_text()
+    version = re.search(r'MINIMUM_SLICER_VERSION = "([\d.]+)"', source).group(1)
+    section = (ROOT / "README.md").read_text().split("## The 3D Slicer extension", 1)[1]
+    assert f"Slicer {version} or later" in section
+    assert "Requires Slicer {version} or later" in source  # the module's help text
+    for line in (MODULE / "Resources" / "requirements.txt").read_text().split():
+        assert f"`{re.split(r'[<>=!~]', line)[0]}`" in section, line

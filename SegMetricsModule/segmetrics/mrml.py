@@ -28,8 +28,15 @@ from .render import ARRAY_STYLES, colour_range, lookup_table
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 #: Node attribute marking the nodes this module owns, so that re-runs reuse them.
 OUTPUT_ATTRIBUTE = "SegMetrics.Output"
-#: Point arrays of the test surface that can colour the 3-D view, in order of preference.
-SURFACE_ARRAYS = ("MSI", "SignedDistance_mm", "Roughness_mm")
+#: Point arrays that can colour the surfaces (3-D) and contours (slice views), default first.
+#: ``SignedDistance_mm`` and ``MSI`` are on both surfaces: on the test surface the signed
+#: bidirectional local distance to the reference (+ outside it: over-contoured) and its MSI weight,
+#: on the reference surface the same towards the test (+ outside the test: missed by the test).
+SURFACE_ARRAYS = ("SignedDistance_mm", "MSI", "Roughness_mm")
+#: Contour width in the slice views (pixels): the test contour, and the thinner reference contour.
+CONTOUR_WIDTHS = {"test": 4, "reference": 2}
+#: printf format of the colour-legend labels (distances in mm of a few tenths, MSI 0..1).
+LEGEND_LABEL_FORMAT = "%.3g"
 _LABELMAP = "Binary labelmap"
 #: Colour legend width and height as fractions of the view (Slicer's default 0.15 x 0.5 let a long
 #: title reach over tall models in the middle of the view).
@@ -45,9 +52,17 @@ class SegmentPair:
     test_id: str | None
 
 
+class Cancelled(Exception):
+    """Raised by a ``progress`` callback to stop a run; the scene is left as it was."""
+
+
 @dataclass
 class Outputs:
-    """What :func:`run` produced: the core result, its grid (LPS) and the output nodes."""
+    """What :func:`run` produced: the core result, its grid (LPS) and the output nodes.
+
+    ``models`` and ``reference_models`` map pair names to the test and reference surface models;
+    ``marker`` is the plot series marking the current slice on the chart.
+    """
 
     result: ComparisonResult
     grid: LabelImage
@@ -55,6 +70,14 @@ class Outputs:
     slice_tables: dict = field(default_factory=dict)
     chart: object = None
     models: dict = field(default_factory=dict)
+    reference_models: dict = field(default_factory=dict)
+    marker: object = None
+
+    def nodes(self) -> list:
+        """Every output node still in a scene (removed nodes, e.g. after a scene close, are left out)."""
+        candidates = [self.table, self.chart, self.marker, *self.slice_tables.values(), *self.models.values(),
+                      *self.reference_models.values()]
+        return [n for n in candidates if n is not None and n.GetScene() is not None]
 
 
 @dataclass
@@ -194,10 +217,44 @@ def segment_pairs(reference_node, test_node, reference_ids=None, test_ids=None) 
     return pairs + [SegmentPair(test_names[test_id], None, test_id) for test_id in test_by_name.values()]
 
 
-def _working_copy(node, role: str, notes: list):
-    """A hidden copy of a segmentation with its parent transform hardened and a binary labelmap."""
-    copy = node.GetScene().AddNewNodeByClass("vtkMRMLSegmentationNode", f"{node.GetName()} (SegMetrics working copy)")
+class _TemporaryNodes:
+    """The nodes a run adds for its own use; :meth:`remove` deletes them with their display and
+    storage nodes and the colour tables made for them, and nothing else (nodes the user adds
+    meanwhile stay)."""
+
+    def __init__(self, scene):
+        self.scene = scene
+        self.nodes = []
+        self._before = {scene.GetNthNode(i).GetID() for i in range(scene.GetNumberOfNodes())}
+
+    def add(self, class_name: str, name: str = ""):
+        node = self.scene.AddNewNodeByClass(class_name, name)
+        self.nodes.append(node)
+        return node
+
+    def remove(self) -> None:
+        for node in reversed(self.nodes):
+            if node.GetScene() is None:
+                continue
+            displays = [node.GetNthDisplayNode(i) for i in range(node.GetNumberOfDisplayNodes())]
+            colours = [d.GetColorNode() for d in displays if d is not None]
+            colours = [c for c in colours if c is not None and c.GetID() not in self._before]  # made by the export
+            for owned in (*displays, node.GetStorageNode(), node, *colours):
+                if owned is not None and owned.GetScene() is not None:
+                    self.scene.RemoveNode(owned)
+        self.nodes = []
+
+
+def _working_copy(temporary: _TemporaryNodes, node, role: str, notes: list):
+    """A hidden copy of a segmentation with its parent transform hardened and a binary labelmap.
+
+    It gets a display node switched off first, so that it never shows in the views (the exports
+    would otherwise create a visible one).
+    """
+    copy = temporary.add("vtkMRMLSegmentationNode", f"{node.GetName()} (SegMetrics working copy)")
     copy.HideFromEditorsOn()
+    copy.CreateDefaultDisplayNodes()
+    copy.GetDisplayNode().SetVisibility(False)
     copy.GetSegmentation().DeepCopy(node.GetSegmentation())
     if node.GetParentTransformNode() is not None:
         copy.SetAndObserveTransformNodeID(node.GetTransformNodeID())
@@ -212,9 +269,10 @@ def _working_copy(node, role: str, notes: list):
     return copy
 
 
-def _export(scene, segmentation_node, segment_ids: list, grid_node):
+def _export(temporary: _TemporaryNodes, segmentation_node, segment_ids: list, grid_node):
     """Export segments onto ``grid_node``'s geometry (or the segmentation's own, when None)."""
-    labelmap = scene.AddNewNodeByClass("vtkMRMLLabelMapVolumeNode")
+    labelmap = temporary.add("vtkMRMLLabelMapVolumeNode", "SegMetrics export")
+    labelmap.HideFromEditorsOn()
     ok = slicer.vtkSlicerSegmentationsModuleLogic.ExportSegmentsToLabelmapNode(
         segmentation_node, segment_ids, labelmap, grid_node, slicer.vtkSegmentation.EXTENT_REFERENCE_GEOMETRY
     )
@@ -223,30 +281,82 @@ def _export(scene, segmentation_node, segment_ids: list, grid_node):
     return labelmap
 
 
-def _mask(scene, segmentation_node, segment_id, grid_node, grid: LabelImage) -> np.ndarray:
+def _mask(temporary: _TemporaryNodes, segmentation_node, segment_id, grid_node, grid: LabelImage) -> np.ndarray:
     """Boolean mask (array order) of one segment on the grid; all False for ``None``."""
     if segment_id is None:
         return np.zeros(grid.array.shape, dtype=bool)
-    return label_image_from_volume(_export(scene, segmentation_node, [segment_id], grid_node)).array > 0
+    return label_image_from_volume(_export(temporary, segmentation_node, [segment_id], grid_node)).array > 0
 
 
-def _node_ids(scene) -> set:
-    return {scene.GetNthNode(i).GetID() for i in range(scene.GetNumberOfNodes())}
+def msi_axis(structure) -> int:
+    """Array axis of the structure's per-slice MSI rows (0 when MSI did not run)."""
+    return next((v.params.get("axis", 0) for v in structure.values if v.metric == "msi"), 0) or 0
 
 
-def _remove_nodes_added_since(scene, existing: set) -> None:
-    """Remove the temporary nodes (working copies, exports and their display/colour nodes)."""
-    for node_id in _node_ids(scene) - existing:
-        node = scene.GetNodeByID(node_id)
-        if node is not None and not node.GetSingletonTag():
-            scene.RemoveNode(node)
+def slice_centres(mask: np.ndarray, axis: int) -> dict:
+    """``{slice index: centre}`` of the voxels of each non-empty slice of a mask along ``axis``;
+    centres are array indices (z, y, x) as floats."""
+    centres = {}
+    for index in np.flatnonzero(mask.any(axis=tuple(a for a in range(mask.ndim) if a != axis))):
+        inside = np.nonzero(np.take(mask, index, axis=axis))
+        centre = [float(np.mean(i)) for i in inside]
+        centre.insert(axis, float(index))
+        centres[int(index)] = tuple(centre)
+    return centres
+
+
+def _add_point_array(polydata, name: str, values) -> None:
+    array = numpy_to_vtk(np.ascontiguousarray(values, dtype=float), deep=True)
+    array.SetName(name)
+    polydata.GetPointData().AddArray(array)
+
+
+def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.ndarray, spacing, params) -> None:
+    """Put both surfaces of a 3-D pair, with the arrays that colour them, into ``structure.extras``.
+
+    ``extras["test_surface"]`` and ``extras["reference_surface"]`` become ``vtkPolyData`` of the two
+    masks as given here (the reference grid's array order; index-scaled mm, see
+    :mod:`segmetrics.mesh`), whatever frame the metric groups worked in. The test surface the
+    metric groups made is kept, with its arrays (e.g. ``Roughness_mm``), when it is the same
+    surface. Each surface gets ``SignedDistance_mm`` (signed bidirectional local distance to the
+    other surface, + outside it) and ``MSI`` (its weight at the levels of ``params``) unless it has
+    them. On the reference surface the levels swap sides: a reference vertex outside the test was
+    missed (the inner level's error), one inside the test is over-contoured (the outer level's).
+    A pair with one empty side gets that side's surface only, without arrays.
+    """
+    from . import mesh, msi
+
+    if reference_mask.ndim != 3:
+        return
+    reference, test = mesh.pair_surfaces(reference_mask, test_mask, spacing)
+    polydata = {"reference": mesh.to_polydata(reference), "test": mesh.to_polydata(test)}
+    computed = structure.extras.get("test_surface")
+    if computed is not None and test is not None and computed.GetNumberOfPoints() == len(test.points) \
+            and np.allclose(mesh.points(computed), test.points + test.origin, atol=1e-6):
+        polydata["test"] = computed
+    for role, surface in (("reference", reference), ("test", test)):
+        if surface is not None:
+            structure.extras[f"{role}_surface"] = polydata[role]
+        else:
+            structure.extras.pop(f"{role}_surface", None)
+    if reference is None or test is None:
+        return
+    for role, (own, other, inner, outer) in (("test", (test, reference, params.msi_il, params.msi_ol)),
+                                             ("reference", (reference, test, params.msi_ol, params.msi_il))):
+        arrays = polydata[role].GetPointData()
+        if arrays.GetArray("SignedDistance_mm") is None or arrays.GetArray("MSI") is None:
+            signed, weights, _ = msi.surface_msi(own, other, inner, outer)
+            for name, values in (("SignedDistance_mm", signed), ("MSI", weights)):
+                if arrays.GetArray(name) is None:
+                    _add_point_array(polydata[role], name, values)
 
 
 def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, params=None, progress=None):
     """Compare segment pairs of two segmentation nodes with :func:`segmetrics.compare`.
 
     Both segmentations are exported onto one grid, the reference segmentation's geometry; the
-    inputs are never modified (transforms are hardened and labelmaps created on working copies).
+    inputs are never modified (transforms are hardened and labelmaps created on hidden working
+    copies, removed afterwards with everything else the run added for itself).
 
     Parameters
     ----------
@@ -255,44 +365,56 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
     metrics, params
         As for :func:`segmetrics.compare` (metric/group names, :class:`Parameters`).
     progress : callable, optional
-        Called as ``progress(fraction, message)``.
+        Called as ``progress(fraction, message)`` before each stage of each pair (export,
+        metrics, review surfaces); it may raise :class:`Cancelled` to stop the run.
 
     Returns
     -------
     (ComparisonResult, LabelImage)
         One structure per pair (``reference_label``/``test_label`` are segment IDs) with
-        ``notes`` saying how the inputs were prepared; and the common grid (LPS geometry).
+        ``notes`` saying how the inputs were prepared; and the common grid (LPS geometry). Each
+        structure's extras also hold ``slice_centres`` (:func:`slice_centres` of both masks along
+        the MSI axis) and the review surfaces (:func:`add_review_surfaces`).
     """
+    from .registry import Parameters
+
     scene = reference_node.GetScene()
     pairs = segment_pairs(reference_node, test_node) if pairs is None else pairs
+    params = params or Parameters()
     report = progress or (lambda fraction, message: None)
     notes = []
-    existing = _node_ids(scene)
+    temporary = _TemporaryNodes(scene)
     try:
         report(0.0, "preparing segmentations")
-        reference, test = (_working_copy(n, r, notes) for n, r in ((reference_node, "reference"), (test_node, "test")))
-        reference_grid_node = _export(scene, reference, [], None)
-        test_grid_node = _export(scene, test, [], None)
+        reference, test = (_working_copy(temporary, n, r, notes) for n, r in ((reference_node, "reference"), (test_node, "test")))
+        reference_grid_node = _export(temporary, reference, [], None)
+        test_grid_node = _export(temporary, test, [], None)
         grid = label_image_from_volume(reference_grid_node)
         differences = geometry_differences(grid, label_image_from_volume(test_grid_node))
         notes.append("common grid: the reference segmentation's geometry")
         if differences:
             notes.append("test exported onto the reference geometry (nearest neighbour): " + "; ".join(differences))
         structures = []
+        stages = 3
         for index, pair in enumerate(pairs):
-            report(index / max(len(pairs), 1), f"comparing {pair.name}")
-            masks = [_mask(scene, node, segment_id, reference_grid_node, grid)
+            step = lambda stage, message: report((index * stages + stage) / (len(pairs) * stages), f"{pair.name}: {message}")  # noqa: E731
+            step(0, "exporting")
+            masks = [_mask(temporary, node, segment_id, reference_grid_node, grid)
                      for node, segment_id in ((reference, pair.reference_id), (test, pair.test_id))]
             images = [grid.with_array(m.astype(np.uint8)) for m in masks]
             for image in images:
                 image.names = {1: pair.name}
+            step(1, "computing metrics")
             structure = compare(images[0], images[1], metrics=metrics, params=params).structures[0]
             structure.reference_label, structure.test_label = pair.reference_id, pair.test_id
+            step(2, "building the review surfaces")
+            structure.extras["slice_centres"] = slice_centres(masks[0] | masks[1], msi_axis(structure))
+            add_review_surfaces(structure, masks[0], masks[1], grid.spacing, params)
             structures.append(structure)
         report(1.0, "done")
         return ComparisonResult(structures, notes), grid
     finally:
-        _remove_nodes_added_since(scene, existing)
+        temporary.remove()
 
 
 # --- output nodes ------------------------------------------------------------------------------
@@ -372,42 +494,108 @@ def slice_rows(structure) -> list:
     return [dict(r) if isinstance(r, dict) else vars(r) for r in structure.extras.get("msi_slices", [])]
 
 
+def review_order(structure) -> list:
+    """Slice indices of a structure's per-slice rows in review order: lowest MSI first, ties by
+    slice index, slices with an undefined (NaN) MSI last."""
+    rows = slice_rows(structure)
+    key = lambda r: (not math.isfinite(r["msi"]), r["msi"] if math.isfinite(r["msi"]) else 0.0, r["slice"])  # noqa: E731
+    return [int(r["slice"]) for r in sorted(rows, key=key)]
+
+
+def step_slice(structure, current, step: int):
+    """The slice ``step`` places from ``current`` in :func:`review_order` (+1: next worse-to-better,
+    -1: back); the worst slice when ``current`` is None or not a row; None past either end."""
+    order = review_order(structure)
+    if not order:
+        return None
+    if current not in order:
+        return order[0]
+    position = order.index(current) + step
+    return order[position] if 0 <= position < len(order) else None
+
+
 def worst_slice(structure):
     """``(slice index, MSI)`` of the per-slice row with the lowest finite MSI, or None."""
-    rows = slice_rows(structure)
-    if not rows:
-        return None
-    finite = [r for r in rows if math.isfinite(r["msi"])]
+    finite = [r for r in slice_rows(structure) if math.isfinite(r["msi"])]
     if not finite:
         return None
-    row = min(finite, key=lambda r: r["msi"])
+    row = min(finite, key=lambda r: (r["msi"], r["slice"]))
     return int(row["slice"]), float(row["msi"])
 
 
-def worst_slice_ras(outputs: Outputs, structure_name: str):
-    """RAS position (mm) of the centre of a pair's worst MSI slice, or None without per-slice MSI."""
-    structure = next((s for s in outputs.result.structures if s.structure == structure_name), None)
-    worst = worst_slice(structure) if structure is not None else None
-    if worst is None:
+def _structure(outputs: Outputs, structure_name: str):
+    return next((s for s in outputs.result.structures if s.structure == structure_name), None)
+
+
+def slice_ras(outputs: Outputs, structure_name: str, index: int):
+    """RAS position (mm) on which to centre the views for slice ``index`` of a pair, or None for an
+    unknown pair.
+
+    ``index`` counts along the pair's MSI axis of the reference grid (the per-slice table's
+    ``slice``). The position is the centre of both segments' voxels in that slice, so that the
+    other two slice views cut through the structure; the centre of the grid's slice when the slice
+    holds no voxel.
+    """
+    structure = _structure(outputs, structure_name)
+    if structure is None:
         return None
-    axis = next((v.params.get("axis", 0) for v in structure.values if v.metric == "msi"), 0)
-    return slice_center_ras(outputs.grid, axis, worst[0])
+    centre = structure.extras.get("slice_centres", {}).get(int(index))
+    if centre is None:
+        return slice_center_ras(outputs.grid, msi_axis(structure), int(index))
+    return _index_to_ras(outputs.grid, centre)
+
+
+def worst_slice_ras(outputs: Outputs, structure_name: str):
+    """RAS position (mm) of a pair's worst MSI slice (:func:`slice_ras`), or None without per-slice MSI."""
+    structure = _structure(outputs, structure_name)
+    worst = worst_slice(structure) if structure is not None else None
+    return None if worst is None else slice_ras(outputs, structure_name, worst[0])
+
+
+def _index_to_ras(grid: LabelImage, index) -> tuple:
+    lps = grid.index_to_physical(np.asarray(index, dtype=float))
+    return tuple(float(x) for x in (LPS_TO_RAS[:3, :3] @ lps))
 
 
 def slice_center_ras(grid: LabelImage, axis: int, index: int) -> tuple:
     """RAS position (mm) of the centre of slice ``index`` along array axis ``axis`` of the grid."""
     center = (np.asarray(grid.array.shape, dtype=float) - 1) / 2
     center[axis] = index
-    lps = grid.index_to_physical(center)
-    return tuple(float(x) for x in (LPS_TO_RAS[:3, :3] @ lps))
+    return _index_to_ras(grid, center)
+
+
+def jump_to(scene, ras) -> None:
+    """Centre every slice view of the scene on a RAS position (mm) (centred jump, not the default
+    offset jump, which only moves each slice plane through the point)."""
+    slicer.vtkMRMLSliceNode.JumpAllSlices(scene, *ras, slicer.vtkMRMLSliceNode.CenteredJumpSlice)
+
+
+def _write_marker(scene):
+    """The chart's current-slice marker: a black diamond series over a one-row table."""
+    table = _output_node(scene, "vtkMRMLTableNode", "marker", "SegMetrics current slice")
+    _fill_table(table, [("slice", [], "", ""), ("msi", [], "", "")])
+    marker = _output_node(scene, "vtkMRMLPlotSeriesNode", "marker", "Current slice")
+    marker.SetAndObserveTableNodeID(table.GetID())
+    marker.SetXColumnName("slice")
+    marker.SetYColumnName("msi")
+    marker.SetPlotType(slicer.vtkMRMLPlotSeriesNode.PlotTypeScatter)
+    marker.SetMarkerStyle(slicer.vtkMRMLPlotSeriesNode.MarkerStyleDiamond)
+    marker.SetMarkerSize(14)
+    marker.SetColor(0.0, 0.0, 0.0)
+    return marker
 
 
 def _write_slice_tables(scene, result, chart_node=None):
+    reviewed = [s for s in result.structures if slice_rows(s)]
+    if not reviewed:
+        for class_name in ("vtkMRMLPlotChartNode", "vtkMRMLPlotSeriesNode", "vtkMRMLTableNode"):
+            for prefix in ("chart", "marker", "series:", "slices:"):
+                _remove_stale(scene, class_name, prefix, [])
+        return {}, None, None
+    marker = _write_marker(scene)  # first: its black is then taken, so no pair's series gets it
     tables, series = {}, []
-    for structure in result.structures:
+    for structure in reviewed:
         rows = slice_rows(structure)
-        if not rows:
-            continue
         key = f"slices:{structure.structure}"
         table = _output_node(scene, "vtkMRMLTableNode", key, f"SegMetrics MSI per slice {structure.structure}")
         _fill_table(table, [(k, [r[k] for r in rows], "", "") for k in rows[0]])
@@ -417,24 +605,35 @@ def _write_slice_tables(scene, result, chart_node=None):
         plot.SetXColumnName("slice")
         plot.SetYColumnName("msi")
         plot.SetPlotType(slicer.vtkMRMLPlotSeriesNode.PlotTypeScatter)
+        plot.SetUniqueColor()  # a colour no other series has: one per pair
         series.append(plot)
     _remove_stale(scene, "vtkMRMLTableNode", "slices:", tables.values())
     _remove_stale(scene, "vtkMRMLPlotSeriesNode", "series:", series)
-    if not series:
-        _remove_stale(scene, "vtkMRMLPlotChartNode", "chart", [])
-        return tables, None
     chart = _output_node(scene, "vtkMRMLPlotChartNode", "chart", "SegMetrics MSI per slice", chart_node)
     chart.RemoveAllPlotSeriesNodeIDs()
-    for plot in series:
+    for plot in (*series, marker):
         chart.AddAndObservePlotSeriesNodeID(plot.GetID())
     chart.SetTitle("MSI per slice")
     chart.SetXAxisTitle("slice index")
     chart.SetYAxisTitle("MSI")
-    return tables, chart
+    return tables, chart, marker
+
+
+def mark_slice(outputs: Outputs, structure_name: str, index: int):
+    """Mark slice ``index`` of a pair on the chart (the marker series' single point); returns that
+    slice's per-slice row, or None (marker cleared) when the pair has no such row."""
+    structure = _structure(outputs, structure_name)
+    row = next((r for r in slice_rows(structure) if int(r["slice"]) == int(index)), None) if structure else None
+    if outputs.marker is None or outputs.marker.GetScene() is None:
+        return row
+    table = outputs.marker.GetTableNode()
+    _fill_table(table, [("slice", [float(row["slice"])] if row else [], "", ""), ("msi", [float(row["msi"])] if row else [], "", "")])
+    return row
 
 
 def color_node(scene, colormap: str):
-    """A colour table node holding a matplotlib colour map (e.g. the diverging ``RdBu_r``), added once."""
+    """A colour table node holding a colour map of :data:`segmetrics.render.COLOUR_MAPS` (e.g. the
+    diverging ``RdBu_r``), added once."""
     name = f"SegMetrics {colormap}"
     node = scene.GetFirstNodeByName(name)
     if node is None:
@@ -447,33 +646,79 @@ def color_node(scene, colormap: str):
     return node
 
 
-def show_array(model_node, array_name: str) -> bool:
-    """Colour a model by one point array, with a colour legend; False when the array is absent.
+def _usable(model_node) -> bool:
+    """A model still in a scene, with a display node (removed nodes resolve their references to None)."""
+    return model_node is not None and model_node.GetScene() is not None and model_node.GetDisplayNode() is not None
 
-    Colour map, range rule and legend title follow :data:`segmetrics.render.ARRAY_STYLES`, as in the
-    reports (signed distance: diverging map, range symmetric about 0; MSI: 0..1).
+
+def show_array(model_node, array_name: str, value_range=None, legend: bool = True) -> bool:
+    """Colour a model, in 3-D and in the slice views, by one point array; False (and drawn in its
+    plain colour) when the model lacks the array, or has been removed from the scene.
+
+    Colour map, default range rule and legend title follow :data:`segmetrics.render.ARRAY_STYLES`,
+    as in the reports (signed distance: diverging map, range symmetric about 0; MSI: 0..1).
+    ``value_range`` overrides the range (e.g. one range shared by several models); ``legend``
+    shows the colour legend (3-D and slice views) or hides it.
     """
+    if not _usable(model_node):
+        return False
+    display = model_node.GetDisplayNode()
     polydata = model_node.GetPolyData()
+    existing = slicer.vtkSlicerColorLogic.GetColorLegendDisplayNode(model_node)
     if polydata is None or polydata.GetPointData().GetArray(array_name) is None:
+        display.SetScalarVisibility(False)
+        if existing is not None:
+            existing.SetVisibility(False)
         return False
     colormap, rule, title = ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))
-    display = model_node.GetDisplayNode()
     display.SetActiveScalar(array_name, vtk.vtkAssignAttribute.POINT_DATA)
     display.SetAndObserveColorNodeID(color_node(model_node.GetScene(), colormap).GetID())
     display.SetScalarRangeFlag(slicer.vtkMRMLDisplayNode.UseManualScalarRange)
-    display.SetScalarRange(*colour_range(polydata, array_name, rule))
+    display.SetScalarRange(*(value_range or colour_range(polydata, array_name, rule)))
     display.SetScalarVisibility(True)
-    legend = slicer.vtkSlicerColorLogic.GetColorLegendDisplayNode(model_node) or (
-        slicer.vtkSlicerColorLogic.AddDefaultColorLegendDisplayNode(model_node)
-    )
-    legend.SetTitleText(title)  # two lines: narrower than one long line
-    legend.SetSize(*LEGEND_SIZE)
-    legend.SetVisibility(True)
+    if not legend:
+        if existing is not None:
+            existing.SetVisibility(False)
+        return True
+    node = existing or slicer.vtkSlicerColorLogic.AddDefaultColorLegendDisplayNode(model_node)
+    node.SetTitleText(title)  # two lines: narrower than one long line
+    node.SetSize(*LEGEND_SIZE)
+    node.SetLabelFormat(LEGEND_LABEL_FORMAT)
+    node.SetVisibility2D(True)
+    node.SetVisibility(True)
     return True
 
 
+def shared_range(models, array_name: str):
+    """One colour range of ``array_name`` over several models (by the array's rule in
+    :data:`ARRAY_STYLES`), so that a colour means the same value on each; None without the array."""
+    polydata = [m.GetPolyData() for m in models if _usable(m) and m.GetPolyData() is not None]
+    polydata = [p for p in polydata if p.GetPointData().GetArray(array_name) is not None]
+    if not polydata:
+        return None
+    rule = ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))[1]
+    ranges = np.array([colour_range(p, array_name, rule) for p in polydata])
+    return float(ranges[:, 0].min()), float(ranges[:, 1].max())
+
+
+def show_pair_array(test_model, reference_model, array_name: str) -> bool:
+    """Colour a pair's test and reference models by one array with one shared range; the legend is
+    the test model's (one legend per view). True if either model has the array."""
+    value_range = shared_range([test_model, reference_model], array_name)
+    shown = show_array(test_model, array_name, value_range, legend=True)
+    shown_reference = show_array(reference_model, array_name, value_range, legend=not shown)
+    return shown or shown_reference
+
+
+def show_outputs_array(outputs: Outputs, array_name: str) -> int:
+    """Colour every pair's surfaces and contours by one array (see :func:`show_pair_array`);
+    removed models are skipped. Returns how many pairs show the array."""
+    names = set(outputs.models) | set(outputs.reference_models)
+    return sum(show_pair_array(outputs.models.get(n), outputs.reference_models.get(n), array_name) for n in names)
+
+
 def _to_ras(polydata, grid: LabelImage):
-    """Test-surface mesh (index-scaled mm, no origin/direction) in the scene's RAS space."""
+    """Surface mesh (index-scaled mm, no origin/direction) in the scene's RAS space."""
     from .mesh import to_physical
 
     flip = vtk.vtkTransform()
@@ -485,74 +730,123 @@ def _to_ras(polydata, grid: LabelImage):
     return transformer.GetOutput()
 
 
-def _write_models(scene, result, grid, array_name):
-    models = {}
+def _write_models(scene, result, grid, role: str) -> dict:
+    """One model per pair of its ``role`` ("test" or "reference") surface, shown in 3-D and as a
+    contour in the slice views."""
+    models, prefix = {}, "surface:" if role == "test" else "reference surface:"
     for structure in result.structures:
-        polydata = structure.extras.get("test_surface")
+        polydata = structure.extras.get(f"{role}_surface")
         if polydata is None or polydata.GetNumberOfPoints() == 0:
             continue
-        model = _output_node(scene, "vtkMRMLModelNode", f"surface:{structure.structure}", f"SegMetrics {structure.structure} test surface")
+        model = _output_node(scene, "vtkMRMLModelNode", prefix + structure.structure,
+                             f"SegMetrics {structure.structure} {role} surface")
         model.SetAndObservePolyData(_to_ras(polydata, grid))
         if model.GetDisplayNode() is None:
             model.CreateDefaultDisplayNodes()
-        available = [a for a in (array_name, *SURFACE_ARRAYS) if polydata.GetPointData().GetArray(a) is not None]
-        if available:
-            show_array(model, available[0])
+        display = model.GetDisplayNode()
+        display.SetVisibility2D(True)  # model display nodes default to 3-D only
+        display.SetSliceIntersectionThickness(CONTOUR_WIDTHS[role])
         models[structure.structure] = model
-    _remove_stale(scene, "vtkMRMLModelNode", "surface:", models.values())
+    _remove_stale(scene, "vtkMRMLModelNode", prefix, models.values())
     return models
 
 
-def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=None, chart_node=None, color_array="MSI") -> Outputs:
+def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=None, chart_node=None,
+                  color_array=SURFACE_ARRAYS[0]) -> Outputs:
     """Write a comparison into the scene, reusing the nodes of the previous run.
 
-    Makes the results table, per-slice MSI tables with a plot chart (when MSI ran) and one model of
-    the test surface per pair (when a group produced ``extras["test_surface"]``), coloured by
-    ``color_array`` (or the first available of :data:`SURFACE_ARRAYS`) with a colour legend.
+    Makes the results table, per-slice MSI tables with a plot chart (one colour per pair, and a
+    marker series for the current slice) when MSI ran, and per pair a model of the test surface
+    and one of the reference surface (``extras["test_surface"]``/``["reference_surface"]``), shown
+    in 3-D and as contours in the slice views, coloured by ``color_array`` (or the first available
+    of :data:`SURFACE_ARRAYS`) with a colour legend.
     """
     table = _output_node(scene, "vtkMRMLTableNode", "results", "SegMetrics results", table_node)
     fill_results_table(table, result)
-    slice_tables, chart = _write_slice_tables(scene, result, chart_node)
-    models = _write_models(scene, result, grid, color_array)
-    return Outputs(result, grid, table, slice_tables, chart, models)
+    slice_tables, chart, marker = _write_slice_tables(scene, result, chart_node)
+    outputs = Outputs(result, grid, table, slice_tables, chart, _write_models(scene, result, grid, "test"),
+                      _write_models(scene, result, grid, "reference"), marker)
+    for name in set(outputs.models) | set(outputs.reference_models):
+        pair = (outputs.models.get(name), outputs.reference_models.get(name))
+        available = [a for a in (color_array, *SURFACE_ARRAYS) if shared_range(pair, a) is not None]
+        show_pair_array(*pair, available[0] if available else color_array)
+    return outputs
 
 
-def run(reference_node, test_node, pairs=None, metrics=None, params=None, table_node=None, color_array="MSI", progress=None) -> Outputs:
-    """Compare two segmentation nodes and write the outputs (see :func:`compare_segmentations`)."""
+def run(reference_node, test_node, pairs=None, metrics=None, params=None, table_node=None,
+        color_array=SURFACE_ARRAYS[0], progress=None) -> Outputs:
+    """Compare two segmentation nodes and write the outputs (see :func:`compare_segmentations`).
+
+    Nothing is written before every pair is computed, so a run stopped by :class:`Cancelled`
+    (raised by ``progress``) leaves the scene as it was.
+    """
     result, grid = compare_segmentations(reference_node, test_node, pairs, metrics, params, progress)
     return write_outputs(reference_node.GetScene(), result, grid, table_node, color_array=color_array)
 
 
-def render_png(scene, app_logic, path, size=(800, 600)) -> None:
-    """Render the scene's models offscreen through Slicer's 3-D displayable managers into a PNG.
-
-    Models keep their display settings (scalar colouring, colour legend); the camera looks from
-    anterior and fits all models. Headless Linux needs the Mesa EGL libraries.
+def show_results(app_logic, outputs: Outputs) -> int:
+    """Switch the scene's layout to one with a table and a chart view (a four-up layout with table
+    and plot, as the Tables and Plots module logics choose), show the results table and the MSI
+    chart there. Returns the layout's view arrangement (unchanged when the scene has no layout node).
     """
-    view_logic = slicer.vtkMRMLViewLogic()
-    view_logic.SetMRMLApplicationLogic(app_logic)
-    view_logic.SetMRMLScene(scene)
-    view_node = view_logic.AddViewNode("SegMetricsOffscreen")
+    scene = outputs.table.GetScene()
+    layout = scene.GetFirstNodeByClass("vtkMRMLLayoutNode")
+    if layout is not None:
+        arrangement = slicer.vtkSlicerTablesLogic.GetLayoutWithTable(layout.GetViewArrangement())
+        if outputs.chart is not None:
+            arrangement = slicer.vtkSlicerPlotsLogic.GetLayoutWithPlot(arrangement)
+        layout.SetViewArrangement(arrangement)
+    selection = app_logic.GetSelectionNode()
+    selection.SetActiveTableID(outputs.table.GetID())
+    outputs.table.SetUseColumnTitleAsColumnHeader(True)
+    app_logic.PropagateTableSelection()
+    if outputs.chart is not None:
+        app_logic.GetModuleLogic("Plots").ShowChartInLayout(outputs.chart)
+    return layout.GetViewArrangement() if layout is not None else None
+
+
+def _offscreen_window(size):
+    """Renderer and offscreen window of ``size`` pixels (with the interactor some displayable managers need)."""
     renderer = vtk.vtkRenderer()
     window = vtk.vtkRenderWindow()
     window.SetOffScreenRendering(1)
     window.AddRenderer(renderer)
     window.SetSize(*size)
-    interactor = vtk.vtkRenderWindowInteractor()  # some displayable managers need one
+    interactor = vtk.vtkRenderWindowInteractor()
     interactor.SetRenderWindow(window)
-    factory = slicer.vtkMRMLThreeDViewDisplayableManagerFactory.GetInstance()
+    return renderer, window
+
+
+def _managers(factory, app_logic, renderer, view_node, names):
+    """A displayable manager group of ``names`` on the view node, aware of the scene's existing nodes."""
     factory.SetMRMLApplicationLogic(app_logic)
-    for manager in ("vtkMRMLCameraDisplayableManager", "vtkMRMLViewDisplayableManager",
-                    "vtkMRMLModelDisplayableManager", "vtkMRMLColorLegendDisplayableManager"):
+    for manager in names:
         if not factory.IsDisplayableManagerRegistered(manager):
             factory.RegisterDisplayableManager(manager)
     group = slicer.vtkMRMLDisplayableManagerGroup()
     group.Initialize(factory, renderer)  # after the view node exists, so the managers see the scene
     group.SetMRMLDisplayableNode(view_node)
+    scene = view_node.GetScene()
     for index in range(scene.GetNumberOfNodesByClass("vtkMRMLDisplayNode")):
         # the managers only track nodes added after them: announce the existing ones again
         scene.InvokeEvent(slicer.vtkMRMLScene.NodeAddedEvent, scene.GetNthNodeByClass(index, "vtkMRMLDisplayNode"))
-    renderer.ResetCamera()
+    return group
+
+
+def _node_ids(scene) -> set:
+    return {scene.GetNthNode(i).GetID() for i in range(scene.GetNumberOfNodes())}
+
+
+def _remove_nodes_except(scene, keep: set) -> None:
+    """Remove the nodes an offscreen render added (view, camera, slice composite and slice model
+    nodes): these renders run synchronously in scripts, so nothing else adds nodes meanwhile."""
+    for node_id in _node_ids(scene) - keep:
+        node = scene.GetNodeByID(node_id)
+        if node is not None:
+            scene.RemoveNode(node)
+
+
+def _write_png(window, path) -> None:
     window.Render()
     grab = vtk.vtkWindowToImageFilter()
     grab.SetInput(window)
@@ -561,4 +855,72 @@ def render_png(scene, app_logic, path, size=(800, 600)) -> None:
     writer.SetInputConnection(grab.GetOutputPort())
     writer.Write()
     window.Finalize()
-    scene.RemoveNode(view_node)
+
+
+def render_png(scene, app_logic, path, size=(800, 600)) -> None:
+    """Render the scene's models offscreen through Slicer's 3-D displayable managers into a PNG.
+
+    Models keep their display settings (scalar colouring, colour legend); the camera looks from
+    anterior and fits all models. Headless Linux needs the Mesa EGL libraries.
+    """
+    before = _node_ids(scene)
+    view_logic = slicer.vtkMRMLViewLogic()
+    view_logic.SetMRMLApplicationLogic(app_logic)
+    view_logic.SetMRMLScene(scene)
+    view_node = view_logic.AddViewNode("SegMetricsOffscreen")
+    renderer, window = _offscreen_window(size)
+    group = _managers(slicer.vtkMRMLThreeDViewDisplayableManagerFactory.GetInstance(), app_logic, renderer, view_node,
+                      ("vtkMRMLCameraDisplayableManager", "vtkMRMLViewDisplayableManager",
+                       "vtkMRMLModelDisplayableManager", "vtkMRMLColorLegendDisplayableManager"))
+    renderer.ResetCamera()
+    _write_png(window, path)
+    del group
+    _remove_nodes_except(scene, before)
+
+
+def worst_slice_view(outputs: Outputs, structure_name: str, margin: float = 1.4):
+    """``(ras, orientation, field of view in mm)`` showing a pair's worst MSI slice: centred as
+    :func:`worst_slice_ras`, in the orientation of the MSI slices (:func:`slice_orientation`), wide
+    enough for both surfaces' in-plane extent times ``margin``; None without per-slice MSI."""
+    structure, ras = _structure(outputs, structure_name), worst_slice_ras(outputs, structure_name)
+    models = [m for m in (outputs.models.get(structure_name), outputs.reference_models.get(structure_name)) if _usable(m)]
+    if ras is None or not models:
+        return None
+    orientation = slice_orientation(outputs.grid, msi_axis(structure))
+    bounds = np.array([m.GetPolyData().GetBounds() for m in models]).reshape(-1, 3, 2)
+    extent = bounds[:, :, 1].max(axis=0) - bounds[:, :, 0].min(axis=0)
+    in_plane = np.delete(extent, ("Sagittal", "Coronal", "Axial").index(orientation))
+    return ras, orientation, margin * float(in_plane.max())
+
+
+def slice_orientation(grid: LabelImage, axis: int) -> str:
+    """Slice view orientation (``Axial``, ``Sagittal``, ``Coronal``) closest to the slices along
+    array axis ``axis`` of the grid (its normal is the grid's index axis ``2 - axis``)."""
+    normal = LPS_TO_RAS[:3, :3] @ np.asarray(grid.direction, dtype=float).reshape(3, 3)[:, grid.array.ndim - 1 - axis]
+    return ("Sagittal", "Coronal", "Axial")[int(np.argmax(np.abs(normal)))]
+
+
+def render_slice_png(scene, app_logic, path, ras, orientation: str = "Axial", field_of_view_mm: float = 100.0,
+                     size=(600, 600)) -> None:
+    """Render one slice view offscreen through Slicer's slice displayable managers into a PNG.
+
+    The view is centred on ``ras`` (mm) and spans ``field_of_view_mm`` across; models shown in 2-D
+    (the surfaces' contours, coloured by their active arrays) and colour legends are drawn, on a
+    black background (no volume layers). The nodes the render adds are removed afterwards.
+    """
+    before = _node_ids(scene)
+    logic = slicer.vtkMRMLSliceLogic()
+    logic.SetMRMLApplicationLogic(app_logic)
+    logic.SetMRMLScene(scene)
+    slice_node = logic.AddSliceNode("SegMetricsOffscreen")
+    slice_node.SetOrientation(orientation)
+    slice_node.SetDimensions(size[0], size[1], 1)
+    slice_node.SetFieldOfView(field_of_view_mm, field_of_view_mm * size[1] / size[0], 1.0)
+    slice_node.JumpSliceByCentering(*ras)
+    renderer, window = _offscreen_window(size)
+    group = _managers(slicer.vtkMRMLSliceViewDisplayableManagerFactory.GetInstance(), app_logic, renderer, slice_node,
+                      ("vtkMRMLModelSliceDisplayableManager", "vtkMRMLColorLegendDisplayableManager"))
+    _write_png(window, path)
+    del group
+    logic.SetMRMLScene(None)
+    _remove_nodes_except(scene, before)

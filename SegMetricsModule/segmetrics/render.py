@@ -55,16 +55,37 @@ def rendering_available() -> tuple:
     return True, ""
 
 
+#: Colour maps as evenly spaced control points, interpolated linearly: ColorBrewer's 11-class RdBu
+#: (reversed: blue = negative) and RdYlGn, and viridis at 17 points, the same colours as matplotlib's
+#: maps of these names, so that building a lookup table needs no matplotlib (the Slicer module
+#: does not install it).
+COLOUR_MAPS = {
+    "RdBu_r": ("#053061", "#2166ac", "#4393c3", "#92c5de", "#d1e5f0", "#f7f7f7",
+               "#fddbc7", "#f4a582", "#d6604d", "#b2182b", "#67001f"),
+    "RdYlGn": ("#a50026", "#d73027", "#f46d43", "#fdae61", "#fee08b", "#ffffbf",
+               "#d9ef8b", "#a6d96a", "#66bd63", "#1a9850", "#006837"),
+    "viridis": ("#440154", "#48186a", "#472d7b", "#424086", "#3b528b", "#33638d", "#2c728e", "#26828e", "#21918c",
+                "#1fa088", "#28ae80", "#3fbc73", "#5ec962", "#84d44b", "#addc30", "#d8e219", "#fde725"),
+}
+
+
+def colour_map_rgb(colormap: str, count: int = 256) -> np.ndarray:
+    """``count`` RGB colours (0..1, shape (count, 3)) evenly spaced along a map of :data:`COLOUR_MAPS`."""
+    if colormap not in COLOUR_MAPS:
+        raise KeyError(f"unknown colour map {colormap!r}; known: {', '.join(COLOUR_MAPS)}")
+    points = np.array([[int(h[i:i + 2], 16) / 255 for i in (1, 3, 5)] for h in COLOUR_MAPS[colormap]])
+    where, stops = np.linspace(0.0, 1.0, count), np.linspace(0.0, 1.0, len(points))
+    return np.stack([np.interp(where, stops, points[:, k]) for k in range(3)], axis=1)
+
+
 def lookup_table(colormap: str, scalar_range):
-    """A 256-entry VTK lookup table of a matplotlib colour map over ``scalar_range``; NaN is grey."""
-    import matplotlib
+    """A 256-entry VTK lookup table of a map of :data:`COLOUR_MAPS` over ``scalar_range``; NaN is grey."""
     import vtk
 
-    cmap = matplotlib.colormaps[colormap]
     table = vtk.vtkLookupTable()
     table.SetNumberOfTableValues(256)
-    for i in range(256):
-        table.SetTableValue(i, *cmap(i / 255))
+    for i, rgb in enumerate(colour_map_rgb(colormap)):
+        table.SetTableValue(i, *rgb, 1.0)
     table.SetRange(*scalar_range)
     table.SetNanColor(0.6, 0.6, 0.6, 1.0)
     table.Build()
