@@ -92,7 +92,7 @@ KILLER = textwrap.dedent("""
         return real(case, **job)
     batch.evaluate_case = evaluate_then_die
     cases = batch.read_manifest(sys.argv[1])
-    batch.run_batch(cases, sys.argv[3], metrics="overlap", progress=False)
+    batch.run_batch(cases, sys.argv[3], metrics="overlap", progress=False, workers=0)  # in-process: the hook applies
 """)
 
 
@@ -124,7 +124,7 @@ def test_killed_run_resumes_without_recomputing(data_dir, tmp_path, monkeypatch)
     evaluated = []
     real = batch.evaluate_case
     monkeypatch.setattr(batch, "evaluate_case", lambda case, **job: evaluated.append(case.case_id) or real(case, **job))
-    summary = run_batch(read_manifest(tmp_path / "manifest.csv"), out, metrics=METRICS, progress=False)
+    summary = run_batch(read_manifest(tmp_path / "manifest.csv"), out, metrics=METRICS, progress=False, workers=0)
     assert evaluated == [c.case_id for c in cases[3:]]
     assert summary.skipped == [c.case_id for c in cases[:3]]
     log = read_case_log(out)  # parses every line: the cut line was dropped, not glued to the next
@@ -204,7 +204,7 @@ def test_memory_error_is_a_failed_case(data_dir, tmp_path, monkeypatch):
         return real(reference, test, **options)
 
     monkeypatch.setattr(module, "compare", compare_or_run_out)
-    summary = run_batch(cases, tmp_path / "out", metrics=METRICS, progress=False)
+    summary = run_batch(cases, tmp_path / "out", metrics=METRICS, progress=False, workers=0)  # the patch is in-process
     assert summary.failed == {cases[0].case_id: "MemoryError: simulated"}
     assert {r["case_id"] for r in read_results(tmp_path / "out")} == {cases[1].case_id}
 
