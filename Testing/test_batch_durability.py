@@ -133,3 +133,110 @@ def test_kills_at_any_moment_lose_nothing(tmp_path):
     assert not [p.name for p in output.iterdir() if p.name.startswith(".")]  # temporary files cleaned up
     pq = pytest.importorskip("pyarrow.parquet")
     assert pq.read_table(output / "results.parquet").equals(pq.read_table(tmp_path / "whole" / "results.parquet"))
+
+
+# --------------------------------------------------------------------------------- crash isolation
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_case_that_kills_its_process_fails_alone(tmp_path, workers):
+    cases = _cases(tmp_path / "data", 5, prefixes=("segfault_first", "case01", "oom_killed"))
+    summary = run_batch(cases, tmp_path / "out", metrics=METRICS, workers=workers, progress=False,
+                        evaluate=evaluate_or_die)
+    assert summary.failed == {"segfault_first": "worker killed by SIGSEGV while evaluating this case",
+                              "oom_killed": "worker killed by SIGKILL while evaluating this case"}
+    assert summary.exit_code == 1 and sorted(summary.computed) == sorted(c.case_id for c in cases)
+    survivors = [c for c in cases if c.case_id.startswith("case")]
+    _same_records(read_results(tmp_path / "out"), [r for case in survivors for r in _expected_records(case)])
+    log = read_case_log(tmp_path / "out")
+    assert [log[c.case_id]["status"] for c in cases] == ["failed", "ok", "failed", "ok", "ok"]
+
+    # A rerun retries only the crashed cases (here with the plain evaluation, as after a kernel fix).
+    again = run_batch(cases, tmp_path / "out", metrics=METRICS, workers=0, progress=False)
+    assert sorted(again.computed) == sorted(summary.failed) and again.failed == {}
+    _same_records(read_results(tmp_path / "out"), [r for case in cases for r in _expected_records(case)])
+
+
+def test_a_case_that_kills_its_dask_worker_fails_alone(tmp_path):
+    pytest.importorskip("distributed")
+    cases = _cases(tmp_path / "data", 3, prefixes=("case00", "segfault"))
+    summary = run_batch(cases, tmp_path / "out", metrics=METRICS, workers=2, scheduler="local", progress=False,
+                        evaluate=evaluate_or_die)
+    assert list(summary.failed) == ["segfault"] and "KilledWorker" in summary.failed["segfault"]
+    _same_records(read_results(tmp_path / "out"), [r for case in (cases[0], cases[2]) for r in _expected_records(case)])
+
+
+# ------------------------------------------------------------------------------------- resume
+def test_resume_redoes_cases_whose_inputs_or_records_changed(tmp_path):
+    cases = _cases(tmp_path / "data", 4)
+    run_batch(cases, tmp_path / "out", metrics=METRICS, workers=0, progress=False)
+
+    # The same ids pointing to other files (a new manifest), and a file rewritten in place.
+    moved = Case("case00", cases[0].reference, cases[3].test)
+    _ball(tmp_path / "data" / "test1.nii.gz", (7, 7, 7), 2)  # other size and time than before
+    os.utime(tmp_path / "data" / "test1.nii.gz", ns=(1, 1))
+    # Records of case02 lost from results.jsonl while the log says ok (a file edited or damaged by hand).
+    lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "out" / "results.jsonl").write_text("".join(line for line in lines if '"case02"' not in line))
+
+    now = [moved, *cases[1:]]
+    summary = run_batch(now, tmp_path / "out", metrics=METRICS, workers=0, progress=False)
+    assert summary.computed == ["case00", "case01", "case02"] and summary.skipped == ["case03"]
+    _same_records(read_results(tmp_path / "out"), [r for case in now for r in _expected_records(case)])
+    dice = {r["case_id"]: r["value"] for r in read_results(tmp_path / "out") if r["metric"] == "dice"}
+    assert dice["case01"] == pytest.approx(2 * 33 / (257 + 33))  # radius-2 ball (33 voxels) inside the radius-4 one (257)
+
+
+def test_cases_not_in_the_manifest_are_left_out_and_kept(tmp_path, capsys):
+    cases = _cases(tmp_path / "data", 5)
+    full = _write_manifest(tmp_path / "full.csv", cases)
+    small = _write_manifest(tmp_path / "small.csv", cases[1:3])
+    argv = ["batch", "-o", str(tmp_path / "out"), "--metrics", METRICS, "--no-progress", "--workers", "0"]
+    assert main(["batch", "--manifest", str(full), *argv[1:]]) == 0
+    whole = _files(tmp_path / "out")
+
+    assert main(["batch", "--manifest", str(small), *argv[1:], "--report", str(tmp_path / "report")]) == 0
+    err = capsys.readouterr().err
+    assert "3 cases in" in err and "case00, case03, case04" in err
+    assert {r["case_id"] for r in read_results(tmp_path / "out")} == {"case01", "case02"}
+    with open(tmp_path / "out" / "results.csv") as handle:
+        assert {row["case_id"] for row in csv.DictReader(handle)} == {"case01", "case02"}
+    with open(tmp_path / "report" / "aggregate.csv") as handle:
+        assert "case00" not in handle.read()
+
+    # The full manifest again: the set-aside cases come back without being recomputed.
+    summary = run_batch(read_manifest(full), tmp_path / "out", metrics=METRICS, workers=0, progress=False)
+    assert summary.computed == [] and summary.not_in_manifest == []
+    assert _files(tmp_path / "out") == whole
+
+
+# ------------------------------------------------------------------------------------ manifests
+def test_excel_manifest_with_byte_order_mark(tmp_path):
+    cases = _cases(tmp_path / "data", 2)
+    manifest = _write_manifest(tmp_path / "excel.csv", cases, encoding="utf-8-sig")
+    assert manifest.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert read_manifest(manifest) == cases
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("case_id,reference,test\na,r.nii.gz,t.nii.gz\nb,r.nii.gz\n", "row 3: empty test"),
+    ("case_id,reference,test\n,r.nii.gz,t.nii.gz\n", "row 2: empty case_id"),
+    ("id,reference,test\na,r.nii.gz,t.nii.gz\n", "missing case_id"),
+    ("case_id,reference,test\n", "no cases"),
+    (b"case_id,reference,test\na,r\xe9.nii.gz,t.nii.gz\n", "not UTF-8"),
+])
+def test_bad_manifests_give_one_line_errors(tmp_path, capsys, rows, message):
+    manifest = tmp_path / "manifest.csv"
+    manifest.write_bytes(rows if isinstance(rows, bytes) else rows.encode())
+    with pytest.raises(BatchError, match=message):
+        read_manifest(manifest)
+    assert main(["batch", "--manifest", str(manifest), "-o", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_folder_as_manifest_and_file_as_output_are_refused(tmp_path):
+    with pytest.raises(BatchError, match="is a folder"):
+        read_manifest(tmp_path)
+    (tmp_path / "results.txt").write_text("keep me")
+    with pytest.raises(BatchError, match="is a file"):
+        run_batch(_cases(tmp_path / "data", 1), tmp_path / "results.txt", workers=0, progress=False)
+    assert (tmp_path / "results.txt").read_text() == "keep me"
