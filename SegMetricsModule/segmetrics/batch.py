@@ -28,6 +28,7 @@ import json
 import math
 import os
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -136,10 +137,14 @@ def read_manifest(path) -> list:
         names = row.get("names") or row.get("labels") or row.get("label_map") or None
         cases.append(Case(row["case_id"], str(path.parent / row["reference"]), str(path.parent / row["test"]),
                           str(path.parent / names) if names else None))
-    duplicates = {c.case_id for c in cases if sum(d.case_id == c.case_id for d in cases) > 1}
-    if duplicates:
-        raise BatchError(f"manifest {path}: duplicate case ids {sorted(duplicates)}")
+    if _duplicate_ids(cases):
+        raise BatchError(f"manifest {path}: duplicate case ids {_duplicate_ids(cases)}")
     return cases
+
+
+def _duplicate_ids(cases) -> list:
+    """Case ids that occur more than once, sorted."""
+    return sorted(case_id for case_id, count in Counter(c.case_id for c in cases).items() if count > 1)
 
 
 def case_id_from_filename(name: str) -> str:
@@ -249,7 +254,7 @@ def _failure(case: Case, error: BaseException) -> CaseOutcome:
     """The failed outcome of a case whose evaluation raised ``error`` or whose worker died."""
     if isinstance(error, WorkerDied):
         return CaseOutcome(case.case_id, "failed", error=f"worker {error} while evaluating this case")
-    return CaseOutcome(case.case_id, "failed", error=f"worker lost: {type(error).__name__}: {error}")
+    return CaseOutcome(case.case_id, "failed", error=f"{type(error).__name__}: {error}")
 
 
 def _dask_outcomes(cases, job: dict, workers: int, scheduler: str, evaluate):
@@ -276,9 +281,10 @@ def _dask_outcomes(cases, job: dict, workers: int, scheduler: str, evaluate):
         futures = {client.submit(evaluate, case, pure=False, **job): case for case in cases}
         for future in as_completed(futures):
             try:
-                yield future.result()
-            except Exception as error:
-                yield _failure(futures[future], error)
+                outcome = future.result()
+            except Exception as error:  # KilledWorker when its workers died
+                outcome = _failure(futures[future], error)
+            yield outcome
     finally:
         client.close()
         if cluster is not None:
@@ -335,11 +341,12 @@ def _write_atomic(path: Path, write, binary: bool = False) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-    folder = os.open(path.parent, os.O_RDONLY)  # make the rename itself durable
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    if os.name == "posix":  # make the rename itself durable (Windows cannot open a folder for this)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
 
 def _write_jsonl(path: Path, objects) -> None:
@@ -558,6 +565,8 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     settings = _settings(job)
     _check_settings(output, settings)
     fingerprints = {case.case_id: _fingerprint(case, settings) for case in cases}
+    if len(fingerprints) != len(cases):
+        raise BatchError(f"duplicate case ids {_duplicate_ids(cases)}")
     skipped, not_in_manifest = _resume(output, fingerprints)
     done = set(skipped)
     todo = [case for case in cases if case.case_id not in done]
