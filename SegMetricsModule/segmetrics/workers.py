@@ -14,6 +14,10 @@ import signal
 from multiprocessing.connection import wait
 
 
+#: First message of a child: started, ready for tasks.
+READY = "ready"
+
+
 class WorkerDied(Exception):
     """The child process running a task ended without answering (its signal or exit status in the message)."""
 
@@ -33,6 +37,7 @@ def _serve(connection, function, initializer, initargs) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends the children
     if initializer is not None:
         initializer(*initargs)
+    connection.send(READY)
     while True:
         try:
             task = connection.recv()
@@ -62,9 +67,23 @@ class _Child:
         child_end.close()
         self.task, self.busy = None, False
 
+    def wait_ready(self) -> None:
+        """Wait until the child has started; :class:`ChildProcessError` if it died first (e.g. the
+        function could not be imported there), since every task would then fail alike."""
+        wait([self.connection, self.process.sentinel])
+        try:
+            if self.connection.poll() and self.connection.recv() == READY:
+                return
+        except (EOFError, OSError):
+            pass
+        self.process.join()
+        raise ChildProcessError(f"a worker process could not start ({death_description(self.process.exitcode)}); "
+                                "its error is printed above")
+
     def give(self, task) -> None:
         self.task, self.busy = task, True
-        self.connection.send(task)
+        with contextlib.suppress(OSError):  # died since its last answer: its sentinel reports it
+            self.connection.send(task)
 
     def answer(self):
         """The result (or raised exception) of the held task; :class:`WorkerDied` when the child died."""
@@ -104,9 +123,10 @@ def run_isolated(function, tasks, processes: int = 1, initializer=None, initargs
     context = multiprocessing.get_context("spawn")
     children = []
     try:
-        for _ in range(min(max(processes, 1), len(pending))):
-            children.append(_Child(context, function, initializer, initargs))
-            children[-1].give(pending.pop())
+        children = [_Child(context, function, initializer, initargs) for _ in range(min(max(processes, 1), len(pending)))]
+        for child in children:
+            child.wait_ready()
+            child.give(pending.pop())
         while any(child.busy for child in children):
             busy = [child for child in children if child.busy]
             ready = set(wait([c.connection for c in busy] + [c.process.sentinel for c in busy]))
@@ -118,6 +138,7 @@ def run_isolated(function, tasks, processes: int = 1, initializer=None, initargs
                     if not child.process.is_alive():
                         child.stop()
                         child = children[index] = _Child(context, function, initializer, initargs)
+                        child.wait_ready()
                     child.give(pending.pop())
                 yield task, result
     finally:
