@@ -217,8 +217,8 @@ def test_excel_manifest_with_byte_order_mark(tmp_path):
 
 
 @pytest.mark.parametrize("rows, message", [
-    ("case_id,reference,test\na,r.nii.gz,t.nii.gz\nb,r.nii.gz\n", "row 3: empty test"),
-    ("case_id,reference,test\n,r.nii.gz,t.nii.gz\n", "row 2: empty case_id"),
+    ("case_id,reference,test\na,r.nii.gz,t.nii.gz\n\nb,r.nii.gz\n", "line 4: empty test"),
+    ("case_id,reference,test\n,r.nii.gz,t.nii.gz\n", "line 2: empty case_id"),
     ("id,reference,test\na,r.nii.gz,t.nii.gz\n", "missing case_id"),
     ("case_id,reference,test\n", "no cases"),
     (b"case_id,reference,test\na,r\xe9.nii.gz,t.nii.gz\n", "not UTF-8"),

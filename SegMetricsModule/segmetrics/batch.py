@@ -115,7 +115,7 @@ def read_manifest(path) -> list:
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
-            rows = list(reader)
+            rows = [(reader.line_num, row) for row in reader]  # line in the file, as a spreadsheet numbers rows
             columns = reader.fieldnames or []
     except UnicodeDecodeError as error:
         raise BatchError(f"manifest {path} is not UTF-8 text ({error.reason} at byte {error.start}); "
@@ -129,10 +129,10 @@ def read_manifest(path) -> list:
     if not rows:
         raise BatchError(f"manifest {path}: no cases below the header")
     cases = []
-    for line, row in enumerate(rows, start=2):
+    for line, row in rows:
         empty = [c for c in ("case_id", "reference", "test") if not (row.get(c) or "").strip()]
         if empty:
-            raise BatchError(f"manifest {path} row {line}: empty {', '.join(empty)} "
+            raise BatchError(f"manifest {path} line {line}: empty {', '.join(empty)} "
                              "(each row needs case_id, reference and test)")
         names = row.get("names") or row.get("labels") or row.get("label_map") or None
         cases.append(Case(row["case_id"], str(path.parent / row["reference"]), str(path.parent / row["test"]),
