@@ -112,7 +112,7 @@ def test_kills_at_any_moment_lose_nothing(tmp_path):
     # ~5 ms); each start resumes the folder.
     rng = random.Random(11)
     output = tmp_path / "killed"
-    for _ in range(2):
+    for _ in range(3):
         logged, process = _logged_lines(output), _batch_process(manifest, output)
         target = logged + rng.randint(1, 4)
         while _logged_lines(output) < target and process.poll() is None:
