@@ -240,3 +240,7 @@ def test_folder_as_manifest_and_file_as_output_are_refused(tmp_path):
     with pytest.raises(BatchError, match="is a file"):
         run_batch(_cases(tmp_path / "data", 1), tmp_path / "results.txt", workers=0, progress=False)
     assert (tmp_path / "results.txt").read_text() == "keep me"
+    case = _cases(tmp_path / "data", 1)[0]
+    with pytest.raises(BatchError, match=r"duplicate case ids \['case00'\]"):
+        run_batch([case, Case("case00", case.test, case.reference)], tmp_path / "out", workers=0, progress=False)
+    assert not (tmp_path / "out").exists()  # refused before anything is written

@@ -561,12 +561,12 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
         raise BatchError(f"workers must be 0 (this process) or more, got {workers}")
     job = {"metrics": metrics, "params": params or Parameters(), "resample_to": resample_to, "labels": labels,
            "threshold": threshold}
-    output = _output_folder(output)
     settings = _settings(job)
-    _check_settings(output, settings)
     fingerprints = {case.case_id: _fingerprint(case, settings) for case in cases}
     if len(fingerprints) != len(cases):
         raise BatchError(f"duplicate case ids {_duplicate_ids(cases)}")
+    output = _output_folder(output)
+    _check_settings(output, settings)
     skipped, not_in_manifest = _resume(output, fingerprints)
     done = set(skipped)
     todo = [case for case in cases if case.case_id not in done]
