@@ -104,7 +104,7 @@ def _logged_lines(output):
 def test_kills_at_any_moment_lose_nothing(tmp_path):
     cases = _cases(tmp_path / "data", 16)
     manifest = _write_manifest(tmp_path / "manifest.csv", cases)
-    run_batch(read_manifest(manifest), tmp_path / "whole", metrics=METRICS, progress=False)  # never interrupted
+    run_batch(read_manifest(manifest), tmp_path / "whole", metrics=METRICS, progress=False, workers=0)  # never interrupted
     whole = _files(tmp_path / "whole")
     _same_records(read_results(tmp_path / "whole"), [r for case in cases for r in _expected_records(case)])
 
