@@ -244,3 +244,20 @@ def test_folder_as_manifest_and_file_as_output_are_refused(tmp_path):
     with pytest.raises(BatchError, match=r"duplicate case ids \['case00'\]"):
         run_batch([case, Case("case00", case.test, case.reference)], tmp_path / "out", workers=0, progress=False)
     assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+def test_workers_that_cannot_start_stop_the_run_with_one_error():
+    """A function the children cannot import (defined in ``python -c``) would fail every case alike."""
+    code = textwrap.dedent("""
+        from segmetrics.workers import run_isolated
+        def square(x):
+            return x * x
+        try:
+            list(run_isolated(square, range(3), 2))
+        except ChildProcessError as error:
+            print(error)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": SRC})
+    assert done.stdout.strip() == "a worker process could not start (exited with status 1); its error is printed above"
+    assert "Can't get attribute 'square'" in done.stderr
