@@ -1,4 +1,6 @@
-"""Dataset runs: equality with compare(), resume after a kill, failed cases, processes and Dask."""
+"""Dataset runs: equality with compare(), resume after a kill, failed cases, processes and Dask.
+
+Kills, crashing cases and resume checks: test_batch_durability.py."""
 import csv
 import importlib
 import json
@@ -92,7 +94,7 @@ KILLER = textwrap.dedent("""
         return real(case, **job)
     batch.evaluate_case = evaluate_then_die
     cases = batch.read_manifest(sys.argv[1])
-    batch.run_batch(cases, sys.argv[3], metrics="overlap", progress=False)
+    batch.run_batch(cases, sys.argv[3], metrics="overlap", progress=False, workers=0)  # in-process: the hook applies
 """)
 
 
@@ -124,7 +126,7 @@ def test_killed_run_resumes_without_recomputing(data_dir, tmp_path, monkeypatch)
     evaluated = []
     real = batch.evaluate_case
     monkeypatch.setattr(batch, "evaluate_case", lambda case, **job: evaluated.append(case.case_id) or real(case, **job))
-    summary = run_batch(read_manifest(tmp_path / "manifest.csv"), out, metrics=METRICS, progress=False)
+    summary = run_batch(read_manifest(tmp_path / "manifest.csv"), out, metrics=METRICS, progress=False, workers=0)
     assert evaluated == [c.case_id for c in cases[3:]]
     assert summary.skipped == [c.case_id for c in cases[:3]]
     log = read_case_log(out)  # parses every line: the cut line was dropped, not glued to the next
@@ -164,11 +166,13 @@ def test_corrupt_and_mismatched_cases_fail_while_others_complete(data_dir, tmp_p
 def test_processes_and_dask_equal_single_process(data_dir, tmp_path):
     pytest.importorskip("distributed")
     cases = _lidc_cases(data_dir, NODULES, raters=(1, 2, 3))[:4]
-    run_batch(cases, tmp_path / "serial", metrics=METRICS, progress=False)
+    run_batch(cases, tmp_path / "serial", metrics=METRICS, progress=False)  # one child process
+    run_batch(cases, tmp_path / "inprocess", metrics=METRICS, workers=0, progress=False)
     run_batch(cases, tmp_path / "workers", metrics=METRICS, workers=2, progress=False)
     run_batch(cases, tmp_path / "dask", metrics=METRICS, workers=2, scheduler="local", progress=False)
     serial = (tmp_path / "serial" / "results.csv").read_text()
     assert serial.count("\n") > len(cases)
+    assert (tmp_path / "inprocess" / "results.csv").read_text() == serial
     assert (tmp_path / "workers" / "results.csv").read_text() == serial
     assert (tmp_path / "dask" / "results.csv").read_text() == serial
 
@@ -204,7 +208,7 @@ def test_memory_error_is_a_failed_case(data_dir, tmp_path, monkeypatch):
         return real(reference, test, **options)
 
     monkeypatch.setattr(module, "compare", compare_or_run_out)
-    summary = run_batch(cases, tmp_path / "out", metrics=METRICS, progress=False)
+    summary = run_batch(cases, tmp_path / "out", metrics=METRICS, progress=False, workers=0)  # the patch is in-process
     assert summary.failed == {cases[0].case_id: "MemoryError: simulated"}
     assert {r["case_id"] for r in read_results(tmp_path / "out")} == {cases[1].case_id}
 
@@ -247,3 +251,13 @@ def test_threshold_for_probability_maps(data_dir, tmp_path):
     test = load_label_image(case.test, threshold=0.5).array.astype(bool)
     expected = 2 * np.count_nonzero(reference & test) / (np.count_nonzero(reference) + np.count_nonzero(test))
     assert record["value"] == pytest.approx(expected) and 0.71 <= record["value"] <= 0.92  # MANIFEST range
+
+
+def test_metric_order_does_not_depend_on_import_order():
+    """Worker processes import the metric modules in another order than the caller; records must list alike."""
+    from segmetrics.registry import all_groups
+
+    code = "import segmetrics.roughness, segmetrics.msi, segmetrics.distance\n" \
+           "from segmetrics.registry import all_groups\nprint(','.join(all_groups()))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().split(",") == list(all_groups()) == ["overlap", "distance", "msi", "roughness"]

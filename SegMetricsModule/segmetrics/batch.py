@@ -1,12 +1,20 @@
 """Dataset-scale evaluation: many reference/test pairs, written incrementally, resumable, parallel.
 
 A *case* is one reference/test pair of label maps. :func:`run_batch` evaluates every case with
-:func:`segmetrics.compare` (in this process, in worker processes, or on a Dask cluster) and
-appends one record per case × structure × metric to ``results.csv`` and ``results.jsonl`` in the
-output folder as soon as the case finishes. ``cases.jsonl`` logs one line per finished attempt
-(``ok`` or ``failed`` with the error message); re-running the same command skips the cases logged
-``ok`` and retries the others. When the run ends the result files are rewritten in case order, so
+:func:`segmetrics.compare` in child processes (or on a Dask cluster) and appends one record per
+case × structure × metric to ``results.csv`` and ``results.jsonl`` in the output folder as soon as
+the case finishes. ``cases.jsonl`` logs one line per finished attempt (``ok`` or ``failed`` with
+the error message, its record count and a fingerprint of its inputs and settings).
+
+Durability: a case that kills its process (segmentation fault, out-of-memory kill) is logged
+``failed`` with the signal and the run goes on (:mod:`segmetrics.workers`). Re-running the same
+command skips the cases logged ``ok`` whose records are all present and whose input files (path,
+size, modification time) and settings are unchanged; every other case is (re)done. Result files are
+only ever replaced whole (temporary file, fsync, ``os.replace``), so a kill at any moment loses at
+most the cases still running. When the run ends the result files are rewritten in case order, so
 every execution mode gives byte-identical files (plus ``results.parquet`` when pyarrow is present).
+Finished cases in the folder that are not among the run's cases are left out of the results and
+kept in ``other_cases.jsonl`` for a later run that lists them again.
 
 Spacings and distances follow the package convention: mm, array-axis order ``(z, y, x)``.
 """
@@ -14,10 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
+import hashlib
 import json
 import math
 import os
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,11 +36,20 @@ import numpy as np
 
 from .output import RECORD_FIELDS, csv_row, json_value, record_row
 from .registry import Parameters
+from .workers import WorkerDied, run_isolated
 
 #: Columns of ``results.csv`` (the compare record fields, prefixed with the case id).
 BATCH_FIELDS = ("case_id",) + RECORD_FIELDS
 #: Suffixes stripped from file names to form case ids when two folders are matched.
 IMAGE_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd", ".png", ".tif", ".tiff")
+#: Records of finished cases that are not among the current run's cases (kept for a later run).
+OTHER_CASES = "other_cases.jsonl"
+#: Suffix of the temporary files that replace result files atomically.
+TEMPORARY_SUFFIX = ".segmetrics-tmp"
+
+
+class BatchError(ValueError):
+    """A manifest or output folder a batch cannot use; the message is one line naming the file."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +80,11 @@ class CaseOutcome:
 
 @dataclass
 class BatchSummary:
-    """The result of :func:`run_batch`; ``failed`` maps case ids to error messages."""
+    """The result of :func:`run_batch`; ``failed`` maps case ids to error messages.
+
+    ``not_in_manifest`` lists the case ids found in the output folder that are not among the
+    run's cases: they are left out of the results (their records wait in ``other_cases.jsonl``).
+    """
 
     output: Path
     cases: list
@@ -68,6 +92,7 @@ class BatchSummary:
     skipped: list
     failed: dict
     unmatched: dict = field(default_factory=dict)
+    not_in_manifest: list = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -80,23 +105,46 @@ def read_manifest(path) -> list:
     """Read a manifest CSV with columns ``case_id, reference, test`` and optional ``names``.
 
     Relative paths are taken relative to the manifest's folder. ``names`` (also accepted as
-    ``labels`` or ``label_map``) is a JSON file mapping label values to structure names.
+    ``labels`` or ``label_map``) is a JSON file mapping label values to structure names. A UTF-8
+    byte-order mark (Excel's "CSV UTF-8") is accepted. Raises :class:`BatchError` (one line naming
+    the file and row) for a folder, undecodable text, missing columns, empty fields or duplicate ids.
     """
     path = Path(path)
-    base = path.parent
-    with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    if not rows or not {"case_id", "reference", "test"} <= set(rows[0]):
-        raise ValueError(f"{path}: a manifest needs the columns case_id, reference, test (optional: names)")
+    if path.is_dir():
+        raise BatchError(f"manifest {path} is a folder; give the CSV file (columns case_id, reference, test)")
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            rows = [(reader.line_num, row) for row in reader]  # line in the file, as a spreadsheet numbers rows
+            columns = reader.fieldnames or []
+    except UnicodeDecodeError as error:
+        raise BatchError(f"manifest {path} is not UTF-8 text ({error.reason} at byte {error.start}); "
+                         "save it as CSV UTF-8") from error
+    except csv.Error as error:
+        raise BatchError(f"manifest {path}: not a readable CSV file ({error})") from error
+    missing = [c for c in ("case_id", "reference", "test") if c not in columns]
+    if missing:
+        raise BatchError(f"manifest {path}: needs the columns case_id, reference, test (optional: names); "
+                         f"missing {', '.join(missing)}, found {', '.join(map(str, columns)) or 'no header'}")
+    if not rows:
+        raise BatchError(f"manifest {path}: no cases below the header")
     cases = []
-    for row in rows:
+    for line, row in rows:
+        empty = [c for c in ("case_id", "reference", "test") if not (row.get(c) or "").strip()]
+        if empty:
+            raise BatchError(f"manifest {path} line {line}: empty {', '.join(empty)} "
+                             "(each row needs case_id, reference and test)")
         names = row.get("names") or row.get("labels") or row.get("label_map") or None
-        cases.append(Case(row["case_id"], str(base / row["reference"]), str(base / row["test"]),
-                          str(base / names) if names else None))
-    duplicates = {c.case_id for c in cases if sum(d.case_id == c.case_id for d in cases) > 1}
-    if duplicates:
-        raise ValueError(f"{path}: duplicate case ids {sorted(duplicates)}")
+        cases.append(Case(row["case_id"], str(path.parent / row["reference"]), str(path.parent / row["test"]),
+                          str(path.parent / names) if names else None))
+    if _duplicate_ids(cases):
+        raise BatchError(f"manifest {path}: duplicate case ids {_duplicate_ids(cases)}")
     return cases
+
+
+def _duplicate_ids(cases) -> list:
+    """Case ids that occur more than once, sorted."""
+    return sorted(case_id for case_id, count in Counter(c.case_id for c in cases).items() if count > 1)
 
 
 def case_id_from_filename(name: str) -> str:
@@ -185,51 +233,56 @@ def _compile_before_workers() -> None:
     mesh.compile_kernels()
 
 
-def _outcomes(cases, job: dict, workers: int, scheduler: str | None):
+def _outcomes(cases, job: dict, workers: int, scheduler: str | None, evaluate):
     """Yield a :class:`CaseOutcome` per case as each finishes (order depends on the mode)."""
     if scheduler:
-        yield from _dask_outcomes(cases, job, workers, scheduler)
-    elif workers <= 1:
+        yield from _dask_outcomes(cases, job, workers, scheduler, evaluate)
+    elif workers == 0:
         for case in cases:
-            yield evaluate_case(case, **job)
+            yield evaluate(case, **job)
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        _compile_before_workers()
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_limit_threads, initargs=(workers,)) as pool:
-            futures = {pool.submit(evaluate_case, case, **job): case for case in cases}
-            for future in as_completed(futures):
-                yield _result_or_failure(future, futures[future])
+        if workers > 1:  # one child alone may write numba's cache; several must find it written
+            _compile_before_workers()
+        for case, outcome in run_isolated(functools.partial(evaluate, **job), cases, workers,
+                                          initializer=_limit_threads, initargs=(workers,)):
+            yield outcome if isinstance(outcome, CaseOutcome) else _failure(case, outcome)
 
 
-def _result_or_failure(future, case: Case) -> CaseOutcome:
-    """The future's outcome, or a failed outcome when its worker died (e.g. killed for memory)."""
+def _failure(case: Case, error: BaseException) -> CaseOutcome:
+    """The failed outcome of a case whose evaluation raised ``error`` or whose worker died."""
+    if isinstance(error, WorkerDied):
+        return CaseOutcome(case.case_id, "failed", error=f"worker {error} while evaluating this case")
+    return CaseOutcome(case.case_id, "failed", error=f"{type(error).__name__}: {error}")
+
+
+def _dask_outcomes(cases, job: dict, workers: int, scheduler: str, evaluate):
+    """Run the cases on a Dask cluster: ``"local"`` starts one, otherwise connect to an address.
+
+    A case whose worker dies is retried once on another worker (``allowed-failures`` 1 on a local
+    cluster; a remote scheduler keeps its own setting), then logged failed (``KilledWorker``).
+    """
     try:
-        return future.result()
-    except Exception as error:
-        return CaseOutcome(case.case_id, "failed", error=f"worker lost: {type(error).__name__}: {error}")
-
-
-def _dask_outcomes(cases, job: dict, workers: int, scheduler: str):
-    """Run the cases on a Dask cluster: ``"local"`` starts one, otherwise connect to an address."""
-    try:
+        import dask
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError as error:
         raise ImportError("--scheduler needs dask.distributed: pip install 'segmetrics[distributed]'") from error
     if scheduler == "local":
         _compile_before_workers()
-        cluster = LocalCluster(n_workers=max(workers, 1), threads_per_worker=1, processes=True,
-                               dashboard_address=None)
+        with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+            cluster = LocalCluster(n_workers=max(workers, 1), threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
         client = Client(cluster)
         client.run(_limit_threads, workers)
     else:
         cluster, client = None, Client(scheduler)
     try:
-        futures = {client.submit(evaluate_case, case, pure=False, **job): case for case in cases}
+        futures = {client.submit(evaluate, case, pure=False, **job): case for case in cases}
         for future in as_completed(futures):
-            yield _result_or_failure(future, futures[future])
+            try:
+                outcome = future.result()
+            except Exception as error:  # KilledWorker when its workers died
+                outcome = _failure(futures[future], error)
+            yield outcome
     finally:
         client.close()
         if cluster is not None:
@@ -258,9 +311,14 @@ def _read_jsonl(path: Path) -> list:
     return [json.loads(line) for line in lines[:-1]] + tail
 
 
+def _read_records(path: Path) -> list:
+    """Records of a JSON-lines results file, values back as floats."""
+    return [{**r, "value": value_from_json(r["value"])} for r in _read_jsonl(path)]
+
+
 def read_results(output) -> list:
     """All records of a batch output folder (``results.jsonl``), values back as floats."""
-    return [{**r, "value": value_from_json(r["value"])} for r in _read_jsonl(Path(output) / "results.jsonl")]
+    return _read_records(Path(output) / "results.jsonl")
 
 
 def read_case_log(output) -> dict:
@@ -268,49 +326,48 @@ def read_case_log(output) -> dict:
     return {entry["case_id"]: entry for entry in _read_jsonl(Path(output) / "cases.jsonl")}
 
 
-class _ResultWriter:
-    """Append-only writer of the three output files; every case is flushed as a unit."""
-
-    def __init__(self, output: Path):
-        new_csv = not (output / "results.csv").is_file()
-        self.csv = open(output / "results.csv", "a", newline="")
-        self.table = csv.DictWriter(self.csv, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
-        if new_csv:
-            self.table.writeheader()
-        self.jsonl = open(output / "results.jsonl", "a")
-        self.log = open(output / "cases.jsonl", "a")
-
-    def add(self, outcome: CaseOutcome) -> None:
-        # Records first, then the log line: a case counts as done only once its log line exists.
-        for record in outcome.records:
-            self.table.writerow(csv_row(record))
-            self.jsonl.write(_json_line({**record, "value": json_value(record["value"])}))
-        for handle in (self.csv, self.jsonl):
+def _write_atomic(path: Path, write, binary: bool = False) -> None:
+    """Replace the file ``path`` whole: ``write(handle)`` fills a temporary file beside it, which is
+    flushed to disk and renamed over ``path``; a kill at any moment leaves the old or the new file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}{TEMPORARY_SUFFIX}")
+    try:
+        with open(temporary, "wb" if binary else "w", **({} if binary else {"newline": ""})) as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        entry = {k: v for k, v in asdict(outcome).items() if k != "records"}
-        entry["diagonal_mm"] = json_value(entry["diagonal_mm"])
-        entry["n_records"] = len(outcome.records)
-        self.log.write(_json_line(entry))
-        self.log.flush()
-
-    def close(self) -> None:
-        for handle in (self.csv, self.jsonl, self.log):
-            handle.close()
-
-
-def _rewrite_results(output: Path, records: list) -> None:
-    """Write ``results.csv`` / ``results.jsonl`` (and Parquet when possible) from ``records``."""
-    with open(output / "results.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(csv_row(r) for r in records)
-    _write_jsonl(output / "results.jsonl", ({**r, "value": json_value(r["value"])} for r in records))
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+    if os.name == "posix":  # make the rename itself durable (Windows cannot open a folder for this)
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
 
 def _write_jsonl(path: Path, objects) -> None:
-    with open(path, "w") as handle:
-        handle.writelines(_json_line(o) for o in objects)
+    _write_atomic(path, lambda handle: handle.writelines(_json_line(o) for o in objects))
+
+
+def _write_records(path: Path, records: list) -> None:
+    _write_jsonl(path, ({**r, "value": json_value(r["value"])} for r in records))
+
+
+def _write_csv(path: Path, records: list) -> None:
+    def write(handle):
+        writer = csv.DictWriter(handle, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(csv_row(r) for r in records)
+
+    _write_atomic(path, write)
+
+
+def _rewrite_results(output: Path, records: list) -> None:
+    """Replace ``results.csv`` and ``results.jsonl`` by ``records`` (each file atomically)."""
+    _write_csv(output / "results.csv", records)
+    _write_records(output / "results.jsonl", records)
 
 
 def _write_parquet(output: Path, records: list) -> bool:
@@ -324,34 +381,143 @@ def _write_parquet(output: Path, records: list) -> bool:
     columns["value"] = [float(r["value"]) for r in records]
     columns["reference_label"] = [str(v) for v in columns["reference_label"]]
     columns["test_label"] = [str(v) for v in columns["test_label"]]
-    pq.write_table(pa.table(columns), output / "results.parquet")
+    _write_atomic(output / "results.parquet", lambda handle: pq.write_table(pa.table(columns), handle), binary=True)
     return True
+
+
+class _ResultWriter:
+    """Appends each finished case to the three output files: its records, then its log line."""
+
+    def __init__(self, output: Path):
+        self.csv = open(output / "results.csv", "a", newline="")
+        self.table = csv.DictWriter(self.csv, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
+        self.jsonl = open(output / "results.jsonl", "a")
+        self.log = open(output / "cases.jsonl", "a")
+
+    def add(self, outcome: CaseOutcome, fingerprint: str) -> None:
+        """Write the case's records, then its log line (a case counts as done only once that exists)."""
+        for record in outcome.records:
+            self.table.writerow(csv_row(record))
+            self.jsonl.write(_json_line({**record, "value": json_value(record["value"])}))
+        self._sync(self.csv, self.jsonl)
+        entry = {k: v for k, v in asdict(outcome).items() if k != "records"}
+        entry["diagonal_mm"] = json_value(entry["diagonal_mm"])
+        entry["n_records"] = len(outcome.records)
+        entry["fingerprint"] = fingerprint
+        self.log.write(_json_line(entry))
+        self._sync(self.log)
+
+    @staticmethod
+    def _sync(*handles) -> None:
+        for handle in handles:
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def close(self) -> None:
+        for handle in (self.csv, self.jsonl, self.log):
+            handle.close()
 
 
 def _settings(job: dict) -> dict:
     """The job as plain JSON-able settings (stored in ``run.json``)."""
     metrics, labels = job["metrics"], job["labels"]
-    return {**job, "params": asdict(job["params"]), "input_policy": asdict(job["input_policy"]),
-            "metrics": metrics if isinstance(metrics, (str, type(None))) else sorted(metrics),
-            "labels": None if labels is None else [str(x) for x in labels]}
+    return json.loads(json.dumps({**job, "params": asdict(job["params"]), "input_policy": asdict(job["input_policy"]),
+                                  "metrics": metrics if isinstance(metrics, (str, type(None))) else sorted(metrics),
+                                  "labels": None if labels is None else [str(x) for x in labels]}))
 
 
 def _check_settings(output: Path, settings: dict) -> None:
     """Refuse to resume a run made with other settings (mixed results would be meaningless)."""
     path = output / "run.json"
     if path.is_file():
-        previous = json.loads(path.read_text())
-        if previous != json.loads(json.dumps(settings)):
-            raise ValueError(f"{output} holds a batch run with other settings ({path}); "
+        if json.loads(path.read_text()) != settings:
+            raise BatchError(f"{output} holds a batch run with other settings ({path}); "
                              "use another output folder or delete that one")
     else:
-        path.write_text(json.dumps(settings, indent=2, sort_keys=True))
+        _write_atomic(path, lambda handle: handle.write(json.dumps(settings, indent=2, sort_keys=True)))
+
+
+def _fingerprint(case: Case, settings: dict) -> str:
+    """Hash of the run settings and of each input file's absolute path, size and modification time.
+
+    A resumed case whose fingerprint changed is redone. For a header-only image (``.mhd``,
+    ``.nhdr``) only the header file is checked.
+    """
+    files = []
+    for path in (case.reference, case.test, case.names):
+        absolute = None if path is None else os.path.abspath(path)
+        try:
+            info = os.stat(absolute) if absolute else None
+        except OSError:  # missing now: the case is redone and fails with the reading error
+            info = None
+        files.append([absolute, info and info.st_size, info and info.st_mtime_ns])
+    return hashlib.sha256(json.dumps([settings, files], sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _output_folder(output) -> Path:
+    """The batch output folder, created if missing; :class:`BatchError` for a file or an impossible path."""
+    output = Path(output)
+    if output.exists() and not output.is_dir():
+        raise BatchError(f"batch output {output} is a file; give a folder (created if missing) for the results")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise BatchError(f"cannot create the batch output folder {output}: {error.strerror or error}") from error
+    for stale in output.glob(f".*{TEMPORARY_SUFFIX}"):  # left by a run killed while rewriting a file
+        stale.unlink()
+    return output
+
+
+class _Folder:
+    """What an output folder holds: the case log and the stored records grouped by case id."""
+
+    def __init__(self, output: Path):
+        self.log = read_case_log(output)
+        self.records = {}
+        # A case found in both files (a kill between their rewrites) is taken once, from results.jsonl.
+        for name in ("results.jsonl", OTHER_CASES):
+            grouped = {}
+            for record in _read_records(output / name):
+                grouped.setdefault(record["case_id"], []).append(record)
+            for case_id, records in grouped.items():
+                self.records.setdefault(case_id, records)
+
+    def complete(self, case_id: str, fingerprint: str | None = None) -> bool:
+        """Logged ``ok`` with all its records present (and, if given, the same fingerprint)."""
+        entry = self.log.get(case_id)
+        return (entry is not None and entry["status"] == "ok"
+                and len(self.records.get(case_id, ())) == entry.get("n_records")
+                and (fingerprint is None or entry.get("fingerprint") == fingerprint))
+
+    def results(self, fingerprints: dict) -> list:
+        """Records of the complete cases among ``fingerprints`` (``{case_id: fingerprint}``), in its order."""
+        return [r for case_id, fingerprint in fingerprints.items() if self.complete(case_id, fingerprint)
+                for r in self.records[case_id]]
+
+
+def _resume(output: Path, fingerprints: dict) -> tuple:
+    """Prepare ``output`` for a run over ``fingerprints`` (``{case_id: fingerprint}``, in case order).
+
+    Rewrites the files so that they hold only the complete cases: ``results.*`` those of this run,
+    ``other_cases.jsonl`` those logged in the folder but not among this run's cases. Returns
+    ``(case ids already done, case ids in the folder that are not among this run's)``.
+    """
+    _write_jsonl(output / "cases.jsonl", _read_jsonl(output / "cases.jsonl"))  # drop a line cut by a kill
+    folder = _Folder(output)
+    others = [case_id for case_id in folder.log if case_id not in fingerprints]
+    kept = [r for case_id in others if folder.complete(case_id) for r in folder.records[case_id]]
+    if kept:  # written before results.* drop them, so that a kill in between loses nothing
+        _write_records(output / OTHER_CASES, kept)
+    elif (output / OTHER_CASES).is_file():
+        (output / OTHER_CASES).unlink()
+    _rewrite_results(output, folder.results(fingerprints))
+    return [case_id for case_id, fingerprint in fingerprints.items() if folder.complete(case_id, fingerprint)], others
 
 
 # --------------------------------------------------------------------------------------- run
 def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, resample_to=None,
-              labels=None, threshold: float | None = None, workers: int = 1, scheduler: str | None = None, progress: bool = True,
-              unmatched: dict | None = None, input_policy=None) -> BatchSummary:
+              labels=None, threshold: float | None = None, workers: int = 1, scheduler: str | None = None,
+              progress: bool = True, unmatched: dict | None = None, input_policy=None, evaluate=None) -> BatchSummary:
     """Evaluate every case and write the results into the folder ``output``.
 
     Parameters
@@ -360,61 +526,73 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
         From :func:`read_manifest` or :func:`match_folders`; case ids must be unique.
     output : path
         Folder for ``results.csv``, ``results.jsonl``, ``cases.jsonl``, ``run.json``; created if
-        needed. A folder with earlier results of the same settings is resumed.
+        needed. A folder with earlier results of the same settings is resumed: cases logged ``ok``
+        with all their records and unchanged input files are kept, the others are (re)done; cases
+        of the folder that are not in ``cases`` are left out of the results
+        (``BatchSummary.not_in_manifest``).
     metrics, params, resample_to, labels
         As for :func:`segmetrics.compare` (``resample_to="reference"`` resamples test images
         onto the reference grid; without it a grid mismatch fails the case).
     threshold : float, optional
         Binarise every input at ``value >= threshold`` (probability maps).
     workers : int
-        Worker processes (1 = this process); with ``scheduler="local"`` the Dask worker count.
+        Child processes evaluating cases (default 1). A case that kills its process (segmentation
+        fault, out-of-memory kill) is logged failed with the signal and the child is replaced.
+        0 evaluates in this process, without that protection (for debuggers and profilers).
+        With ``scheduler="local"`` the Dask worker count. A script calling this with ``workers``
+        ≥ 1 needs the usual ``if __name__ == "__main__":`` guard (children are spawned).
     scheduler : str, optional
         ``"local"`` for a local Dask cluster or the address of a running Dask scheduler
         (e.g. ``tcp://host:8786``); its workers must see the same file paths.
     progress : bool
         Show a progress bar (cases done, rate, time left) on standard error.
+    unmatched : dict, optional
+        Files without a partner from :func:`match_folders`, passed through to the summary.
     input_policy : segmetrics.io.InputPolicy, optional
         Overrides of the input checks (stored in ``run.json``); invalid options (``threshold``,
         ``params``) are refused before any case runs.
+    evaluate : callable, optional
+        ``evaluate(case, **job) -> CaseOutcome`` in place of :func:`evaluate_case`, with ``job``
+        the keyword arguments ``metrics, params, resample_to, labels, threshold, input_policy``; it
+        must be a module-level function (child processes import it by name).
+
+    Raises :class:`BatchError` when ``output`` is a file or holds a run with other settings.
     """
     from .io import InputPolicy
     from .validation import check_threshold
 
     check_threshold(threshold)
+    if workers < 0:
+        raise BatchError(f"workers must be 0 (this process) or more, got {workers}")
     job = {"metrics": metrics, "params": params or Parameters(), "resample_to": resample_to, "labels": labels,
            "threshold": threshold, "input_policy": input_policy or InputPolicy()}
-    output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    _check_settings(output, _settings(job))
-
-    _write_jsonl(output / "cases.jsonl", _read_jsonl(output / "cases.jsonl"))  # drop a line cut by a kill
-    log = read_case_log(output)
-    finished = {cid for cid, entry in log.items() if entry["status"] == "ok"}
-    order = {case.case_id: i for i, case in enumerate(cases)}
-    # Records of a case interrupted between its records and its log line are dropped and redone.
-    kept = [r for r in read_results(output) if r["case_id"] in finished]
-    _rewrite_results(output, kept)
-    todo = [case for case in cases if case.case_id not in finished]
-    skipped = [case.case_id for case in cases if case.case_id in finished]
+    settings = _settings(job)
+    fingerprints = {case.case_id: _fingerprint(case, settings) for case in cases}
+    if len(fingerprints) != len(cases):
+        raise BatchError(f"duplicate case ids {_duplicate_ids(cases)}")
+    output = _output_folder(output)
+    _check_settings(output, settings)
+    skipped, not_in_manifest = _resume(output, fingerprints)
+    done = set(skipped)
+    todo = [case for case in cases if case.case_id not in done]
 
     writer = _ResultWriter(output)
-    computed, failed = [], {}
+    computed = []
     try:
         with _progress_bar(len(cases), len(skipped), enabled=progress) as advance:
-            for outcome in _outcomes(todo, job, workers, scheduler):
-                writer.add(outcome)
+            for outcome in _outcomes(todo, job, workers, scheduler, evaluate or evaluate_case):
+                writer.add(outcome, fingerprints[outcome.case_id])
                 computed.append(outcome.case_id)
-                if outcome.status != "ok":
-                    failed[outcome.case_id] = outcome.error
                 advance(outcome)
     finally:
         writer.close()
-    records = sorted(read_results(output), key=lambda r: order.get(r["case_id"], len(order)))
+    folder = _Folder(output)
+    records = folder.results(fingerprints)
     _rewrite_results(output, records)
     _write_parquet(output, records)
-    log = read_case_log(output)
-    failed = {cid: log[cid]["error"] for cid in order if cid in log and log[cid]["status"] != "ok"}
-    return BatchSummary(output, [c.case_id for c in cases], computed, skipped, failed, unmatched or {})
+    failed = {cid: folder.log[cid]["error"] for cid in fingerprints
+              if cid in folder.log and folder.log[cid]["status"] != "ok"}
+    return BatchSummary(output, list(fingerprints), computed, skipped, failed, unmatched or {}, not_in_manifest)
 
 
 @contextlib.contextmanager

@@ -256,6 +256,10 @@ def _run_batch(args) -> int:
           f"{len(summary.failed)} failed; results in {summary.output}")
     for case_id, error in summary.failed.items():
         print(f"failed {case_id}: {error}", file=sys.stderr)
+    if summary.not_in_manifest:
+        others = summary.not_in_manifest
+        print(f"left out of the results and the report: {len(others)} cases in {summary.output} that are not in this "
+              f"run: {', '.join(others[:10])}{' ...' if len(others) > 10 else ''}", file=sys.stderr)
     if args.report:
         from .report import print_summary, report_batch
 

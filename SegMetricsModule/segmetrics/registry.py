@@ -198,10 +198,13 @@ def register_group(group: MetricGroup) -> MetricGroup:
 
 
 def all_groups() -> dict:
-    """All registered groups by name, in registration order."""
+    """All registered groups by name: the built-in ones in the order of ``_GROUP_MODULES`` (not the
+    order their modules happened to be imported in, so every process lists records alike), then
+    the others in registration order."""
     for module in _GROUP_MODULES:
         importlib.import_module(module)
-    return dict(_GROUPS)
+    rank = {module.rsplit(".", 1)[1]: index for index, module in enumerate(_GROUP_MODULES)}
+    return dict(sorted(_GROUPS.items(), key=lambda item: rank.get(item[0], len(rank))))
 
 
 def metric_specs() -> dict:
