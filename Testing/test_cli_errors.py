@@ -228,3 +228,14 @@ def test_traceback_on_request(files, capsys, monkeypatch):
     monkeypatch.setenv("SEGMETRICS_TRACEBACK", "1")
     with pytest.raises(IsADirectoryError):
         main(["compare", str(files["ref"]), str(files["test"]), "--names", str(files["folder"])])
+
+
+def test_params_given_inline_take_effect_and_are_checked(files, capsys):
+    # NSD at 0.5 mm of a box shifted by one voxel is below 1; at 2 mm every surface point is within tolerance
+    argv = ["compare", files["ref"], files["test"], "--metrics", "nsd", "--format", "csv"]
+    code, out, _ = _run(capsys, argv + ["--params", '{"nsd_tolerance_mm": 2}'])
+    assert code == 0 and float(out.splitlines()[1].split(",")[4]) == pytest.approx(1.0)
+    code, out, _ = _run(capsys, argv + ["--params", ' {"nsd_tolerance_mm": 0.5}'])
+    assert code == 0 and float(out.splitlines()[1].split(",")[4]) < 0.9
+    code, _, err = _run(capsys, argv + ["--params", '{"hd_percentile": "95"}'])
+    _assert_one_line_error(code, err, "compare", "hd_percentile")

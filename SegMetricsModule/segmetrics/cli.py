@@ -34,8 +34,9 @@ PARAMETER_FLAGS = {
 
 def _add_parameter_arguments(p) -> None:
     """Metric-parameter flags shared by ``compare`` and ``batch`` (defaults: ``segmetrics.Parameters``)."""
-    p.add_argument("--params", metavar="JSON", help="JSON object of metric parameters (segmetrics.Parameters fields, "
-                                                     'e.g. {"hd_percentile": 90}); the flags below override it')
+    p.add_argument("--params", metavar="JSON", help="metric parameters as a JSON object given inline "
+                                                     "or a file holding one (segmetrics.Parameters fields, "
+                                                     'e.g. \'{"hd_percentile": 90}\'); the flags below override it')
     p.add_argument("--hd-percentile", type=float, help="percentile of the robust Hausdorff hdp_mm (default 95)")
     p.add_argument("--hd-variant", choices=["max_of_directed", "pooled", "mean_of_directed"],
                    help="how the two directed percentiles combine (default max_of_directed)")
@@ -77,7 +78,8 @@ def _input_policy(args):
 
 
 def _parameters(args):
-    """``Parameters`` from ``--params`` JSON, then the flags that were given."""
+    """``Parameters`` from ``--params`` (inline JSON when it starts with ``{``, else a JSON file),
+    then the flags that were given."""
     import json
     from dataclasses import fields
 
@@ -86,7 +88,8 @@ def _parameters(args):
     values = {}
     if args.params:
         try:
-            values = json.loads(open(args.params).read())
+            inline = args.params.lstrip().startswith("{")
+            values = json.loads(args.params if inline else Path(args.params).read_text())
         except (OSError, ValueError) as error:
             raise UserError(f"--params {args.params}: {_one_line(error)}") from error
         known = {f.name for f in fields(Parameters)}
