@@ -6,6 +6,12 @@ Points are 3-component rows in mm (2-D contours padded with a zero third compone
 triangles (3 vertex indices) or segments (2). The kernels are compiled with numba (cached on disk
 after the first call) and release the GIL; :func:`in_threads` runs one on the query points on a
 pool of a thread per core (plain threads: safe in forked processes, unlike numba's OpenMP layer).
+
+numba does not check array bounds, so every index a kernel follows is in range by construction,
+for any input: a query's bucket is clamped to the grid, index inputs (cell corners, nearest
+vertices, grids) are checked on entry (ValueError), degenerate cells (zero length or area) and
+empty sets have defined results, and no division is by zero. The tests compile the kernels with
+``NUMBA_BOUNDSCHECK=1`` (``Testing/conftest.py``) so that a slip fails with IndexError.
 """
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -206,11 +212,15 @@ def closest_points(queries, nearest, points, cells, by_vertex, first, count, fea
     ``len(points)`` gives them (which checked every corner index), so every index the walk
     follows is in range; ``nearest`` is checked here (ValueError).
     """
+    if queries.shape[1] != 3 or points.shape[1] != 3 or len(nearest) != len(queries):
+        raise ValueError("closest_points: needs rows of 3 components and a nearest vertex per query")
+    if cells.shape[1] not in (2, 3) or feature_corners.shape != ((FACE + 1, 3) if cells.shape[1] == 3 else (3, 2)):
+        raise ValueError("closest_points: cells are triangles or segments, with their feature corners")
+    if len(first) != len(points) or len(count) != len(points):
+        raise ValueError("closest_points: the cells per vertex are not those of these points")
     offsets = np.empty((len(queries), 3))
     found_cells = np.full(len(queries), -1, dtype=np.int64)
     features = np.zeros(len(queries), dtype=np.int8)
-    if len(first) != len(points) or len(count) != len(points):
-        raise ValueError("closest_points: the cells per vertex are not those of these points")
     for i in range(len(queries)):
         if not 0 <= nearest[i] < len(points):
             raise ValueError("closest_points: a nearest-vertex index is out of range")
@@ -257,6 +267,8 @@ def vertex_grid(points, bucket_mm):
     than :data:`MAX_BUCKETS_PER_AXIS` buckets along an axis."""
     if not bucket_mm > 0:
         raise ValueError("vertex_grid: the bucket size must be positive")
+    if points.shape[1] != 3:
+        raise ValueError("vertex_grid: needs points of 3 components")
     low = np.zeros(3)
     shape = np.ones(3, dtype=np.int64)
     for axis in range(3):
@@ -325,8 +337,14 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     vertex (one bucket out for the first point, and more when nothing is found), and again
     farther out if the nearest vertex found may have a nearer one beyond; columns of buckets
     (along z) farther than the nearest vertex so far are skipped. Fastest for points in surface
-    order (each near the one before). -1 (and inf) for points farther than :data:`MAX_RINGS`
-    buckets from every vertex, and for every point when there are no vertices."""
+    order (each near the one before). -1 (and inf) for points with no vertex within
+    :data:`MAX_RINGS` buckets (``MAX_RINGS * bucket_mm``), and for every point when there are no
+    vertices."""
+    if queries.shape[1] != 3:
+        raise ValueError("nearest_vertices: needs query points of 3 components")
+    if not (bucket_mm > 0 and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
+            and first[-1] == len(order) and sorted_xyz.shape == (3, len(order))):
+        raise ValueError("nearest_vertices: the grid is not one of vertex_grid")
     nearest = np.full(len(queries), -1, dtype=np.int64)
     squared = np.full(len(queries), np.inf)
     xs, ys, zs = sorted_xyz[0], sorted_xyz[1], sorted_xyz[2]
@@ -370,7 +388,7 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
             if found < 0:
                 rings += 1
             else:
-                rings = max(rings + 1, int(_rings_for(best, gap, bucket_mm, whole)))
+                rings = max(rings + 1, int(min(_rings_for(best, gap, bucket_mm, whole), MAX_RINGS)))
     return nearest, squared
 
 
@@ -513,6 +531,8 @@ def clamp_field(field, inside, margin):
 def triangle_areas(vertices, cells):
     """Area of each triangle ``cells`` (rows of 3 vertex indices) of ``vertices`` (rows x, y, z).
     ValueError for a vertex index out of range."""
+    if vertices.shape[1] != 3 or cells.shape[1] != 3:
+        raise ValueError("triangle_areas: needs vertices of 3 components and triangles of 3 corners")
     areas = np.empty(len(cells))
     for t in range(len(cells)):
         for corner in range(3):
