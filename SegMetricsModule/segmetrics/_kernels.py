@@ -84,8 +84,9 @@ FEATURE_CORNERS = {
 def _triangle(p, a, b, c):
     """``(p - q, feature code)`` for the point ``q`` of triangle ``abc`` closest to ``p`` (3-tuples
     of mm): the Voronoi regions of Ericson, *Real-Time Collision Detection* (2005), section 5.1.5.
-    A degenerate triangle (corners on a line or at one point) is taken as its three edges
-    (:func:`_triangle_edges`) wherever a region's division would be by zero."""
+    A degenerate triangle (corners at one point, on a line, or so nearly so that rounding would
+    decide its regions: :data:`SLIVER`) is taken as its three edges (:func:`_triangle_edges`),
+    and so is one whose region's division would be by zero."""
     ab, ac, ap = _minus(b, a), _minus(c, a), _minus(p, a)
     d1, d2 = _dot(ab, ap), _dot(ac, ap)
     if d1 <= 0 and d2 <= 0:
@@ -250,8 +251,6 @@ def closest_points(queries, nearest, points, cells, by_vertex, first, count, fea
 VERTICES_PER_BUCKET = 12
 #: Buckets :func:`nearest_vertices` searches out from a point before giving up on it.
 MAX_RINGS = 4
-
-
 #: Most buckets per axis of :func:`vertex_grid`.
 MAX_BUCKETS_PER_AXIS = 2**20
 

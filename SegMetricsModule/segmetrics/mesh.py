@@ -413,7 +413,7 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     points = _three_components(points)
     if not np.isfinite(points).all():
         raise ValueError("point_grid: the points must be finite (mm)")
-    mean_size = float(np.mean(sizes)) if len(sizes) else 0.0
+    mean_size = max(float(np.mean(sizes)), 0.0) if len(sizes) else 0.0
     bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * mean_size ** (1.0 / surface_dimensions)
     if not bucket_mm < np.inf:
         bucket_mm = 0.0
