@@ -147,7 +147,8 @@ def test_nearest_vertices_against_a_kd_tree(point_set, seed):
 @PROPERTY
 @given(point_set=point_sets(), seed=st.integers(0, 2**32 - 1), buckets_per_side=st.sampled_from([1, 2, 7, 40]))
 def test_nearest_vertices_on_grids_of_any_size(point_set, seed, buckets_per_side):
-    """Grids of one bucket up to many per axis, with queries beyond them: every answer exact."""
+    """Grids of one bucket up to 40 per axis, with queries beyond them: every vertex found is the
+    nearest, -1 only beyond the rings, and with one bucket per axis every query is answered."""
     rng, points = np.random.default_rng(seed), point_set.points
     queries = queries_around(points, rng)
     bucket_mm = max(float(np.ptp(points, axis=0).max()), 1e-3) / buckets_per_side
