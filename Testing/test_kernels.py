@@ -162,6 +162,16 @@ def test_nearest_vertices_on_grids_of_any_size(point_set, seed, buckets_per_side
         assert found.all()
 
 
+def test_a_long_line_of_many_points_stays_within_the_buckets_per_axis():
+    """300,000 points on a line with tiny sizes would ask for 2.4 million buckets along it."""
+    points = np.zeros((300_000, 3))
+    points[:, 0] = np.arange(len(points)) * 1.0
+    grid = mesh.point_grid(points, np.full(len(points), 1e-4))
+    assert grid[2].max() < _kernels.MAX_BUCKETS_PER_AXIS
+    queries = np.random.default_rng(8).uniform(-1000, 301_000, size=(200, 3))
+    np.testing.assert_allclose(mesh.nearest_points(queries, points, grid)[0], cKDTree(points).query(queries)[0], rtol=1e-12)
+
+
 @pytest.mark.parametrize("columns", [2, 3])
 def test_empty_point_sets(columns):
     """No points: distances inf and indices -1; no queries: empty results."""
@@ -400,12 +410,14 @@ def test_triangle_areas_against_numpy(point_set, seed):
     shape=st.lists(st.integers(1, 6), min_size=1, max_size=3),
     sigma=st.floats(0.2, 3.0),
     seed=st.integers(0, 2**32 - 1),
+    dtype=st.sampled_from([np.float32, np.float64]),
 )
-def test_blur_of_tiny_shapes_matches_scipy(shape, sigma, seed):
+def test_blur_of_tiny_shapes_matches_scipy(shape, sigma, seed, dtype):
     """Masks of one voxel, one row, one column, one slice: as ``scipy.ndimage.gaussian_filter``."""
     mask = np.random.default_rng(seed).random(shape) > 0.5
-    expected = ndimage.gaussian_filter(mask, sigma, output=float, mode="constant", truncate=3.0)
-    np.testing.assert_allclose(_kernels.gaussian_blur(mask, sigma, float), expected, rtol=0, atol=1e-14)
+    expected = ndimage.gaussian_filter(mask, sigma, output=dtype, mode="constant", truncate=3.0)
+    atol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(_kernels.gaussian_blur(mask, sigma, dtype), expected, rtol=0, atol=atol)
 
 
 @PROPERTY

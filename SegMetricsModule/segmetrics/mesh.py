@@ -417,10 +417,12 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * mean_size ** (1.0 / surface_dimensions)
     if not bucket_mm < np.inf:
         bucket_mm = 0.0
-    # at most `budget` buckets along the longest axis, over the two longest and over all three
+    # at most `budget` buckets along the longest axis (and half the kernel's most), over the two
+    # longest and over all three
     budget = MAX_BUCKETS_PER_POINT * len(points) + 4096
     extent = np.sort(np.ptp(points, axis=0) if len(points) else np.zeros(3))[::-1]  # mm, longest first
-    bucket_mm = max(bucket_mm, *(float(np.prod(extent[:axes]) / budget) ** (1.0 / axes) for axes in (1, 2, 3)))
+    bucket_mm = max(bucket_mm, extent[0] / min(budget, _kernels.MAX_BUCKETS_PER_AXIS // 2),
+                    *(float(np.prod(extent[:axes]) / budget) ** (1.0 / axes) for axes in (2, 3)))
     if bucket_mm == 0:  # one point, or all at one place, with sizes of 0
         bucket_mm = 1.0
     return (bucket_mm, *_kernels.vertex_grid(points, bucket_mm))
