@@ -6,6 +6,12 @@ Points are 3-component rows in mm (2-D contours padded with a zero third compone
 triangles (3 vertex indices) or segments (2). The kernels are compiled with numba (cached on disk
 after the first call) and release the GIL; :func:`in_threads` runs one on the query points on a
 pool of a thread per core (plain threads: safe in forked processes, unlike numba's OpenMP layer).
+
+numba does not check array bounds, so every index a kernel follows is in range by construction,
+for any input: a query's bucket is clamped to the grid, index inputs (cell corners, nearest
+vertices, grids) are checked on entry (ValueError), degenerate cells (zero length or area) and
+empty sets have defined results, and no division is by zero. The tests compile the kernels with
+``NUMBA_BOUNDSCHECK=1`` (``Testing/conftest.py``) so that a slip fails with IndexError.
 """
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +68,9 @@ if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's t
 #: Closest-feature codes. Triangles: 0–2 vertex a, b, c; 3 edge ab; 4 edge ac; 5 edge bc; 6 the
 #: face. Segments: 0–1 vertex a, b; 2 the segment.
 FACE = 6
+#: Triangles whose squared sine of the angle at the first corner is at most this are taken as
+#: their three edges by the walk: the face and edge regions of a flatter one are decided by rounding.
+SLIVER = 1e-20
 #: Longest walk, in moves of about one cell (1–2 are usual).
 MAX_WALK_STEPS = 32
 #: Cell-local corners of each feature code (-1 = none), for triangles (3 columns) and segments (2).
@@ -74,7 +83,10 @@ FEATURE_CORNERS = {
 @numba.njit(cache=True, nogil=True)
 def _triangle(p, a, b, c):
     """``(p - q, feature code)`` for the point ``q`` of triangle ``abc`` closest to ``p`` (3-tuples
-    of mm): the Voronoi regions of Ericson, *Real-Time Collision Detection* (2005), section 5.1.5."""
+    of mm): the Voronoi regions of Ericson, *Real-Time Collision Detection* (2005), section 5.1.5.
+    A degenerate triangle (corners at one point, on a line, or so nearly so that rounding would
+    decide its regions: :data:`SLIVER`) is taken as its three edges (:func:`_triangle_edges`),
+    and so is one whose region's division would be by zero."""
     ab, ac, ap = _minus(b, a), _minus(c, a), _minus(p, a)
     d1, d2 = _dot(ab, ap), _dot(ac, ap)
     if d1 <= 0 and d2 <= 0:
@@ -87,25 +99,55 @@ def _triangle(p, a, b, c):
     d5, d6 = _dot(ab, cp), _dot(ac, cp)
     if d6 >= 0 and d5 <= d6:
         return cp, 2
+    normal = _cross(ab, ac)
+    if _dot(normal, normal) <= SLIVER * _dot(ab, ab) * _dot(ac, ac):  # the regions below need an area
+        return _triangle_edges(p, a, b, c)
     vc = d1 * d4 - d3 * d2
     if vc <= 0 and d1 >= 0 and d3 <= 0:
+        if d1 - d3 <= 0:  # |ab|² = 0
+            return _triangle_edges(p, a, b, c)
         return _step(ap, d1 / (d1 - d3), ab, 0.0, ac), 3
     vb = d5 * d2 - d1 * d6
     if vb <= 0 and d2 >= 0 and d6 <= 0:
+        if d2 - d6 <= 0:  # |ac|² = 0
+            return _triangle_edges(p, a, b, c)
         return _step(ap, 0.0, ab, d2 / (d2 - d6), ac), 4
     va = d3 * d6 - d5 * d4
     if va <= 0 and d4 - d3 >= 0 and d5 - d6 >= 0:
+        if (d4 - d3) + (d5 - d6) <= 0:  # |bc|² = 0
+            return _triangle_edges(p, a, b, c)
         w = (d4 - d3) / ((d4 - d3) + (d5 - d6))
         return _step(ap, 1.0 - w, ab, w, ac), 5
     denominator = va + vb + vc
+    if not (denominator > 0 and va >= 0 and vb >= 0 and vc >= 0):  # no face (corners on a line), or rounding
+        return _triangle_edges(p, a, b, c)
     return _step(ap, vb / denominator, ab, vc / denominator, ac), FACE
 
 
 @numba.njit(cache=True, nogil=True)
+def _triangle_edges(p, a, b, c):
+    """:func:`_triangle` of a degenerate triangle: the closest point of its three edges, with
+    the triangle's feature codes."""
+    best, code = _segment(p, a, b)  # codes 0 a, 1 b, 2 ab: as the triangle's 0, 1, 3
+    code = 3 if code == 2 else code
+    found, found_code = _segment(p, a, c)
+    if _dot(found, found) < _dot(best, best):
+        best, code = found, (0, 2, 4)[found_code]
+    found, found_code = _segment(p, b, c)
+    if _dot(found, found) < _dot(best, best):
+        best, code = found, (1, 2, 5)[found_code]
+    return best, code
+
+
+@numba.njit(cache=True, nogil=True)
 def _segment(p, a, b):
-    """``(p - q, feature code)`` for the point ``q`` of segment ``ab`` closest to ``p``."""
+    """``(p - q, feature code)`` for the point ``q`` of segment ``ab`` closest to ``p`` (vertex
+    ``a`` for a segment of length 0)."""
     ab, ap = _minus(b, a), _minus(p, a)
-    t = _dot(ap, ab) / _dot(ab, ab)
+    length_squared = _dot(ab, ab)
+    if not length_squared > 0:
+        return ap, 0
+    t = _dot(ap, ab) / length_squared
     if t <= 0:
         return ap, 0
     if t >= 1:
@@ -116,6 +158,11 @@ def _segment(p, a, b):
 @numba.njit(cache=True, nogil=True, inline="always")
 def _minus(u, v):
     return (u[0] - v[0], u[1] - v[1], u[2] - v[2])
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _cross(u, v):
+    return (u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0])
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -158,16 +205,28 @@ def _closest_in_stars(p, centre_a, centre_b, points, cells, by_vertex, first, co
 @numba.njit(cache=True, nogil=True)
 def closest_points(queries, nearest, points, cells, by_vertex, first, count, feature_corners):
     """For each query point (rows, mm), walking from its nearest vertex ``nearest[i]``: ``p - q``
-    (rows), the cell holding ``q`` and the code of its feature there.
+    (rows), the cell holding ``q`` and the code of its feature there (cell -1 and ``q`` the
+    nearest vertex itself when no cell is around that vertex).
 
     ``by_vertex``, ``first``, ``count``: the cells around vertex ``v`` are
-    ``by_vertex[first[v]:first[v] + count[v]]`` (:attr:`segmetrics.mesh.Surface.cells_by_vertex`).
+    ``by_vertex[first[v]:first[v] + count[v]]``, as :func:`cells_by_vertex` of ``cells`` and
+    ``len(points)`` gives them (which checked every corner index), so every index the walk
+    follows is in range; ``nearest`` is checked here (ValueError).
     """
-    offsets = np.zeros((len(queries), 3))
-    found_cells = np.zeros(len(queries), dtype=np.int64)
+    if queries.shape[1] != 3 or points.shape[1] != 3 or len(nearest) != len(queries):
+        raise ValueError("closest_points: needs rows of 3 components and a nearest vertex per query")
+    if cells.shape[1] not in (2, 3) or feature_corners.shape != ((FACE + 1, 3) if cells.shape[1] == 3 else (3, 2)):
+        raise ValueError("closest_points: cells are triangles or segments, with their feature corners")
+    if len(first) != len(points) or len(count) != len(points):
+        raise ValueError("closest_points: the cells per vertex are not those of these points")
+    offsets = np.empty((len(queries), 3))
+    found_cells = np.full(len(queries), -1, dtype=np.int64)
     features = np.zeros(len(queries), dtype=np.int8)
     for i in range(len(queries)):
+        if not 0 <= nearest[i] < len(points):
+            raise ValueError("closest_points: a nearest-vertex index is out of range")
         p = _vertex(queries, i)
+        offsets[i, 0], offsets[i, 1], offsets[i, 2] = _minus(p, _vertex(points, nearest[i]))
         best, centre_a, centre_b = np.inf, nearest[i], -1
         for _ in range(MAX_WALK_STEPS):
             best, offset, cell, feature = _closest_in_stars(p, centre_a, centre_b, points, cells, by_vertex, first, count, best)
@@ -192,23 +251,35 @@ def closest_points(queries, nearest, points, cells, by_vertex, first, count, fea
 VERTICES_PER_BUCKET = 12
 #: Buckets :func:`nearest_vertices` searches out from a point before giving up on it.
 MAX_RINGS = 4
+#: Most buckets per axis of :func:`vertex_grid`.
+MAX_BUCKETS_PER_AXIS = 2**20
 
 
 @numba.njit(cache=True)
 def vertex_grid(points, bucket_mm):
-    """Buckets of ``bucket_mm`` (cubes) holding the vertices ``points`` (rows, mm):
+    """Buckets of ``bucket_mm`` (cubes) holding the vertices ``points`` (rows, mm, finite):
     ``(low corner, buckets per axis, first, order, sorted)``. ``sorted`` (3 rows x, y, z) holds
     the vertices bucket by bucket: those of bucket ``(i, j, k)`` are columns
     ``first[key]:first[key + 1]`` with ``key = (i * n[1] + j) * n[2] + k``, and ``order`` maps
-    a column back to the vertex index."""
-    low = np.empty(3)
-    shape = np.empty(3, dtype=np.int64)
+    a column back to the vertex index. No points give one empty bucket at the origin.
+    ValueError for points that are not finite, a bucket size that is not positive, or more
+    than :data:`MAX_BUCKETS_PER_AXIS` buckets along an axis."""
+    if not bucket_mm > 0:
+        raise ValueError("vertex_grid: the bucket size must be positive")
+    if points.shape[1] != 3:
+        raise ValueError("vertex_grid: needs points of 3 components")
+    low = np.zeros(3)
+    shape = np.ones(3, dtype=np.int64)
     for axis in range(3):
-        low[axis] = points[:, axis].min()
-        shape[axis] = int((points[:, axis].max() - low[axis]) / bucket_mm) + 1
+        if len(points):
+            low[axis] = points[:, axis].min()
+            buckets = (points[:, axis].max() - low[axis]) / bucket_mm
+            if not buckets < MAX_BUCKETS_PER_AXIS:  # also NaN and inf
+                raise ValueError("vertex_grid: points not finite, or too many buckets for their extent")
+            shape[axis] = int(buckets) + 1
     keys = np.empty(len(points), dtype=np.int64)
     for v in range(len(points)):
-        i, j, k = _bucket(points[v, 0], points[v, 1], points[v, 2], low, bucket_mm)
+        i, j, k = _cells(points[v, 0], points[v, 1], points[v, 2], low, bucket_mm, shape)
         keys[v] = (i * shape[1] + j) * shape[2] + k
     first = np.zeros(shape[0] * shape[1] * shape[2] + 1, dtype=np.int64)
     for key in keys:
@@ -222,15 +293,31 @@ def vertex_grid(points, bucket_mm):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _bucket(x, y, z, low, bucket_mm):
-    return int(np.floor((x - low[0]) / bucket_mm)), int(np.floor((y - low[1]) / bucket_mm)), int(np.floor((z - low[2]) / bucket_mm))
+def _cell(value, low, bucket_mm, buckets):
+    """Index of the bucket along one axis nearest to a coordinate (mm): its own bucket, clamped
+    to ``0 … buckets - 1`` (0 for NaN)."""
+    index = np.floor((value - low) / bucket_mm)
+    if not index > 0:
+        return 0
+    return int(min(index, buckets - 1))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _gap(value, low, index, bucket_mm):
-    """Distance (mm) from a coordinate to the nearer face of its bucket along one axis."""
-    inside = value - low - index * bucket_mm
-    return min(inside, bucket_mm - inside)
+def _cells(x, y, z, low, bucket_mm, shape):
+    """:func:`_cell` on the three axes."""
+    return _cell(x, low[0], bucket_mm, shape[0]), _cell(y, low[1], bucket_mm, shape[1]), _cell(z, low[2], bucket_mm, shape[2])
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _reach(value, low, index, buckets, rings, bucket_mm):
+    """Distance (mm, at least 0) along one axis from a coordinate to the nearest bucket more than
+    ``rings`` buckets from bucket ``index``; inf when those buckets cover the whole axis."""
+    reach = np.inf
+    if index - rings > 0:
+        reach = value - (low + (index - rings) * bucket_mm)
+    if index + rings < buckets - 1:
+        reach = min(reach, low + (index + rings + 1) * bucket_mm - value)
+    return max(reach, 0.0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -244,27 +331,39 @@ def _outside(value, low, index, bucket_mm):
 def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     """Index of the vertex nearest to each query point (rows, mm) and its squared distance (mm²).
 
-    Scans the cube of buckets (:func:`vertex_grid`) around the point that holds every vertex as
-    near as the previous point's nearest vertex (one bucket out for the first point, and more
-    when nothing is found), and again farther out if the nearest vertex found may have a nearer
-    one beyond; columns of buckets (along z) farther than the nearest vertex so far are skipped.
-    Fastest for points in surface order (each near the one before). -1 for points farther than
-    :data:`MAX_RINGS` buckets from every vertex."""
+    Scans the cube of buckets (:func:`vertex_grid`) around the point's bucket (the nearest one
+    for a point outside the grid) that holds every vertex as near as the previous point's nearest
+    vertex (one bucket out for the first point, and more when nothing is found), and again
+    farther out if the nearest vertex found may have a nearer one beyond; columns of buckets
+    (along z) farther than the nearest vertex so far are skipped. Fastest for points in surface
+    order (each near the one before). -1 (and inf) for points with no vertex within
+    :data:`MAX_RINGS` buckets (``MAX_RINGS * bucket_mm``), and for every point when there are no
+    vertices."""
+    if queries.shape[1] != 3:
+        raise ValueError("nearest_vertices: needs query points of 3 components")
+    if not (bucket_mm > 0 and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
+            and first[-1] == len(order) and sorted_xyz.shape == (3, len(order))):
+        raise ValueError("nearest_vertices: the grid is not one of vertex_grid")
     nearest = np.full(len(queries), -1, dtype=np.int64)
     squared = np.full(len(queries), np.inf)
     xs, ys, zs = sorted_xyz[0], sorted_xyz[1], sorted_xyz[2]
     previous = -1
     for q in range(len(queries)):
         x, y, z = queries[q, 0], queries[q, 1], queries[q, 2]
-        i, j, k = _bucket(x, y, z, low, bucket_mm)
-        # every vertex within `reach` of the point lies in the cube `rings` buckets out
-        gap = min(_gap(x, low[0], i, bucket_mm), _gap(y, low[1], j, bucket_mm), _gap(z, low[2], k, bucket_mm))
+        if not abs(x) + abs(y) + abs(z) < np.inf:  # NaN or inf: no nearest vertex
+            continue
+        i, j, k = _cells(x, y, z, low, bucket_mm, shape)  # in the grid: every index below is in range
+        # every vertex nearer than `reach(rings)` lies in the cube `rings` buckets out; `whole` covers the grid
+        gap = _reach_all(x, y, z, low, i, j, k, shape, 0, bucket_mm)
+        whole = max(i, shape[0] - 1 - i, j, shape[1] - 1 - j, k, shape[2] - 1 - k, 1)
         best, found, rings = np.inf, -1, 1
         if previous >= 0:  # the previous point's nearest vertex bounds the search (points come in surface order)
             best, found = (xs[previous] - x) ** 2 + (ys[previous] - y) ** 2 + (zs[previous] - z) ** 2, previous
-            rings = max(1, int(np.ceil((np.sqrt(best) - gap) / bucket_mm)))
-            if rings > MAX_RINGS:
-                best, found, rings = np.inf, -1, 1
+            needed = _rings_for(best, gap, bucket_mm, whole)
+            if needed > MAX_RINGS:
+                best, found = np.inf, -1
+            else:
+                rings = max(1, int(needed))
         while rings <= MAX_RINGS:
             start, stop = max(k - rings, 0), min(k + rings, shape[2] - 1)
             for a in range(max(i - rings, 0), min(i + rings, shape[0] - 1) + 1):
@@ -279,20 +378,45 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
                         d = (xs[n] - x) ** 2 + (ys[n] - y) ** 2 + (zs[n] - z) ** 2
                         if d < best:
                             best, found = d, n
-            reach = rings * bucket_mm + gap
-            if found >= 0 and best <= reach * reach:
+            reach = _reach_all(x, y, z, low, i, j, k, shape, rings, bucket_mm)
+            if found >= 0 and best <= reach * reach:  # also when the cube covers the grid (reach inf)
                 nearest[q], squared[q], previous = order[found], best, found
                 break
-            rings = rings + 1 if found < 0 else max(rings + 1, int(np.ceil((np.sqrt(best) - gap) / bucket_mm)))
+            if reach == np.inf:  # the whole grid holds no vertex
+                break
+            if found < 0:
+                rings += 1
+            else:
+                rings = max(rings + 1, int(min(_rings_for(best, gap, bucket_mm, whole), MAX_RINGS)))
     return nearest, squared
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rings_for(squared, gap, bucket_mm, whole):
+    """Rings of buckets around a point (a float from 1 to ``whole``) that hold every vertex within
+    ``sqrt(squared)`` mm of it, when its own bucket holds every vertex within ``gap`` mm."""
+    return max(1.0, min(np.ceil((np.sqrt(squared) - gap) / bucket_mm), whole))
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _reach_all(x, y, z, low, i, j, k, shape, rings, bucket_mm):
+    """:func:`_reach` of the nearest axis."""
+    return min(
+        _reach(x, low[0], i, shape[0], rings, bucket_mm),
+        _reach(y, low[1], j, shape[1], rings, bucket_mm),
+        _reach(z, low[2], k, shape[2], rings, bucket_mm),
+    )
 
 
 @numba.njit(cache=True)
 def cells_by_vertex(cells, vertex_count):
     """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``,
-    in increasing order (a counting sort of the cells' corners)."""
+    in increasing order (a counting sort of the cells' corners; a cell that repeats a corner is
+    listed that many times). ValueError for a corner index outside ``0 … vertex_count - 1``."""
     count = np.zeros(vertex_count, dtype=np.int64)
     for v in cells.ravel():
+        if not 0 <= v < vertex_count:
+            raise ValueError("cells_by_vertex: a cell's corner index is out of range")
         count[v] += 1
     first = np.cumsum(count) - count
     filled, by_vertex = first.copy(), np.empty(cells.size, dtype=np.int64)
@@ -314,16 +438,20 @@ def gaussian_weights(sigma_voxels: float) -> np.ndarray:
 
 
 def gaussian_blur(mask: np.ndarray, sigma_voxels: float, dtype) -> np.ndarray:
-    """Gaussian blur of a 2-D or 3-D boolean mask, zero outside, as ``scipy.ndimage.gaussian_filter``
-    with ``mode="constant"`` and ``truncate=3`` (the same sampled kernel, equal to rounding in
-    ``dtype``), about three times faster: each axis is one pass of vectorised rows."""
+    """Gaussian blur of a 1-D to 3-D boolean mask (any shape, even one voxel), zero outside, as
+    ``scipy.ndimage.gaussian_filter`` with ``mode="constant"`` and ``truncate=3`` (the same sampled
+    kernel, equal to rounding in ``dtype``), about three times faster: each axis is one pass of
+    vectorised rows."""
+    if mask.ndim not in (1, 2, 3):
+        raise ValueError(f"gaussian_blur needs a 1-D to 3-D mask, got shape {mask.shape}")
     if sigma_voxels <= 0:
         return mask.astype(dtype)
     weights = gaussian_weights(sigma_voxels).astype(dtype)
-    volume = np.ascontiguousarray(mask).reshape((1,) * (3 - mask.ndim) + mask.shape).view(np.uint8)
+    volume = np.ascontiguousarray(mask, dtype=bool).reshape((1,) * (3 - mask.ndim) + mask.shape).view(np.uint8)
     blurred = np.empty(volume.shape, dtype)
     _blur_rows(volume, weights, blurred)
-    _blur_columns(blurred, weights)
+    if mask.ndim >= 2:  # the axes added by the reshape are not blurred
+        _blur_columns(blurred, weights)
     if mask.ndim == 3:
         _blur_slices(blurred, weights)
     return blurred.reshape(mask.shape)
@@ -384,6 +512,8 @@ def clamp_field(field, inside, margin):
     """Clamp a blurred field in place (arrays flat): inside voxels to at least 0.5 + margin,
     outside ones to at most 0.5 - margin. Returns the inside voxels the blur left below 0.5
     (flat indices) and their blurred values before the clamp."""
+    if inside.size != field.size:
+        raise ValueError("clamp_field: the mask and the field differ in size")
     lost, values = [], []
     for n in range(field.size):
         if inside[n]:
@@ -398,11 +528,17 @@ def clamp_field(field, inside, margin):
 
 @numba.njit(cache=True, nogil=True)
 def triangle_areas(vertices, cells):
-    """Area of each triangle ``cells`` (rows of 3 vertex indices) of ``vertices`` (rows x, y, z)."""
+    """Area of each triangle ``cells`` (rows of 3 vertex indices) of ``vertices`` (rows x, y, z).
+    ValueError for a vertex index out of range."""
+    if vertices.shape[1] != 3 or cells.shape[1] != 3:
+        raise ValueError("triangle_areas: needs vertices of 3 components and triangles of 3 corners")
     areas = np.empty(len(cells))
     for t in range(len(cells)):
+        for corner in range(3):
+            if not 0 <= cells[t, corner] < len(vertices):
+                raise ValueError("triangle_areas: a triangle's vertex index is out of range")
         a, b, c = _vertex(vertices, cells[t, 0]), _vertex(vertices, cells[t, 1]), _vertex(vertices, cells[t, 2])
         u, v = _minus(b, a), _minus(c, a)
-        cross = (u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0])
+        cross = _cross(u, v)
         areas[t] = 0.5 * np.sqrt(_dot(cross, cross))
     return areas

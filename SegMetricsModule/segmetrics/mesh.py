@@ -394,20 +394,40 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     :func:`segmetrics._kernels.vertex_grid`, sized to hold about
     :data:`~segmetrics._kernels.VERTICES_PER_BUCKET` points on a flat patch of a surface whose
     points carry ``sizes`` (mm² each; mm for 2-D contours), and larger when the points are so
-    spread out (a few specks far apart) that there would be more than
-    :data:`MAX_BUCKETS_PER_POINT` buckets per point."""
+    spread out (a few specks far apart, points on a line or a plane) that there would be more
+    than about :data:`MAX_BUCKETS_PER_POINT` buckets per point. Any points work: none (one
+    empty bucket), a single one, all on a line or a plane, sizes of 0. ValueError for points
+    that are not finite."""
     surface_dimensions = points.shape[1] - 1  # sizes are areas (3-D) or lengths (2-D)
-    bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * float(np.mean(sizes)) ** (1.0 / surface_dimensions)
     points = _three_components(points)
-    extent = np.maximum(np.ptp(points, axis=0), bucket_mm)  # mm per axis, at least one bucket
-    bucket_mm = max(bucket_mm, float(np.prod(extent) / (MAX_BUCKETS_PER_POINT * len(points) + 4096)) ** (1.0 / 3.0))
+    if not np.isfinite(points).all():
+        raise ValueError("point_grid: the points must be finite (mm)")
+    mean_size = max(float(np.mean(sizes)), 0.0) if len(sizes) else 0.0
+    bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * mean_size ** (1.0 / surface_dimensions)
+    if not bucket_mm < np.inf:
+        bucket_mm = 0.0
+    # at most `budget` buckets along the longest axis (and half the kernel's most), over the two
+    # longest and over all three
+    budget = MAX_BUCKETS_PER_POINT * len(points) + 4096
+    extent = np.sort(np.ptp(points, axis=0) if len(points) else np.zeros(3))[::-1]  # mm, longest first
+    bucket_mm = max(bucket_mm, extent[0] / min(budget, _kernels.MAX_BUCKETS_PER_AXIS // 2),
+                    *(float(np.prod(extent[:axes]) / budget) ** (1.0 / axes) for axes in (2, 3)))
+    if bucket_mm == 0:  # one point, or all at one place, with sizes of 0
+        bucket_mm = 1.0
     return (bucket_mm, *_kernels.vertex_grid(points, bucket_mm))
 
 
 def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple, make_tree=None) -> tuple:
     """``(distances in mm, indices)`` of the point of ``points`` nearest to each query (rows in
     the same frame, 2-D or 3-D): the bucket search of :func:`point_grid`'s ``grid`` in threads,
-    and a KD-tree of the points (from ``make_tree()`` when given) for queries beyond its rings."""
+    and a KD-tree of the points (from ``make_tree()`` when given) for queries beyond its rings.
+    Without points every distance is inf and every index -1. ValueError for queries that are
+    not finite."""
+    queries = np.asarray(queries, dtype=float)
+    if not np.isfinite(queries).all():
+        raise ValueError("nearest_points: the query points must be finite (mm)")
+    if len(points) == 0:
+        return np.full(len(queries), np.inf), np.full(len(queries), -1, dtype=np.int64)
     nearest, squared = _kernels.in_threads(_kernels.nearest_vertices, (_three_components(queries),), grid)
     far = np.flatnonzero(nearest < 0)
     if len(far):
@@ -452,11 +472,14 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     Returns
     -------
     ndarray, shape (k,)
-        Distances in mm (signed when asked); 0 for a point on a vertex.
+        Distances in mm (signed when asked); 0 for a point on a vertex; inf for every point when
+        the surface has no points. ValueError for points that are not finite.
     """
     points = np.asarray(points, dtype=float)
     if signed and surface.cells.shape[1] != 3:
         raise ValueError("signed distances need a 3-D (triangle) surface")
+    if len(surface.points) == 0:
+        return np.full(len(points), np.inf)
     distances, nearest = nearest_points(points, surface.points, surface.vertex_grid, lambda: surface.tree)
     todo = np.flatnonzero(distances > 0)
     offset, cell, feature = _kernels.in_threads(
@@ -466,6 +489,8 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     )
     distances[todo] = np.sqrt(np.sum(offset * offset, axis=1))
     if signed:
+        if np.any(cell < 0):
+            raise ValueError("signed distances need every vertex of the surface on a triangle")
         distances[todo] *= np.where(np.sum(offset * _feature_normals(cell, feature, surface), axis=1) < 0, -1.0, 1.0)
     return distances
 

@@ -1,0 +1,538 @@
+"""The compiled kernels on degenerate input, with numba's bounds checking on (see conftest.py).
+
+Every kernel of :mod:`segmetrics._kernels` against an independent truth (scipy's KD-tree, brute
+force in numpy, ``scipy.ndimage.gaussian_filter``) on the inputs that break index arithmetic:
+single points, lattices, far-apart specks, collinear and coplanar sets, queries beyond the grid
+on every side and far away, empty sets, zero-length segments and zero-area triangles, volumes of
+one voxel. The reported crashes run end to end in a child process, so that a segmentation fault
+fails its test with the exit code instead of ending the test run.
+"""
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import ndimage
+from scipy.spatial import cKDTree
+
+from segmetrics import _kernels, mesh
+
+PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: For the tests whose truth is exact rational arithmetic (slow).
+EXACT = settings(PROPERTY, max_examples=25)
+
+
+# --- bounds checking is really on ----------------------------------------------------------------
+
+
+def test_the_tests_compile_with_bounds_checking_into_their_own_cache():
+    assert numba.config.BOUNDSCHECK == 1
+    assert os.environ["NUMBA_CACHE_DIR"] == numba.config.CACHE_DIR and "boundscheck" in numba.config.CACHE_DIR
+
+
+def test_an_index_out_of_range_raises_in_a_fresh_and_in_a_cached_kernel():
+    """A new njit function and a package kernel compiled with ``cache=True`` (possibly loaded from
+    the disk cache) both raise IndexError instead of reading past the array."""
+
+    @numba.njit
+    def read(values, index):
+        return values[index]
+
+    with pytest.raises(IndexError):
+        read(np.zeros(3), 3)
+    with pytest.raises(IndexError):
+        _kernels._vertex(np.zeros((2, 3)), 2)
+
+
+def test_child_processes_check_bounds_too():
+    code = "import numpy as np; from segmetrics import _kernels; _kernels._vertex(np.zeros((2, 3)), 5)"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert child.returncode == 1 and "IndexError" in child.stderr, child.stderr[-2000:]
+
+
+# --- point sets ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PointSet:
+    """Points (rows, mm) of one degenerate kind at a scale (0.01 to 100 mm), anywhere; built from
+    a seed so that a failing example prints in full."""
+
+    kind: str
+    count: int
+    scale: float
+    seed: int
+
+    @property
+    def points(self) -> np.ndarray:
+        rng, count = np.random.default_rng(self.seed), self.count
+        if self.kind == "single":
+            points = rng.normal(size=(1, 3))
+        elif self.kind == "repeated":
+            points = np.repeat(rng.normal(size=(1, 3)), count, axis=0)
+        elif self.kind == "lattice":
+            sides = rng.integers(1, 6, size=3)
+            points = np.stack(np.meshgrid(*map(np.arange, sides), indexing="ij"), axis=-1).reshape(-1, 3) * rng.uniform(0.5, 4)
+        elif self.kind == "specks":  # tight clusters thousands of sizes apart
+            centres = rng.uniform(-1000, 1000, size=(rng.integers(2, 5), 3))
+            points = centres[rng.integers(len(centres), size=count)] + rng.normal(scale=0.2, size=(count, 3))
+        elif self.kind == "line":
+            points = rng.normal(size=3) + rng.uniform(-20, 20, size=(count, 1)) * rng.normal(size=3)
+        elif self.kind == "plane":  # any plane, or one along the grid's axes
+            axes = rng.normal(size=(2, 3)) if rng.random() < 0.5 else np.eye(3)[rng.permutation(3)[:2]]
+            points = rng.uniform(-20, 20, size=(count, 2)) @ axes
+        else:
+            points = rng.normal(size=(count, 3)) * rng.uniform(0.1, 10, size=3)
+        return points * self.scale + rng.uniform(-500, 500, size=3)
+
+
+def point_sets(min_points=1):
+    return st.builds(
+        PointSet,
+        kind=st.sampled_from(["single", "repeated", "lattice", "specks", "line", "plane", "cloud"]),
+        count=st.integers(max(min_points, 1), 60),
+        scale=st.sampled_from([0.01, 1.0, 100.0]),
+        seed=st.integers(0, 2**32 - 1),
+    )
+
+
+def queries_around(points, rng):
+    """Queries near the points, on them, in and beyond the points' box on every side, and far away."""
+    low, high = points.min(axis=0), points.max(axis=0)
+    size = max(float(np.max(high - low)), 1.0)
+    directions = rng.normal(size=(20, 3))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    beyond = np.repeat((low + high)[None] / 2, 6, axis=0) + np.concatenate([np.eye(3), -np.eye(3)]) * 3 * size
+    return np.concatenate([
+        points[rng.integers(len(points), size=20)] + rng.normal(scale=0.05 * size, size=(20, 3)),
+        points[:5],
+        rng.uniform(low - 2 * size, high + 2 * size, size=(40, 3)),
+        beyond,
+        (low + high) / 2 + directions * size * 10.0 ** rng.uniform(1, 5, size=(20, 1)),
+    ])
+
+
+def sizes_for(points, rng):
+    """Surface sizes (mm²) per point: typical, tiny, or zero."""
+    return np.full(len(points), rng.choice([0.0, 1e-6, 0.5, 4.0]))
+
+
+@PROPERTY
+@given(point_set=point_sets(), seed=st.integers(0, 2**32 - 1))
+def test_nearest_vertices_against_a_kd_tree(point_set, seed):
+    """The bucket search finds the true nearest vertex (distance as the KD-tree's) or gives up
+    (-1) only for points more than its rings away; with the KD-tree fallback every query gets it."""
+    rng, points = np.random.default_rng(seed), point_set.points
+    queries = queries_around(points, rng)
+    truth, _ = cKDTree(points).query(queries)
+    tolerance = 1e-9 * (1 + np.abs(queries).max())
+    grid = mesh.point_grid(points, sizes_for(points, rng))
+    nearest, squared = _kernels.nearest_vertices(queries, *grid)
+    found = nearest >= 0
+    np.testing.assert_allclose(np.sqrt(squared[found]), truth[found], rtol=1e-12, atol=tolerance)
+    np.testing.assert_allclose(np.linalg.norm(points[nearest[found]] - queries[found], axis=1), truth[found], rtol=1e-12, atol=tolerance)
+    assert np.all(truth[~found] >= _kernels.MAX_RINGS * grid[0] - tolerance)
+    distances, indices = mesh.nearest_points(queries, points, grid)
+    np.testing.assert_allclose(distances, truth, rtol=1e-12, atol=tolerance)
+    np.testing.assert_allclose(np.linalg.norm(points[indices] - queries, axis=1), truth, rtol=1e-12, atol=tolerance)
+
+
+@PROPERTY
+@given(point_set=point_sets(), seed=st.integers(0, 2**32 - 1), buckets_per_side=st.sampled_from([1, 2, 7, 40]))
+def test_nearest_vertices_on_grids_of_any_size(point_set, seed, buckets_per_side):
+    """Grids of one bucket up to 40 per axis, with queries beyond them: every vertex found is the
+    nearest, -1 only beyond the rings, and with one bucket per axis every query is answered."""
+    rng, points = np.random.default_rng(seed), point_set.points
+    queries = queries_around(points, rng)
+    bucket_mm = max(float(np.ptp(points, axis=0).max()), 1e-3) / buckets_per_side
+    nearest, squared = _kernels.nearest_vertices(queries, bucket_mm, *_kernels.vertex_grid(points, bucket_mm))
+    truth, _ = cKDTree(points).query(queries)
+    found = nearest >= 0
+    tolerance = 1e-9 * (1 + np.abs(queries).max())
+    np.testing.assert_allclose(np.sqrt(squared[found]), truth[found], rtol=1e-12, atol=tolerance)
+    assert np.all(truth[~found] >= _kernels.MAX_RINGS * bucket_mm - tolerance)
+    if buckets_per_side == 1:  # one bucket per axis: the first ring covers the grid
+        assert found.all()
+
+
+def test_a_long_line_of_many_points_stays_within_the_buckets_per_axis():
+    """300,000 points on a line with tiny sizes would ask for 2.4 million buckets along it."""
+    points = np.zeros((300_000, 3))
+    points[:, 0] = np.arange(len(points)) * 1.0
+    grid = mesh.point_grid(points, np.full(len(points), 1e-4))
+    assert grid[2].max() < _kernels.MAX_BUCKETS_PER_AXIS
+    queries = np.random.default_rng(8).uniform(-1000, 301_000, size=(200, 3))
+    np.testing.assert_allclose(mesh.nearest_points(queries, points, grid)[0], cKDTree(points).query(queries)[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("columns", [2, 3])
+def test_empty_point_sets(columns):
+    """No points: distances inf and indices -1; no queries: empty results."""
+    none = np.zeros((0, columns))
+    grid = mesh.point_grid(none, np.zeros(0))
+    queries = np.ones((4, columns))
+    distances, indices = mesh.nearest_points(queries, none, grid)
+    assert np.all(distances == np.inf) and np.all(indices == -1)
+    nearest, squared = _kernels.nearest_vertices(mesh._three_components(queries), *grid)
+    assert np.all(nearest == -1) and np.all(squared == np.inf)
+    points = np.arange(3 * columns, dtype=float).reshape(3, columns)
+    distances, indices = mesh.nearest_points(none, points, mesh.point_grid(points, np.ones(3)))
+    assert distances.shape == indices.shape == (0,)
+    surface = mesh.Surface(none, np.zeros(0), np.zeros((0, columns), dtype=np.int64))
+    assert np.all(mesh.distances_to_surface(queries, surface) == np.inf)
+
+
+def test_points_that_are_not_finite_are_refused():
+    points = np.zeros((3, 3))
+    with pytest.raises(ValueError, match="finite"):
+        mesh.nearest_points(np.array([[0.0, np.nan, 0.0]]), points, mesh.point_grid(points, np.ones(3)))
+    with pytest.raises(ValueError, match="finite"):
+        mesh.point_grid(np.array([[0.0, np.inf, 0.0]]), np.ones(1))
+    with pytest.raises(ValueError, match="finite"):
+        _kernels.vertex_grid(np.array([[0.0, np.nan, 0.0], [1.0, 1.0, 1.0]]), 1.0)
+    with pytest.raises(ValueError, match="positive"):
+        _kernels.vertex_grid(points, 0.0)
+    nearest, squared = _kernels.nearest_vertices(np.array([[np.nan, 0.0, 0.0], [0.0, 0.0, 0.0]]), 1.0, *_kernels.vertex_grid(points, 1.0))
+    assert nearest.tolist() == [-1, 0] and squared.tolist() == [np.inf, 0.0]
+
+
+# --- the walk over the cells ---------------------------------------------------------------------
+
+
+def point_segment(p, a, b):
+    """Distance (mm) from ``p`` to segment ``ab`` (the point ``a`` when ``a == b``), in exact
+    rational arithmetic up to the final square root."""
+    return float(_squared_to_segment(*_exact(p, a, b))) ** 0.5
+
+
+def point_triangle(p, a, b, c):
+    """Distance (mm) from ``p`` to the triangle ``abc`` (any, also degenerate), in exact rational
+    arithmetic up to the final square root: the projection on the plane when it falls inside
+    (barycentric coordinates from the normal equations), else the nearest edge."""
+    p, a, b, c = _exact(p, a, b, c)
+    candidates = [_squared_to_segment(p, a, b), _squared_to_segment(p, a, c), _squared_to_segment(p, b, c)]
+    ab, ac, ap = _minus(b, a), _minus(c, a), _minus(p, a)
+    aa, ab_ac, cc = _dot(ab, ab), _dot(ab, ac), _dot(ac, ac)
+    determinant = aa * cc - ab_ac * ab_ac
+    if determinant > 0:
+        s = (_dot(ab, ap) * cc - _dot(ac, ap) * ab_ac) / determinant
+        t = (aa * _dot(ac, ap) - ab_ac * _dot(ab, ap)) / determinant
+        if s >= 0 and t >= 0 and s + t <= 1:
+            rest = [x - s * y - t * z for x, y, z in zip(ap, ab, ac)]
+            candidates.append(_dot(rest, rest))
+    return float(min(candidates)) ** 0.5
+
+
+def _exact(*points):
+    return [[Fraction(float(x)) for x in point] for point in points]
+
+
+def _minus(u, v):
+    return [x - y for x, y in zip(u, v)]
+
+
+def _dot(u, v):
+    return sum(x * y for x, y in zip(u, v))
+
+
+def _squared_to_segment(p, a, b):
+    ab, ap = _minus(b, a), _minus(p, a)
+    length = _dot(ab, ab)
+    t = min(max(_dot(ap, ab) / length, 0), 1) if length else 0
+    rest = [x - t * y for x, y in zip(ap, ab)]
+    return _dot(rest, rest)
+
+
+def point_cell(p, corners):
+    return point_triangle(p, *corners) if len(corners) == 3 else point_segment(p, *corners)
+
+
+def walk(queries, nearest, points, cells):
+    """:func:`segmetrics._kernels.closest_points` with the cells per vertex from its kernel."""
+    return _kernels.closest_points(
+        queries, nearest, points, cells, *_kernels.cells_by_vertex(cells, len(points)), _kernels.FEATURE_CORNERS[cells.shape[1]]
+    )
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Corner points (rows, mm) of one segment or triangle: random, with corners at one place, on
+    a line (also nearly); built from a seed so that a failing example prints in full."""
+
+    corners: int
+    kind: str
+    scale: float
+    seed: int
+
+    @property
+    def points(self) -> np.ndarray:
+        rng = np.random.default_rng(self.seed)
+        cell = rng.normal(size=(self.corners, 3)) * self.scale
+        if self.kind == "one place":
+            cell[:] = cell[0]
+        elif self.kind == "two at one place":
+            cell[rng.integers(self.corners)] = cell[(rng.integers(self.corners - 1) + 1) % self.corners]
+        elif self.kind in ("line", "nearly a line"):
+            cell = cell[0] + rng.uniform(-2, 2, size=(self.corners, 1)) * cell[1]
+            if self.kind == "nearly a line":
+                cell += rng.normal(scale=10.0 ** rng.uniform(-15, -3), size=cell.shape) * self.scale
+        return cell
+
+
+@EXACT
+@given(
+    cell=st.builds(
+        Cell,
+        corners=st.sampled_from([2, 3]),
+        kind=st.sampled_from(["random", "one place", "two at one place", "line", "nearly a line"]),
+        scale=st.sampled_from([0.01, 1.0, 50.0]),
+        seed=st.integers(0, 2**32 - 1),
+    ),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_walk_on_one_cell_is_exact(cell, seed):
+    """One triangle or segment, however degenerate: the distance and the closest point equal exact
+    arithmetic, from any starting vertex, and no division by zero is raised."""
+    rng, corners = np.random.default_rng(seed), cell.points
+    size = 1 + np.abs(corners).max()
+    queries = np.concatenate([
+        corners.mean(axis=0) + rng.normal(size=(12, 3)) * np.ptp(corners, axis=0).max(initial=1.0),
+        corners + rng.normal(scale=1e-3, size=corners.shape),
+        corners.copy(),
+    ])
+    cells = np.arange(len(corners))[None]
+    offsets, found_cells, features = walk(queries, rng.integers(len(corners), size=len(queries)), corners, cells)
+    truth = [point_cell(p, corners) for p in queries]
+    np.testing.assert_allclose(np.linalg.norm(offsets, axis=1), truth, rtol=1e-9, atol=1e-9 * size)
+    on_cell = [point_cell(q, corners) for q in queries - offsets]  # the closest point lies on the cell
+    np.testing.assert_allclose(on_cell, 0, atol=1e-9 * size)
+    assert np.all(found_cells == 0) and np.all((features >= 0) & (features < len(_kernels.FEATURE_CORNERS[len(corners)])))
+
+
+@EXACT
+@given(point_set=point_sets(min_points=3), seed=st.integers(0, 2**32 - 1), corners=st.sampled_from([2, 3]))
+def test_walk_on_random_meshes_never_underestimates(point_set, seed, corners):
+    """Random cells (repeated corners, zero areas and all) on degenerate point sets: the walk from
+    the nearest vertex returns the distance to a point of the cell it names (or to that vertex when
+    no cell holds it), never less than the distance to the nearest cell or vertex (brute force) and
+    never more than to the nearest vertex; on a fan (every cell around the starting vertex) it
+    finds the nearest cell."""
+    rng, points = np.random.default_rng(seed), point_set.points[:12]
+    cells = rng.integers(len(points), size=(int(rng.integers(1, 16)), corners))
+    if rng.random() < 0.5:  # a fan around vertex 0
+        cells[:, 0] = 0
+    queries = queries_around(points, rng)[::5]
+    vertex_distance, nearest = cKDTree(points).query(queries)
+    offsets, found_cells, _ = walk(queries, nearest, points, cells)
+    got = np.linalg.norm(offsets, axis=1)
+    to_cells = np.array([min(point_cell(p, points[c]) for c in cells) for p in queries])
+    tolerance = 1e-9 * (1 + np.abs(queries).max())
+    assert np.all(got >= np.minimum(to_cells, vertex_distance) - tolerance)
+    assert np.all(got <= vertex_distance + tolerance)
+    has_cell = found_cells >= 0
+    named = [point_cell(p, points[cells[c]]) for p, c in zip(queries[has_cell], found_cells[has_cell])]
+    np.testing.assert_allclose(got[has_cell], named, rtol=1e-9, atol=tolerance)
+    lonely = ~np.isin(nearest, cells)  # a vertex without cells: the walk stays on it
+    assert np.all(found_cells[lonely] == -1)
+    np.testing.assert_allclose(got[lonely], vertex_distance[lonely], rtol=1e-12, atol=tolerance)
+    fan = np.all(cells[:, 0] == 0)
+    if fan:
+        start_at_fan = np.zeros(len(queries), dtype=np.int64)
+        fan_offsets, _, _ = walk(queries, start_at_fan, points, cells)
+        np.testing.assert_allclose(np.linalg.norm(fan_offsets, axis=1), to_cells, rtol=1e-9, atol=tolerance)
+
+
+def test_walk_refuses_a_nearest_vertex_out_of_range():
+    points, cells = np.eye(3), np.array([[0, 1, 2]])
+    for nearest in (-1, 3):
+        with pytest.raises(ValueError, match="out of range"):
+            walk(np.zeros((1, 3)), np.array([nearest]), points, cells)
+
+
+def test_distances_to_degenerate_surfaces_against_brute_force():
+    """A surface of one triangle, of one point and of a flat strip of slivers: exact distances."""
+    rng = np.random.default_rng(7)
+    queries = rng.normal(scale=5.0, size=(200, 3))
+    triangle = np.array([[0.0, 0, 0], [3, 0, 0], [0, 2, 1]])
+    one = mesh.Surface(triangle, np.ones(3), np.array([[0, 1, 2]]))
+    truth = [point_triangle(p, *triangle) for p in queries]
+    np.testing.assert_allclose(mesh.distances_to_surface(queries, one), truth, rtol=1e-12, atol=1e-12)
+    point = mesh.Surface(np.array([[1.0, 2, 3]]), np.zeros(1), np.array([[0, 0, 0]]))
+    np.testing.assert_allclose(mesh.distances_to_surface(queries, point), np.linalg.norm(queries - [1, 2, 3], axis=1), rtol=1e-12)
+    line = np.stack([np.linspace(0, 10, 8), np.zeros(8), np.zeros(8)], axis=1)  # collinear: every triangle has area 0
+    slivers = np.stack([np.arange(6), np.arange(1, 7), np.arange(2, 8)], axis=1)
+    strip = mesh.Surface(line, np.zeros(8), slivers)
+    truth = [point_segment(p, line[0], line[-1]) for p in queries]
+    np.testing.assert_allclose(mesh.distances_to_surface(queries, strip), truth, rtol=1e-12, atol=1e-12)
+
+
+# --- cells per vertex, areas, blur, clamp --------------------------------------------------------
+
+
+@PROPERTY
+@given(seed=st.integers(0, 2**32 - 1), corners=st.sampled_from([2, 3]), vertex_count=st.integers(1, 12), cell_count=st.integers(0, 20))
+def test_cells_by_vertex_against_numpy(seed, corners, vertex_count, cell_count):
+    cells = np.random.default_rng(seed).integers(vertex_count, size=(cell_count, corners))
+    by_vertex, first, count = _kernels.cells_by_vertex(cells, vertex_count)
+    for v in range(vertex_count):  # a cell is listed once per corner at v
+        expected = np.flatnonzero(cells.ravel() == v) // corners
+        assert by_vertex[first[v]:first[v] + count[v]].tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("bad", [-1, 4])
+def test_cells_and_triangles_out_of_range_are_refused(bad):
+    cells = np.array([[0, 1, 2], [1, 2, bad]])
+    with pytest.raises(ValueError, match="out of range"):
+        _kernels.cells_by_vertex(cells, 4)
+    with pytest.raises(ValueError, match="out of range"):
+        _kernels.triangle_areas(np.zeros((4, 3)), cells)
+
+
+@PROPERTY
+@given(point_set=point_sets(min_points=3), seed=st.integers(0, 2**32 - 1))
+def test_triangle_areas_against_numpy(point_set, seed):
+    points = point_set.points
+    cells = np.random.default_rng(seed).integers(len(points), size=(20, 3))
+    corners = points[cells]
+    expected = 0.5 * np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
+    np.testing.assert_allclose(_kernels.triangle_areas(points, cells), expected, rtol=1e-9, atol=1e-9 * np.abs(points).max() ** 2)
+
+
+@PROPERTY
+@given(
+    shape=st.lists(st.integers(1, 6), min_size=1, max_size=3),
+    sigma=st.floats(0.2, 3.0),
+    seed=st.integers(0, 2**32 - 1),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_blur_of_tiny_shapes_matches_scipy(shape, sigma, seed, dtype):
+    """Masks of one voxel, one row, one column, one slice: as ``scipy.ndimage.gaussian_filter``."""
+    mask = np.random.default_rng(seed).random(shape) > 0.5
+    expected = ndimage.gaussian_filter(mask, sigma, output=dtype, mode="constant", truncate=3.0)
+    atol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(_kernels.gaussian_blur(mask, sigma, dtype), expected, rtol=0, atol=atol)
+
+
+@PROPERTY
+@given(size=st.integers(0, 30), seed=st.integers(0, 2**32 - 1))
+def test_clamp_field_against_numpy(size, seed):
+    rng = np.random.default_rng(seed)
+    field, inside = rng.random(size), rng.random(size) > 0.5
+    clamped = field.copy()
+    lost, values = _kernels.clamp_field(clamped, inside, 0.05)
+    expected_lost = np.flatnonzero(inside & (field < 0.5))
+    assert lost.tolist() == expected_lost.tolist() and values.tolist() == field[expected_lost].tolist()
+    np.testing.assert_array_equal(clamped, np.where(inside, np.maximum(field, 0.55), np.minimum(field, 0.45)))
+    with pytest.raises(ValueError, match="size"):
+        _kernels.clamp_field(clamped, np.zeros(size + 1, bool), 0.05)
+
+
+# --- the reported crashes, end to end in a child process -------------------------------------------
+
+COMPARE_IN_A_CHILD = """
+import json, sys
+import numpy as np
+import segmetrics
+from segmetrics.registry import Parameters
+pairs = np.load(sys.argv[1])
+spacing = json.loads(sys.argv[2])
+values = []
+for index in range(len(pairs.files) // 2):
+    reference, test = pairs[f"reference{index}"], pairs[f"test{index}"]
+    values.append({})
+    for mode in ("exact", "deepmind"):
+        result = segmetrics.compare(reference, test, spacing=spacing, metrics=["hd_mm", "nsd", "msi_3d"], params=Parameters(surface_mode=mode))
+        values[-1][mode] = {metric: result.structures[0].value(metric) for metric in ("hd_mm", "nsd", "msi_3d")}
+print(json.dumps(values))
+"""
+
+
+def compare_in_a_child(pairs, spacing, tmp_path):
+    """``segmetrics.compare`` of each ``(reference, test)`` in both surface modes, in a child
+    process: a list of ``{mode: {metric: value}}``; a crash of the child fails the test with its
+    exit code."""
+    arrays = {f"{name}{index}": mask for index, pair in enumerate(pairs) for name, mask in zip(("reference", "test"), pair)}
+    np.savez(tmp_path / "pairs.npz", **arrays)
+    command = [sys.executable, "-c", COMPARE_IN_A_CHILD, str(tmp_path / "pairs.npz"), json.dumps(list(spacing))]
+    child = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, f"exit code {child.returncode}:\n{child.stderr[-3000:]}"
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def deepmind_truth(reference, test, spacing, tolerance_mm=2.0):
+    """HD and NSD from DeepMind's ``surface_distance`` (the reference for ``deepmind`` mode)."""
+    surface_distance = pytest.importorskip("surface_distance")
+    distances = surface_distance.compute_surface_distances(reference.astype(bool), test.astype(bool), tuple(spacing))
+    return {
+        "hd_mm": surface_distance.compute_robust_hausdorff(distances, 100),
+        "nsd": surface_distance.compute_surface_dice_at_tolerance(distances, tolerance_mm),
+    }
+
+
+def assert_both_modes(values, reference, test, spacing):
+    """deepmind mode equals the library to 1e-6; exact mode's HD is within a voxel diagonal of it
+    (the sub-voxel surface lies within half a voxel of the corner surfels' boundary); MSI in [0, 1]."""
+    truth = deepmind_truth(reference, test, spacing)
+    for metric in ("hd_mm", "nsd"):
+        assert values["deepmind"][metric] == pytest.approx(truth[metric], abs=1e-6), metric
+    assert abs(values["exact"]["hd_mm"] - truth["hd_mm"]) <= np.linalg.norm(spacing)
+    for mode in values:
+        assert 0 <= values[mode]["msi_3d"] <= 1 and 0 <= values[mode]["nsd"] <= 1
+
+
+def single_voxel(shape=(20, 20, 20), at=(10, 10, 10)):
+    mask = np.zeros(shape, np.uint8)
+    mask[at] = 1
+    return mask
+
+
+def test_single_voxel_against_a_lattice(tmp_path):
+    """The reported segfault (exit 139): HD of a voxel at (10, 10, 10) against specks every 4
+    voxels is the distance to the farthest speck, sqrt(300) mm, to within the sub-voxel surfaces."""
+    reference, test = single_voxel(), np.zeros((20, 20, 20), np.uint8)
+    test[::4, ::4, ::4] = 1
+    (values,) = compare_in_a_child([(reference, test)], (1.0, 1.0, 1.0), tmp_path)
+    assert values["exact"]["hd_mm"] == pytest.approx(np.sqrt(300), abs=0.25)
+    assert_both_modes(values, reference, test, (1.0, 1.0, 1.0))
+
+
+def test_single_voxel_against_a_solid_block(tmp_path):
+    reference, test = single_voxel(), np.zeros((20, 20, 20), np.uint8)
+    test[2:18, 3:19, 1:15] = 1
+    spacing = (1.5, 1.0, 0.8)
+    (values,) = compare_in_a_child([(reference, test)], spacing, tmp_path)
+    assert_both_modes(values, reference, test, spacing)
+
+
+def test_balls_with_stray_voxels_against_a_ball(tmp_path):
+    """About 20 stray voxels around a ball (crashed 1 run in 8 before), eight random draws."""
+    grid = np.indices((40, 40, 40)) - 19.5
+    test = (np.sum(grid**2, axis=0) <= 12**2).astype(np.uint8)
+    ball = (np.sum((grid - [[[[1.0]]], [[[0.5]]], [[[0.0]]]]) ** 2, axis=0) <= 11.5**2).astype(np.uint8)
+    references = []
+    for seed in range(8):
+        references.append(ball.copy())
+        references[-1][tuple(np.random.default_rng(seed).integers(0, 40, size=(3, 20)))] = 1
+    spacing = (1.2, 0.9, 0.9)
+    for reference, values in zip(references, compare_in_a_child([(r, test) for r in references], spacing, tmp_path)):
+        assert_both_modes(values, reference, test, spacing)
+
+
+def test_totalsegmentator_single_voxel_label_against_the_liver(data_dir, tmp_path):
+    """TotalSegmentator's label 13 (1 voxel) against the liver (label 5) of the same file."""
+    sitk = pytest.importorskip("SimpleITK")
+    image = sitk.ReadImage(str(data_dir / "totalsegmentator" / "example_seg.nii.gz"))
+    labels = sitk.GetArrayFromImage(image)
+    reference, test = (labels == 13).astype(np.uint8), (labels == 5).astype(np.uint8)
+    assert reference.sum() == 1 and test.sum() > 1000
+    spacing = image.GetSpacing()[::-1]
+    (values,) = compare_in_a_child([(reference, test)], spacing, tmp_path)
+    assert_both_modes(values, reference, test, spacing)
+
