@@ -60,7 +60,7 @@ from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
 from . import _kernels
-from .geometry import bounding_box
+from .geometry import bounding_box, union_box
 
 #: Gaussian blur (in voxels, every axis) of :func:`smooth_surface`.
 SMOOTHING_SIGMA_VOXELS = 1.0
@@ -68,9 +68,9 @@ SMOOTHING_SIGMA_VOXELS = 1.0
 CLAMP_MARGIN = 0.05
 #: Sigma of the wide blur that counts a structure's thin axes, as a multiple of the surface blur's.
 THIN_SCALE = 3.0
-#: Largest share of the image's voxels in the pair's joint box for :func:`pair_surfaces` to mesh
-#: both masks at once (each holds a float32 field of its box while meshed).
-PARALLEL_BOX_FRACTION = 0.125
+#: Most voxels in the pair's joint box for :func:`pair_surfaces` to mesh both masks at once (each
+#: holds a float32 field of its box while meshed: 64 MiB at this size).
+PARALLEL_BOX_VOXELS = 1 << 24
 #: Most buckets per point of :func:`point_grid` (beyond a few thousand in all).
 MAX_BUCKETS_PER_POINT = 8
 #: Voxels per axis of the blocks that :func:`_gaussian_at` blurs one at a time.
@@ -291,15 +291,7 @@ def _gaussian_at(padded: np.ndarray, index: tuple, sigma_voxels: float, dtype) -
 
 def joint_bounding_box(*masks):
     """Smallest box (tuple of slices) holding the foreground of every mask, ``None`` if all are empty."""
-    return _union(list(map(bounding_box, masks)))
-
-
-def _union(boxes):
-    """Smallest box holding every box that is not ``None`` (``None`` if there is none)."""
-    boxes = [b for b in boxes if b is not None]
-    if not boxes:
-        return None
-    return tuple(slice(min(b[i].start for b in boxes), max(b[i].stop for b in boxes)) for i in range(len(boxes[0])))
+    return union_box(list(map(bounding_box, masks)))
 
 
 def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> tuple:
@@ -307,16 +299,16 @@ def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGM
     bounding box (so that distances between them do not change by a rounding when both masks
     move); ``(reference surface, test surface)``, ``None`` for an empty mask. The two masks are
     read in two threads (the scans and the blur release the GIL), and meshed in two threads too
-    when their joint box is small next to the image (at most :data:`PARALLEL_BOX_FRACTION` of its
-    voxels), so that the second field held at once costs little memory."""
+    when their joint box is small (at most :data:`PARALLEL_BOX_VOXELS`), so that the second field
+    held at once costs little memory."""
     masks, pool = [np.asarray(reference), np.asarray(test)], _kernels.thread_pool()
     boxes = list(pool.map(bounding_box, masks))
-    joint = _union(boxes)
+    joint = union_box(boxes)
     if joint is None:
         return None, None
     origin = [s.start for s in joint]
     build = lambda mask, box: smooth_surface(mask, spacing, sigma_voxels, origin, box) if box is not None else None  # noqa: E731
-    if np.prod([s.stop - s.start for s in joint]) <= PARALLEL_BOX_FRACTION * masks[0].size:
+    if np.prod([s.stop - s.start for s in joint]) <= PARALLEL_BOX_VOXELS:
         return tuple(pool.map(build, masks, boxes))
     return tuple(map(build, masks, boxes))
 
