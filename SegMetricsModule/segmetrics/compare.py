@@ -161,9 +161,12 @@ def _as_number(text):
     return int(value) if value.is_integer() else value
 
 
-def _pair_box(reference: LabelImage, test: LabelImage, ref_label, test_label) -> tuple:
-    """The stored bounding box (tuple of slices) of a structure pair's voxels in both images; the
-    first voxel when both are empty. The metrics see only this box: each pads its masks itself."""
+def _pair_box(reference: LabelImage, test: LabelImage, ref_label, test_label, whole_image: bool) -> tuple:
+    """The stored bounding box (tuple of slices) of a structure pair's voxels in both images (the
+    first voxel when both are empty), or the whole image when a selected group depends on its
+    extent. The metrics see only this box: each pads its masks itself."""
+    if whole_image:
+        return tuple(slice(0, n) for n in reference.array.shape)
     boxes = [image.label_box(label) for image, label in ((reference, ref_label), (test, test_label)) if label is not None]
     return union_box(boxes) or tuple(slice(0, 1) for _ in reference.array.shape)
 
@@ -244,6 +247,7 @@ def compare(
 
     selection = resolve_selection(metrics)
     groups = all_groups()
+    whole_image = any(groups[name].whole_image(params) for name in selection)
     pairs, pairing_notes = _structure_pairs(reference, test, labels)
     if not pairs:
         raise NothingToCompareError("nothing to compare: neither image holds a structure (every voxel is 0 and no "
@@ -251,7 +255,7 @@ def compare(
     notes += pairing_notes
     results = []
     for index, (name, ref_label, test_label) in enumerate(pairs):
-        view = orientation.within(_pair_box(reference, test, ref_label, test_label))
+        view = orientation.within(_pair_box(reference, test, ref_label, test_label, whole_image))
         grid = view.image(reference)
         pair = StructurePair(
             name=name,
@@ -265,7 +269,7 @@ def compare(
         for group_name, wanted in selection.items():
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]
-        extras = orientation.surfaces_to_stored(pair.extras, grid.spacing)
+        extras = view.surfaces_to_stored(pair.extras, grid.spacing)
         results.append(StructureResult(name, ref_label, test_label, values, extras))
         if progress is not None:
             progress(index + 1, len(pairs), name)

@@ -169,12 +169,18 @@ def emptiness_status(reference_present: bool, test_present: bool) -> str:
 
 @dataclass
 class MetricGroup:
-    """Metrics computed together. ``compute(pair, params)`` returns a list of :class:`MetricValue`."""
+    """Metrics computed together. ``compute(pair, params)`` returns a list of :class:`MetricValue`.
+
+    :func:`segmetrics.compare.compare` gives ``compute`` the masks within the pair's bounding box
+    (values must not depend on the background around a structure), unless
+    ``whole_image(params)`` says the values depend on the image's extent.
+    """
 
     name: str
     metrics: tuple
     compute: Callable
     description: str = ""
+    whole_image: Callable = lambda params: False
 
     def spec(self, metric_name: str) -> MetricSpec:
         return next(m for m in self.metrics if m.name == metric_name)

@@ -468,5 +468,6 @@ register_group(
         ROUGHNESS_METRICS,
         compute,
         "Roughness Index, Roughness Ratio and Average Roughness Distance (Rathour et al. 2021)",
+        whole_image=lambda params: params.roughness_convention == "paper",  # depends on the image size
     )
 )
