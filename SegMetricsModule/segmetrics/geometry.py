@@ -16,10 +16,10 @@ them, because they only serve to place voxels in physical (LPS) space.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
-import SimpleITK as sitk
 
 #: Relative/absolute tolerance used when comparing spacing, origin and direction.
 GEOMETRY_TOLERANCE = 1e-4
@@ -134,6 +134,8 @@ class LabelImage:
     @classmethod
     def from_sitk(cls, image: sitk.Image, names: dict | None = None) -> "LabelImage":
         """Wrap a SimpleITK image; spacing is reversed into array-axis order."""
+        import SimpleITK as sitk
+
         if image.GetNumberOfComponentsPerPixel() != 1:
             raise ValueError("label images must have one component per pixel")
         return cls(
@@ -146,6 +148,8 @@ class LabelImage:
 
     def to_sitk(self) -> sitk.Image:
         """Return a SimpleITK image with this geometry (spacing back in x, y, z order)."""
+        import SimpleITK as sitk
+
         image = sitk.GetImageFromArray(self.array)
         image.SetSpacing(tuple(reversed(self.spacing)))
         image.SetOrigin(self.origin)
@@ -292,7 +296,8 @@ def as_label_image(image, spacing=None) -> LabelImage:
     """
     if isinstance(image, LabelImage):
         return image
-    if isinstance(image, sitk.Image):
+    sitk = sys.modules.get("SimpleITK")  # imported on first use: without it no input is a SimpleITK image
+    if sitk is not None and isinstance(image, sitk.Image):
         return LabelImage.from_sitk(image)
     array = np.asarray(image)
     if spacing is None:
@@ -332,6 +337,8 @@ def resample_nearest(moving: LabelImage, target: LabelImage) -> LabelImage:
 
     Voxels of the target grid outside ``moving``'s extent become 0.
     """
+    import SimpleITK as sitk
+
     resampled = sitk.Resample(
         moving.to_sitk(), target.to_sitk(), sitk.Transform(), sitk.sitkNearestNeighbor, 0,
         sitk.GetImageFromArray(moving.array).GetPixelID(),

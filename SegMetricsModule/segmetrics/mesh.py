@@ -50,6 +50,8 @@ Shared cache keys (see :func:`cached_surface`)
 """
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -355,6 +357,16 @@ def compile_kernels() -> None:
         mask[(slice(1, -1),) * len(shape)] = True
         surface = smooth_surface(mask, (1.0,) * len(shape))
         distances_to_surface(surface.points + 0.3, surface)
+
+
+def kernel_cache_missing() -> bool:
+    """Whether numba's disk cache (``__pycache__`` or ``NUMBA_CACHE_DIR``) lacks a kernel of
+    :mod:`segmetrics._kernels`, i.e. whether using them would compile (first use after install or
+    after an edit). Kernels inlined into others have no cache of their own and are not counted."""
+    from numba.core.registry import CPUDispatcher
+
+    kernels = [k for k in vars(_kernels).values() if isinstance(k, CPUDispatcher) and k.targetoptions.get("inline") != "always"]
+    return any(not os.path.exists(k._cache._cache_file._index_path) for k in kernels)
 
 
 def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> vtk.vtkPolyData:
@@ -672,3 +684,8 @@ def _subdivide(closed: np.ndarray, max_length: float) -> np.ndarray:
     fraction = np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces)
     fraction = fraction / np.repeat(pieces, pieces)
     return closed[start] + fraction[:, None] * (following[start] - closed[start])
+
+
+if kernel_cache_missing():  # first use: compile every kernel now, once, and say why it takes a while
+    print("segmetrics: compiling kernels, once (10-30 s; later runs load them from numba's cache)", file=sys.stderr, flush=True)
+    compile_kernels()
