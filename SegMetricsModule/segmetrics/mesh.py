@@ -671,14 +671,19 @@ def contours_2d(mask2d, spacing2d, max_segment_mm: float | None = None) -> list:
         xy = (raw[:-1] - 1.0) * scale  # drop the repeated closing point, undo the pad
         if max_segment_mm is not None:
             xy = _subdivide(xy, max_segment_mm)
-        lengths = np.linalg.norm(np.roll(xy, -1, axis=0) - xy, axis=1)
+        lengths = np.linalg.norm(_following(xy) - xy, axis=1)
         result.append(Contour(xy, lengths))
     return result
 
 
+def _following(closed: np.ndarray) -> np.ndarray:
+    """Each point's successor along a closed polyline (``np.roll(closed, -1, axis=0)``, faster)."""
+    return np.concatenate([closed[1:], closed[:1]])
+
+
 def _subdivide(closed: np.ndarray, max_length: float) -> np.ndarray:
     """Insert evenly spaced points so no segment of a closed polyline exceeds ``max_length``."""
-    following = np.roll(closed, -1, axis=0)
+    following = _following(closed)
     pieces = np.maximum(1, np.ceil(np.linalg.norm(following - closed, axis=1) / max_length).astype(int))
     start = np.repeat(np.arange(len(closed)), pieces)
     fraction = np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces)

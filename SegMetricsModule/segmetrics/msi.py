@@ -44,6 +44,9 @@ from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, 
 SUBDIVISION = 0.25
 #: Number of worst slices listed in the ``msi`` value's params.
 WORST_SLICES = 5
+#: Fewest query points for which KD-tree searches run in all cores: below, starting the threads
+#: costs more than the search (a slice's contours hold hundreds of points).
+PARALLEL_QUERY_POINTS = 20_000
 
 MSI = MetricSpec("msi", "1", "higher", "Medical Similarity Index, slice-wise contour MSI (length-weighted)")
 MSI_3D = MetricSpec("msi_3d", "1", "higher", "Medical Similarity Index on the test surface mesh (area-weighted)")
@@ -80,7 +83,8 @@ def bidirectional_local_distance(test_points, reference_points, test_to_referenc
     """
     if test_to_reference is None:
         test_to_reference = cKDTree(reference_points).query(test_points)[0]
-    back_distance, nearest_test = (cKDTree(test_points) if test_tree is None else test_tree).query(reference_points, workers=-1)
+    workers = -1 if len(reference_points) >= PARALLEL_QUERY_POINTS else 1
+    back_distance, nearest_test = (cKDTree(test_points) if test_tree is None else test_tree).query(reference_points, workers=workers)
     if reference_to_test is not None:
         back_distance = reference_to_test
     bmaxd = np.zeros(len(test_points))
@@ -153,7 +157,10 @@ def _objects(mask2d, spacing2d):
     labels, count = ndimage.label(mask2d)
     if count == 0:
         return labels, []
-    centroids = np.asarray(ndimage.center_of_mass(mask2d, labels, range(1, count + 1))) * spacing2d
+    rows, cols = np.nonzero(labels)
+    members = labels[rows, cols]
+    sizes = np.bincount(members, minlength=count + 1)[1:]
+    centroids = np.stack([np.bincount(members, index, count + 1)[1:] for index in (rows, cols)], axis=1) / sizes[:, None] * spacing2d
     step = SUBDIVISION * min(spacing2d)
     objects = []
     for label, box in enumerate(ndimage.find_objects(labels), start=1):
