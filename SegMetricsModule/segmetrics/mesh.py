@@ -56,10 +56,14 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import vtk
+from vtkmodules.vtkCommonCore import vtkPoints
+from vtkmodules.vtkCommonDataModel import vtkCellArray, vtkImageData, vtkPolyData
+from vtkmodules.vtkCommonTransforms import vtkTransform
+from vtkmodules.vtkFiltersCore import vtkFlyingEdges3D, vtkReverseSense
+from vtkmodules.vtkFiltersGeneral import vtkTransformPolyDataFilter
 from scipy.spatial import cKDTree
 from skimage import measure
-from vtk.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
+from vtkmodules.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
 from . import _kernels
 from .geometry import bounding_box, union_box
@@ -111,7 +115,7 @@ class Surface:
             self.origin = np.zeros(self.points.shape[1])
 
     @classmethod
-    def from_polydata(cls, polydata: vtk.vtkPolyData) -> "Surface":
+    def from_polydata(cls, polydata: vtkPolyData) -> "Surface":
         """Surface of a closed, outward-oriented triangle polydata (points kept in its frame)."""
         return cls(points(polydata), point_areas(polydata), triangles(polydata))
 
@@ -317,11 +321,11 @@ def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGM
 
 def _flying_edges(field: np.ndarray, spacing: np.ndarray):
     """Vertices (mm, ``(x, y, z)`` from the field's corner) and outward triangles of the 0.5 level of a 3-D field."""
-    image = vtk.vtkImageData()
+    image = vtkImageData()
     image.SetDimensions(field.shape[::-1])
     image.SetSpacing(spacing[::-1].tolist())
     image.GetPointData().SetScalars(numpy_to_vtk(field.ravel(), deep=False))  # field outlives the filter
-    surface = vtk.vtkFlyingEdges3D()  # triangles come out outward-oriented for a field high inside
+    surface = vtkFlyingEdges3D()  # triangles come out outward-oriented for a field high inside
     surface.SetInputData(image)
     surface.SetValue(0, 0.5)
     surface.ComputeNormalsOff()
@@ -335,12 +339,12 @@ def _flying_edges(field: np.ndarray, spacing: np.ndarray):
     return vertices, vtk_to_numpy(output.GetPolys().GetConnectivityArray()).reshape(-1, 3).astype(np.int64)
 
 
-def to_polydata(surface: Surface | None) -> vtk.vtkPolyData:
+def to_polydata(surface: Surface | None) -> vtkPolyData:
     """``vtkPolyData`` view of a 3-D surface: its points in index-scaled mm ``(x, y, z)``
     (``points + origin``), its triangles and angle-weighted outward point ``Normals``; an empty
     polydata for ``None``."""
     if surface is None:
-        return vtk.vtkPolyData()
+        return vtkPolyData()
     polydata = mesh_from_numpy(surface.points + surface.origin, surface.cells)
     normals = numpy_to_vtk(surface.vertex_normals, deep=True)
     normals.SetName("Normals")
@@ -369,7 +373,7 @@ def kernel_cache_missing() -> bool:
     return any(not os.path.exists(k._cache._cache_file._index_path) for k in kernels)
 
 
-def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> vtk.vtkPolyData:
+def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> vtkPolyData:
     """Closed, outward-oriented triangle surface of a 3-D mask as ``vtkPolyData``.
 
     Parameters
@@ -499,14 +503,14 @@ def _feature_normals(cells, feature, surface: Surface):
     return normals
 
 
-def points(polydata: vtk.vtkPolyData) -> np.ndarray:
+def points(polydata: vtkPolyData) -> np.ndarray:
     """Points of a polydata as an ``(N, 3)`` float array (a copy), in the polydata's frame."""
     if polydata.GetNumberOfPoints() == 0:
         return np.zeros((0, 3))
     return vtk_to_numpy(polydata.GetPoints().GetData()).astype(float)
 
 
-def triangles(polydata: vtk.vtkPolyData) -> np.ndarray:
+def triangles(polydata: vtkPolyData) -> np.ndarray:
     """Triangle vertex indices as an ``(M, 3)`` int array (polydata of triangles only)."""
     polys = polydata.GetPolys()
     if polys is None or polys.GetNumberOfCells() == 0:
@@ -518,22 +522,22 @@ def triangles(polydata: vtk.vtkPolyData) -> np.ndarray:
     return connectivity.reshape(-1, 3).astype(np.int64)
 
 
-def mesh_from_numpy(vertices, faces) -> vtk.vtkPolyData:
+def mesh_from_numpy(vertices, faces) -> vtkPolyData:
     """Build a triangle polydata from ``(N, 3)`` points and ``(M, 3)`` vertex indices."""
     vertices = np.ascontiguousarray(vertices, dtype=float)
     faces = np.ascontiguousarray(faces, dtype=np.int64)
-    vtk_points = vtk.vtkPoints()
+    vtk_points = vtkPoints()
     vtk_points.SetData(numpy_to_vtk(vertices, deep=True))
-    cells = vtk.vtkCellArray()
+    cells = vtkCellArray()
     offsets = np.arange(0, 3 * len(faces) + 1, 3, dtype=np.int64)
     cells.SetData(numpy_to_vtkIdTypeArray(offsets, deep=True), numpy_to_vtkIdTypeArray(faces.ravel(), deep=True))
-    mesh = vtk.vtkPolyData()
+    mesh = vtkPolyData()
     mesh.SetPoints(vtk_points)
     mesh.SetPolys(cells)
     return mesh
 
 
-def triangle_areas(polydata: vtk.vtkPolyData) -> np.ndarray:
+def triangle_areas(polydata: vtkPolyData) -> np.ndarray:
     """Area of each triangle (mm² when the points are in mm)."""
     return _triangle_areas(points(polydata), triangles(polydata))
 
@@ -543,7 +547,7 @@ def _triangle_areas(vertices: np.ndarray, cells: np.ndarray) -> np.ndarray:
     return _kernels.triangle_areas(np.ascontiguousarray(vertices, dtype=float), np.ascontiguousarray(cells, dtype=np.int64))
 
 
-def point_areas(polydata: vtk.vtkPolyData) -> np.ndarray:
+def point_areas(polydata: vtkPolyData) -> np.ndarray:
     """Area attributed to each vertex: one third of the area of every adjacent triangle (mm²).
 
     The values sum to the total surface area; use them as weights for area-weighted means.
@@ -553,7 +557,7 @@ def point_areas(polydata: vtk.vtkPolyData) -> np.ndarray:
     return np.bincount(tri.ravel(), weights=per_corner, minlength=polydata.GetNumberOfPoints())
 
 
-def signed_volume(polydata: vtk.vtkPolyData) -> float:
+def signed_volume(polydata: vtkPolyData) -> float:
     """Enclosed volume (mm³) by the divergence theorem; negative when triangles face inward."""
     xyz, tri = points(polydata), triangles(polydata)
     if len(tri) == 0:
@@ -562,7 +566,7 @@ def signed_volume(polydata: vtk.vtkPolyData) -> float:
     return float(np.einsum("ij,ij->", a, np.cross(b, c)) / 6.0)
 
 
-def to_physical(polydata: vtk.vtkPolyData, label_image) -> vtk.vtkPolyData:
+def to_physical(polydata: vtkPolyData, label_image) -> vtkPolyData:
     """Copy of an index-scaled mesh placed in physical space (ITK LPS mm) for display.
 
     ``p_physical = origin + direction @ p`` where ``p`` is the index-scaled ``(x, y, z)`` point
@@ -576,15 +580,15 @@ def to_physical(polydata: vtk.vtkPolyData, label_image) -> vtk.vtkPolyData:
     matrix = np.eye(4)
     matrix[:3, :3] = direction
     matrix[:3, 3] = label_image.origin
-    transform = vtk.vtkTransform()
+    transform = vtkTransform()
     transform.SetMatrix(matrix.ravel().tolist())
-    moved = vtk.vtkTransformPolyDataFilter()
+    moved = vtkTransformPolyDataFilter()
     moved.SetInputData(polydata)
     moved.SetTransform(transform)
     moved.Update()
     if np.linalg.det(direction) >= 0:
         return moved.GetOutput()
-    rewound = vtk.vtkReverseSense()
+    rewound = vtkReverseSense()
     rewound.SetInputData(moved.GetOutput())
     rewound.ReverseCellsOn()
     rewound.ReverseNormalsOff()  # the transform already mapped the normals correctly
@@ -603,7 +607,7 @@ def cached_surface(pair, which: str) -> Surface | None:
     return pair.cache[key]
 
 
-def cached_test_surface(pair) -> vtk.vtkPolyData:
+def cached_test_surface(pair) -> vtkPolyData:
     """Polydata view of the pair's test surface (:func:`cached_surface`), built once.
 
     Stored in ``pair.extras["test_surface"]`` (index-scaled mm) so that every metric group adds
@@ -614,7 +618,7 @@ def cached_test_surface(pair) -> vtk.vtkPolyData:
     return pair.extras["test_surface"]
 
 
-def cached_reference_surface(pair) -> vtk.vtkPolyData:
+def cached_reference_surface(pair) -> vtkPolyData:
     """Polydata view of the reference surface, built once and kept in ``pair.cache["reference_surface"]``."""
     if "reference_surface" not in pair.cache:
         pair.cache["reference_surface"] = to_polydata(cached_surface(pair, "reference"))

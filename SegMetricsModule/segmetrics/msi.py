@@ -32,7 +32,7 @@ from scipy import ndimage
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial import cKDTree
 from skimage import measure
-from vtk.util.numpy_support import numpy_to_vtk
+from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from . import mesh
 from .geometry import through_plane_axis

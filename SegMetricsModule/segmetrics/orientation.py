@@ -145,12 +145,13 @@ class Reorientation:
         that :func:`segmetrics.mesh.to_physical` with the stored image places it. Point order and
         point data are kept; ``Normals`` are mapped; triangles are re-wound when the mapping
         mirrors, so that they stay outward. A new polydata, or ``polydata`` itself when nothing moves."""
-        import vtk
-        from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
+        from vtkmodules.util.numpy_support import numpy_to_vtk, vtk_to_numpy
+        from vtkmodules.vtkCommonDataModel import vtkPolyData
+        from vtkmodules.vtkFiltersCore import vtkReverseSense
 
         if self.is_identity or polydata.GetNumberOfPoints() == 0:
             return polydata
-        moved = vtk.vtkPolyData()
+        moved = vtkPolyData()
         moved.DeepCopy(polydata)
         points = vtk_to_numpy(moved.GetPoints().GetData()).astype(float)
         stored = self.stored_point(points[:, ::-1], canonical_spacing)
@@ -162,7 +163,7 @@ class Reorientation:
             array.SetName(normals.GetName())
             moved.GetPointData().SetNormals(array)
         if self._mirrors():
-            rewound = vtk.vtkReverseSense()
+            rewound = vtkReverseSense()
             rewound.SetInputData(moved)
             rewound.ReverseCellsOn()
             rewound.ReverseNormalsOff()

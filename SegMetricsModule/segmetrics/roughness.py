@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 from scipy.spatial import cKDTree
-from vtk.util.numpy_support import numpy_to_vtk
+from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from . import mesh
 from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group
