@@ -50,7 +50,6 @@ Shared cache keys (see :func:`cached_surface`)
 """
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -364,13 +363,14 @@ def compile_kernels() -> None:
 
 
 def kernel_cache_missing() -> bool:
-    """Whether numba's disk cache (``__pycache__`` or ``NUMBA_CACHE_DIR``) lacks a kernel of
-    :mod:`segmetrics._kernels`, i.e. whether using them would compile (first use after install or
-    after an edit). Kernels inlined into others have no cache of their own and are not counted."""
+    """Whether numba's disk cache (``__pycache__``, the user's cache folder or ``NUMBA_CACHE_DIR``)
+    lacks a kernel of :mod:`segmetrics._kernels` or holds it for an older source, i.e. whether
+    using them would compile (first use after install or after an update). Kernels inlined into
+    others have no cache of their own and are not counted."""
     from numba.core.registry import CPUDispatcher
 
     kernels = [k for k in vars(_kernels).values() if isinstance(k, CPUDispatcher) and k.targetoptions.get("inline") != "always"]
-    return any(not os.path.exists(k._cache._cache_file._index_path) for k in kernels)
+    return any(not k._cache._cache_file._load_index() for k in kernels)  # {} when absent or stale
 
 
 def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> vtkPolyData:
