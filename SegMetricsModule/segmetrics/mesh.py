@@ -644,7 +644,7 @@ class Contour:
     @property
     def point_weights(self) -> np.ndarray:
         """Length attributed to each point: half of each of its two segments (mm)."""
-        return 0.5 * (self.lengths + np.roll(self.lengths, 1))
+        return 0.5 * (self.lengths + np.concatenate([self.lengths[-1:], self.lengths[:-1]]))  # np.roll(lengths, 1)
 
 
 def contours_2d(mask2d, spacing2d, max_segment_mm: float | None = None) -> list:
