@@ -1,25 +1,34 @@
-"""Benchmark: surface-distance set (HD, HD95, ASSD, NSD@2 mm) against DeepMind's surface-distance.
+"""Benchmark: the distance set (HD, HD95, ASSD, NSD@2 mm) through ``segmetrics.compare`` against DeepMind.
 
 A 300×512×512 volume at spacing (2.5, 0.8, 0.8) mm (array order z, y, x) holding a reference and
-a test object: offset spheres of two organ sizes (with their analytic truth) and a body-sized
-ellipsoid pair. Per method it prints the best wall time (of 5 runs; 1 for the body), the speed-up
-over DeepMind's library measured in the same run, the peak resident memory the call adds
-(measured in a forked child, Linux) relative to the two input masks, and, for the spheres, the
-error against the continuous truth.
+a test object: offset spheres of kidney size (r = 40/37 mm) and liver size (r = 70/67 mm), with
+their analytic truth, and a body-sized ellipsoid pair. Per case and method it prints the best wall
+time, the speed-up over DeepMind's ``surface_distance`` measured in the same run, the peak
+resident memory the call adds (forked child, Linux) relative to the two input masks, and, for the
+spheres, the error against the continuous truth. Methods:
 
-Run: ``python bench/bench_distance.py`` (about two minutes on two cores).
+- ``segmetrics.compare`` on the two boolean arrays (``labels=[1]``), default ``exact`` mode and
+  ``surface_mode="deepmind"``; the peer is ``compute_surface_distances`` on the same arrays;
+- ``segmetrics.compare`` on two ``.nii.gz`` files; the peer reads them with SimpleITK first;
+- the CLI end to end (``segmetrics compare``, a new process, start-up included), kidney case only.
+
+Run: ``python bench/bench_distance.py`` (several minutes on two cores; other load on the machine
+shows as noise: compare runs of one session only). ``--quick`` uses a 120×256×256 grid.
 """
-import multiprocessing
-import time
+import argparse
+import tempfile
+from pathlib import Path
 
 import numpy as np
-import surface_distance
+import SimpleITK as sitk
 
-from segmetrics import distance as D
+import segmetrics
+from common import (DISTANCE_SET, NSD_TOLERANCE_MM, best_time, cli_seconds, deepmind_distance_set, peak_added_mb, values,
+                    write_image)
 
 SHAPE = (300, 512, 512)
 SPACING = (2.5, 0.8, 0.8)
-TOLERANCE_MM = 2.0
+TOLERANCE_MM = NSD_TOLERANCE_MM
 
 
 def ellipsoid(centre_mm, semi_axes_mm):
@@ -47,87 +56,68 @@ def sphere_truth(c1, r1, c2, r2, n=2_000_000):
     }
 
 
-def deepmind_library(reference, test):
-    sd = surface_distance.compute_surface_distances(reference, test, SPACING)
-    distances = np.concatenate([sd["distances_gt_to_pred"], sd["distances_pred_to_gt"]])
-    areas = np.concatenate([sd["surfel_areas_gt"], sd["surfel_areas_pred"]])
-    return {
-        "hd": surface_distance.compute_robust_hausdorff(sd, 100),
-        "hd95": surface_distance.compute_robust_hausdorff(sd, 95),
-        "assd": float(np.sum(distances * areas) / np.sum(areas)),
-        "nsd": surface_distance.compute_surface_dice_at_tolerance(sd, TOLERANCE_MM),
-    }
-
-
-def ours(mode):
-    def run(reference, test):
-        sd = D.surface_distances(reference, test, SPACING, mode)
-        return {"hd": D.hausdorff(sd), "hd95": D.percentile_distance(sd, 95), "assd": D.assd(sd), "nsd": D.nsd(sd, TOLERANCE_MM)}
-
-    return run
-
-
-def _status_mb(key):
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) / 1024 for line in status if line.startswith(key + ":"))
-
-
-def _peak_child(function, reference, test, queue):
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # reset the peak-RSS mark to the current RSS
-    before = _status_mb("VmRSS")
-    function(reference, test)
-    queue.put(_status_mb("VmHWM") - before)
-
-
-def peak_added_mb(function, reference, test):
-    """Peak resident memory (MB) that one call adds, measured in a forked child process."""
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    child = context.Process(target=_peak_child, args=(function, reference, test, queue))
-    child.start()
-    peak = queue.get()
-    child.join()
-    return peak
-
-
-def best_time(function, reference, test, repeats):
-    times, result = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = function(reference, test)
-        times.append(time.perf_counter() - start)
-    return min(times), result
-
-
 def cases():
-    centre = np.array([SHAPE[0] * SPACING[0] / 2 + 0.3, 205.1, 203.7])
+    centre = np.array([SHAPE[0] * SPACING[0] / 2 + 0.3, SHAPE[1] * SPACING[1] / 2 + 0.3, SHAPE[2] * SPACING[2] / 2 - 1.1])
     offset = np.array([3.0, 2.0, -1.5])
     for radius in (40.0, 70.0):
         truth = sphere_truth(centre, radius, centre + offset, radius - 3.0)
-        yield f"spheres r={radius:.0f}/{radius - 3:.0f} mm", ellipsoid(centre, [radius] * 3), ellipsoid(centre + offset, [radius - 3] * 3), truth, 5
+        yield f"{'kidney' if radius < 50 else 'liver'} r={radius:.0f}/{radius - 3:.0f}", ellipsoid(centre, [radius] * 3), ellipsoid(centre + offset, [radius - 3] * 3), truth, 5
     body = ellipsoid(centre, (330.0, 180.0, 150.0)), ellipsoid(centre + [2.0, 1.0, -1.0], (328.0, 178.0, 151.0))
-    yield "body ellipsoid 660x360x300 mm", *body, None, 1
+    yield "body ellipsoid", *body, None, 1
+
+
+def ours(mode="exact"):
+    params = segmetrics.Parameters(surface_mode=mode, nsd_tolerance_mm=TOLERANCE_MM)
+    return lambda reference, test: values(segmetrics.compare(reference, test, spacing=SPACING, metrics=DISTANCE_SET,
+                                                             labels=[1], params=params))
+
+
+def read_then_deepmind(reference_file, test_file):
+    reference, test = (sitk.GetArrayFromImage(sitk.ReadImage(str(f))) for f in (reference_file, test_file))
+    return deepmind_distance_set(reference, test, SPACING)
 
 
 def main():
-    ours("deepmind")(np.ones((2, 2, 2), bool), np.ones((2, 2, 2), bool))  # build the cached area table once
-    methods = {"DeepMind surface-distance": deepmind_library, "segmetrics exact": ours("exact"), "segmetrics deepmind": ours("deepmind")}
+    global SHAPE
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a 120×256×256 grid (development runs)")
+    parser.add_argument("--cases", default="kidney,liver,body", help="comma-separated subset of kidney,liver,body")
+    args = parser.parse_args()
+    if args.quick:
+        SHAPE = (120, 256, 256)
+    wanted = args.cases.split(",")
+    ours("exact")(np.ones((2, 2, 2), bool), np.ones((2, 2, 2), bool))  # compile / load kernels, build cached tables
+    methods = {
+        "DeepMind surface-distance": lambda r, t: deepmind_distance_set(r, t, SPACING),
+        "compare, arrays, exact": ours("exact"),
+        "compare, arrays, deepmind": ours("deepmind"),
+    }
     print(f"volume {SHAPE} (z, y, x) at {SPACING} mm; HD, HD95, ASSD and NSD@{TOLERANCE_MM:g}mm per call")
-    header = f"{'case':<31} {'method':<26} {'time s':>7} {'speed-up':>8} {'peak/inputs':>11} {'HD95 err':>9} {'ASSD err':>9} {'NSD err':>8}"
+    header = f"{'case':<14} {'method':<30} {'time s':>7} {'speed-up':>8} {'peak/inputs':>11} {'HD95 err':>9} {'ASSD err':>9} {'NSD err':>8}"
     print(header)
     print("-" * len(header))
-    for name, reference, test, truth, repeats in cases():
-        inputs_mb = (reference.nbytes + test.nbytes) / 2**20
-        baseline = None
-        for method, function in methods.items():
-            seconds, result = best_time(function, reference, test, repeats)
-            baseline = baseline or seconds
-            peak = peak_added_mb(function, reference, test) / inputs_mb
-            errors = "".join(f" {result[k] - truth[k]:>+9.3f}" for k in ("hd95", "assd")) + f" {result['nsd'] - truth['nsd']:>+8.4f}" if truth else ""
-            print(f"{name:<31} {method:<26} {seconds:>7.3f} {baseline / seconds:>7.1f}x {peak:>11.2f}{errors}")
-        if truth:
-            print(f"{'':<31} truth: HD95 {truth['hd95']:.3f} mm, ASSD {truth['assd']:.3f} mm, NSD {truth['nsd']:.4f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, reference, test, truth, repeats in cases():
+            if name.split()[0] not in wanted:
+                continue
+            inputs_mb = (reference.nbytes + test.nbytes) / 2**20
+            files = [write_image(m, SPACING, Path(tmp) / f"{side}.nii.gz") for side, m in (("reference", reference), ("test", test))]
+            runs = {method: (lambda f=function: f(reference, test)) for method, function in methods.items()}
+            runs["DeepMind after reading files"] = lambda: read_then_deepmind(*files)
+            runs["compare, files, exact"] = lambda: ours("exact")(*files)
+            baseline = {}
+            for method, run in runs.items():
+                seconds, result = best_time(run, repeats)
+                peer = "DeepMind after reading files" if "files" in method else "DeepMind surface-distance"
+                baseline.setdefault(peer, seconds)
+                peak = peak_added_mb(run) / inputs_mb
+                errors = "".join(f" {result[k] - truth[k]:>+9.3f}" for k in ("hd95", "assd")) + f" {result['nsd'] - truth['nsd']:>+8.4f}" if truth else ""
+                print(f"{name:<14} {method:<30} {seconds:>7.3f} {baseline[peer] / seconds:>7.1f}x {peak:>11.2f}{errors}")
+            if name.startswith("kidney"):
+                seconds = cli_seconds("compare", *files, "--labels", "1", "--metrics", ",".join(DISTANCE_SET), "--format", "csv")
+                print(f"{name:<14} {'CLI end to end (new process)':<30} {seconds:>7.3f} {baseline['DeepMind after reading files'] / seconds:>7.1f}x")
+            if truth:
+                print(f"{'':<14} truth: HD95 {truth['hd95']:.3f} mm, ASSD {truth['assd']:.3f} mm, NSD {truth['nsd']:.4f}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ The ground truth is the axon mask's connected components (~580); the "prediction
 deterministic perturbation used by the tests (eroded, dilated, shifted, dropped components and
 false positives, tied scores). A 2 x 2 tiling of the same image gives a ~2300-instance frame.
 Both tools get identical instances; pycocotools gets them as RLE (encoding timed separately).
-Prints best-of-N wall times and the ratio pycocotools / ours, measured in the same run.
+Prints best-of-N wall times and the ratio pycocotools / ours, measured in the same run. Ours is
+timed through the package's public functions (``segmetrics.average_precision``,
+``segmetrics.instances_from_semantic``); ``compare`` does not compute instance metrics.
 """
 import argparse
 import contextlib
@@ -22,7 +24,8 @@ sys.path.insert(0, str(HERE.parent / "Testing"))
 
 from test_instances import coco_evaluator, perturbed_prediction  # noqa: E402
 
-from segmetrics.instances import Instances, average_precision, instances_from_semantic  # noqa: E402
+from segmetrics import average_precision, instances_from_semantic  # noqa: E402  (the public API)
+from segmetrics.instances import Instances  # noqa: E402
 from segmetrics.io import load_label_image  # noqa: E402
 
 AXONS = HERE.parent.parent / "shared" / "data" / "ivadomed_axondeepseg_sem" / "sub-rat3_ses-01_sample-data9_SEM_seg-axon-manual.png"

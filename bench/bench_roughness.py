@@ -8,9 +8,12 @@ shifted by 4 mm) on a 300 × 512 × 512 grid at 2.5 × 0.8 × 0.8 mm (array orde
 
 Per case it prints the vertex counts and the seconds spent building the two shared surfaces
 (``segmetrics.mesh``, shared with other groups), computing both RIs (window means), the ARD (ray
-casting) and the whole group. There is no other implementation of these metrics to compare with,
-so the times are absolute; ``--baseline FILE`` also times the group of another version of
-``roughness.py``, e.g. ``git show <commit>:SegMetricsModule/segmetrics/roughness.py > old.py``.
+casting) and the whole group, then the group through the public entry point
+(``segmetrics.compare(..., metrics="roughness")`` on the arrays) and, as the peer measured in the
+same run, DeepMind ``surface_distance``'s distance set of the same pair (no other implementation
+of these metrics exists), with the ratio compare / peer. ``--baseline FILE`` also times the group
+of another version of ``roughness.py``, e.g.
+``git show <commit>:SegMetricsModule/segmetrics/roughness.py > old.py``.
 
 Usage: python bench/bench_roughness.py [--data ../shared/data] [--cases liver,spine,ellipsoid]
        [--baseline old.py]
@@ -23,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import SimpleITK as sitk
 
+import segmetrics
+from common import best_time, deepmind_distance_set
 from segmetrics import mesh, roughness
 from segmetrics.registry import Parameters, StructurePair
 
@@ -79,7 +84,8 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another roughness.py whose group is timed too")
     args = parser.parse_args()
     baseline = load_baseline(args.baseline) if args.baseline else None
-    header = f"{'case':10s} {'vertices':>15s} {'surfaces':>9s} {'RI x2':>7s} {'ARD':>7s} {'group':>7s}"
+    header = (f"{'case':10s} {'vertices':>15s} {'surfaces':>9s} {'RI x2':>7s} {'ARD':>7s} {'group':>7s} {'compare':>8s} "
+              f"{'DeepMind':>9s} {'ratio':>6s}")
     print(header + (f" {'baseline group':>15s}" if baseline else "") + "  (seconds)")
     for name, reference, test, spacing in cases(args.data.resolve(), args.cases.split(",")):
         start = time.perf_counter()
@@ -93,10 +99,14 @@ def main() -> None:
         roughness.compute(StructurePair(name, reference, test, spacing), Parameters())  # surfaces included
         group = time.perf_counter()
         vertices = "/".join(str(len(s.points)) for s in surfaces)
-        row = f"{name:10s} {vertices:>15s} {built - start:9.2f} {ri - built:7.2f} {ard - ri:7.2f} {group - ard:7.2f}"
+        on_arrays, _ = best_time(lambda: segmetrics.compare(reference, test, spacing=spacing, metrics="roughness", labels=[1]), 1)
+        peer, _ = best_time(lambda: deepmind_distance_set(reference, test, spacing), 1)
+        row = (f"{name:10s} {vertices:>15s} {built - start:9.2f} {ri - built:7.2f} {ard - ri:7.2f} {group - ard:7.2f} "
+               f"{on_arrays:8.2f} {peer:9.2f} {on_arrays / peer:5.2f}x")
         if baseline:
+            start = time.perf_counter()
             baseline.compute(StructurePair(name, reference, test, spacing), Parameters())
-            row += f" {time.perf_counter() - group:15.2f}"
+            row += f" {time.perf_counter() - start:15.2f}"
         print(row)
 
 

@@ -70,7 +70,7 @@ def _add_input_arguments(p) -> None:
 
 def _input_policy(args):
     """``InputPolicy`` from the ``--allow-*`` flags."""
-    from .io import InputPolicy
+    from .validation import InputPolicy
 
     if args.allow_lossy and args.threshold is None:
         raise UserError("--allow-lossy needs --threshold (e.g. --threshold 128 for 0/255 JPEG masks)")
@@ -292,10 +292,10 @@ def _run_demo(args) -> int:
 
 
 def _metric_names() -> list:
-    """Group and metric names accepted by ``--metrics``."""
-    from .registry import all_groups
+    """Group and metric names accepted by ``--metrics`` (the built-in groups, without importing them)."""
+    from .registry import BUILTIN_METRIC_NAMES
 
-    return [f"{name} ({', '.join(m.name for m in group.metrics)})" for name, group in all_groups().items()]
+    return [f"{name} ({', '.join(metrics)})" for name, metrics in BUILTIN_METRIC_NAMES.items()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -419,7 +419,7 @@ def main(argv=None) -> int:
     error without a traceback (set ``SEGMETRICS_TRACEBACK=1`` to see it); 130 interrupted (Ctrl-C).
     Other exceptions are programming errors and keep their traceback.
     """
-    from .io import ReadError
+    from .validation import ReadError
 
     args = build_parser().parse_args(argv)
     try:

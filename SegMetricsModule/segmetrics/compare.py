@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .geometry import LabelImage, check_same_geometry, geometry_differences, resample_nearest
-from .orientation import canonical
+from .geometry import LabelImage, check_same_geometry, geometry_differences, resample_nearest, union_box
+from .orientation import Reorientation, canonical
 from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, resolve_selection
 from .validation import NothingToCompareError
 
@@ -161,10 +161,23 @@ def _as_number(text):
     return int(value) if value.is_integer() else value
 
 
-def _mask(image: LabelImage, label) -> np.ndarray:
+def _pair_box(reference: LabelImage, test: LabelImage, ref_label, test_label, whole_image: bool) -> tuple:
+    """The stored bounding box (tuple of slices) of a structure pair's voxels in both images (the
+    first voxel when both are empty), or the whole image when a selected group depends on its
+    extent. The metrics see only this box: each pads its masks itself."""
+    if whole_image:
+        return tuple(slice(0, n) for n in reference.array.shape)
+    boxes = [image.label_box(label) for image, label in ((reference, ref_label), (test, test_label)) if label is not None]
+    return union_box(boxes) or tuple(slice(0, 1) for _ in reference.array.shape)
+
+
+def _mask(image: LabelImage, label, view: Reorientation) -> np.ndarray:
+    """The canonical mask of one label within the pair's box (all ``False`` for ``None``)."""
     if label is None:
-        return np.zeros(image.array.shape, dtype=bool)
-    return image.mask(label)
+        return np.zeros(view.array(image.array).shape, dtype=bool)
+    if label in image.segment_masks:
+        return view.mask(image.segment_masks[label])
+    return view.mask(image.array, label)
 
 
 def compare(
@@ -210,9 +223,10 @@ def compare(
     were given, and ``ValueError`` for parameters that do not fit the images (e.g. ``msi_axis``).
 
     The values do not depend on how the grid is stored: both images are measured in one canonical
-    storage orientation (:mod:`segmetrics.orientation`), while everything that refers to the
-    array (``msi_axis``, per-slice MSI rows, surface polydata in ``extras``) stays in the stored
-    array's indices and index-scaled frame.
+    storage orientation (:mod:`segmetrics.orientation`), each structure pair within the bounding
+    box of its voxels (labels and boxes are found in one pass per image), while everything that
+    refers to the array (``msi_axis``, per-slice MSI rows, surface polydata in ``extras``) stays in
+    the stored array's indices and index-scaled frame.
     """
     from .io import load_label_image
 
@@ -230,10 +244,10 @@ def compare(
         raise ValueError(f"resample_to must be None or 'reference', got {resample_to!r}")
     check_same_geometry(reference, test)
     orientation = canonical(reference)  # metrics must not depend on how the grid is stored
-    grid = orientation.image(reference)
 
     selection = resolve_selection(metrics)
     groups = all_groups()
+    whole_image = any(groups[name].whole_image(params) for name in selection)
     pairs, pairing_notes = _structure_pairs(reference, test, labels)
     if not pairs:
         raise NothingToCompareError("nothing to compare: neither image holds a structure (every voxel is 0 and no "
@@ -241,19 +255,21 @@ def compare(
     notes += pairing_notes
     results = []
     for index, (name, ref_label, test_label) in enumerate(pairs):
+        view = orientation.within(_pair_box(reference, test, ref_label, test_label, whole_image))
+        grid = view.image(reference)
         pair = StructurePair(
             name=name,
-            reference=orientation.mask(_mask(reference, ref_label)),
-            test=orientation.mask(_mask(test, test_label)),
+            reference=_mask(reference, ref_label, view),
+            test=_mask(test, test_label, view),
             spacing=grid.spacing,
             image=grid,
-            orientation=orientation,
+            orientation=view,
         )
         values = []
         for group_name, wanted in selection.items():
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]
-        extras = orientation.surfaces_to_stored(pair.extras, grid.spacing)
+        extras = view.surfaces_to_stored(pair.extras, grid.spacing)
         results.append(StructureResult(name, ref_label, test_label, values, extras))
         if progress is not None:
             progress(index + 1, len(pairs), name)

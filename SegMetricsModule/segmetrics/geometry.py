@@ -16,10 +16,10 @@ them, because they only serve to place voxels in physical (LPS) space.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
-import SimpleITK as sitk
 
 #: Relative/absolute tolerance used when comparing spacing, origin and direction.
 GEOMETRY_TOLERANCE = 1e-4
@@ -29,6 +29,9 @@ SPACING_RANGE_MM = (1e-6, 1e6)
 DIRECTION_TOLERANCE = 1e-3
 #: Values are counted in chunks of this many voxels (bounded temporary memory).
 _COUNT_CHUNK = 1 << 22
+#: Label maps whose largest value is below this get every label's bounding box in one pass
+#: (:func:`label_boxes`); others have their labels counted and boxes found per label on demand.
+_BOX_LABEL_LIMIT = 1 << 16
 
 
 class GeometryMismatchError(ValueError):
@@ -62,7 +65,7 @@ class LabelImage:
     direction: tuple = None
     names: dict = field(default_factory=dict)
     segment_masks: dict = field(default_factory=dict)
-    _array_labels: tuple = field(default=None, init=False, repr=False, compare=False)
+    _array_labels: tuple = field(default=None, init=False, repr=False, compare=False)  # (array, labels, boxes)
 
     def __post_init__(self):
         self.array = np.asarray(self.array)
@@ -92,15 +95,36 @@ class LabelImage:
     def labels(self) -> list:
         """Sorted non-zero label values present in the image (and in ``segment_masks``).
 
-        The array's values are found once per array object (one counting pass over the voxels)
-        and cached: give a new array with :meth:`with_array` rather than writing into ``array``.
+        The array's values are found once per array object (one pass over the voxels within the
+        foreground's bounding box, see :func:`label_boxes`) and cached: give a new array with
+        :meth:`with_array` rather than writing into ``array``.
         """
-        if self._array_labels is None or self._array_labels[0] is not self.array:
-            found = tuple(v.item() for v in distinct_values(self.array) if v != 0)
-            self._array_labels = (self.array, found)
-        present = set(self._array_labels[1])
+        present = set(self._index()[1])
         present |= {k for k, m in self.segment_masks.items() if np.any(m)}
         return sorted(present)
+
+    def label_box(self, label):
+        """Bounding box (tuple of slices, array order) of one label's voxels, ``None`` when absent.
+
+        Found with the labels (:meth:`labels`) when the values are small non-negative integers,
+        else from the label's mask within the foreground box.
+        """
+        if label in self.segment_masks:
+            return bounding_box(self.segment_masks[label])
+        _, labels, boxes = self._index()
+        if boxes is not None or label not in labels:
+            return (boxes or {}).get(label)
+        outer = bounding_box(self.array)
+        return shift_box(bounding_box(self.array[outer] == label), outer)
+
+    def _index(self) -> tuple:
+        """``(array, labels, {label: box} or None)``, computed once per array object."""
+        if self._array_labels is None or self._array_labels[0] is not self.array:
+            boxes = label_boxes(self.array)
+            labels = tuple(boxes) if boxes is not None else tuple(
+                v.item() for v in distinct_values(_foreground(self.array)) if v != 0)
+            self._array_labels = (self.array, labels, boxes)
+        return self._array_labels
 
     @property
     def voxel_volume_mm3(self) -> float:
@@ -110,6 +134,8 @@ class LabelImage:
     @classmethod
     def from_sitk(cls, image: sitk.Image, names: dict | None = None) -> "LabelImage":
         """Wrap a SimpleITK image; spacing is reversed into array-axis order."""
+        import SimpleITK as sitk
+
         if image.GetNumberOfComponentsPerPixel() != 1:
             raise ValueError("label images must have one component per pixel")
         return cls(
@@ -122,6 +148,8 @@ class LabelImage:
 
     def to_sitk(self) -> sitk.Image:
         """Return a SimpleITK image with this geometry (spacing back in x, y, z order)."""
+        import SimpleITK as sitk
+
         image = sitk.GetImageFromArray(self.array)
         image.SetSpacing(tuple(reversed(self.spacing)))
         image.SetOrigin(self.origin)
@@ -157,6 +185,49 @@ def distinct_values(array: np.ndarray) -> np.ndarray:
     for start in range(0, flat.size, _COUNT_CHUNK):
         counts += np.bincount(flat[start:start + _COUNT_CHUNK].astype(np.int64) - low, minlength=counts.size)
     return np.flatnonzero(counts) + low
+
+
+def label_boxes(array: np.ndarray):
+    """``{label: box}`` for every non-zero value of an integer label map, in increasing label order
+    (box: tuple of slices, array order), or ``None`` when the values are not integers in
+    ``[0, _BOX_LABEL_LIMIT)``. One pass (:func:`scipy.ndimage.find_objects`) over the foreground's
+    bounding box, itself found by reading the array about once (:func:`bounding_box`).
+    """
+    if array.dtype.kind not in "biu":
+        return None
+    outer = bounding_box(array)
+    if outer is None:
+        return {}
+    crop = array[outer]
+    if crop.dtype.kind == "b":
+        crop = crop.view(np.uint8)
+    if (crop.dtype.kind == "i" and crop.min() < 0) or crop.max() >= _BOX_LABEL_LIMIT:
+        return None
+    from scipy import ndimage
+
+    found = ndimage.find_objects(crop)
+    return {label: shift_box(box, outer) for label, box in enumerate(found, start=1) if box is not None}
+
+
+def _foreground(array: np.ndarray) -> np.ndarray:
+    """The array within the bounding box of its non-zero values (a view; empty when all are 0)."""
+    outer = bounding_box(array)
+    return array[outer] if outer is not None else array.reshape(-1)[:0]
+
+
+def shift_box(box, outer):
+    """A box found within the crop ``array[outer]`` as a box of ``array`` (``None`` stays ``None``)."""
+    if box is None:
+        return None
+    return tuple(slice(o.start + b.start, o.start + b.stop) for b, o in zip(box, outer))
+
+
+def union_box(boxes):
+    """Smallest box holding every box that is not ``None`` (``None`` if there is none)."""
+    boxes = [b for b in boxes if b is not None]
+    if not boxes:
+        return None
+    return tuple(slice(min(b[i].start for b in boxes), max(b[i].stop for b in boxes)) for i in range(len(boxes[0])))
 
 
 def check_spacing(spacing, what: str = "spacing") -> None:
@@ -225,7 +296,8 @@ def as_label_image(image, spacing=None) -> LabelImage:
     """
     if isinstance(image, LabelImage):
         return image
-    if isinstance(image, sitk.Image):
+    sitk = sys.modules.get("SimpleITK")  # imported on first use: without it no input is a SimpleITK image
+    if sitk is not None and isinstance(image, sitk.Image):
         return LabelImage.from_sitk(image)
     array = np.asarray(image)
     if spacing is None:
@@ -265,6 +337,8 @@ def resample_nearest(moving: LabelImage, target: LabelImage) -> LabelImage:
 
     Voxels of the target grid outside ``moving``'s extent become 0.
     """
+    import SimpleITK as sitk
+
     resampled = sitk.Resample(
         moving.to_sitk(), target.to_sitk(), sitk.Transform(), sitk.sitkNearestNeighbor, 0,
         sitk.GetImageFromArray(moving.array).GetPixelID(),

@@ -139,7 +139,7 @@ def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
     if threshold is not None:
         return image.with_array((array >= threshold).astype(np.uint8))
     if array.dtype == bool:
-        return image.with_array(array.astype(np.uint8))
+        return image.with_array(array.view(np.uint8))  # 0/1 bytes as they are: no copy
     if np.issubdtype(array.dtype, np.floating):
         if not np.all(np.isfinite(array)) or not np.array_equal(array, np.round(array)):
             raise ReadError(

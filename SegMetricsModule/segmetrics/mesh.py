@@ -50,17 +50,22 @@ Shared cache keys (see :func:`cached_surface`)
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-import vtk
+from vtkmodules.vtkCommonCore import vtkPoints
+from vtkmodules.vtkCommonDataModel import vtkCellArray, vtkImageData, vtkPolyData
+from vtkmodules.vtkCommonTransforms import vtkTransform
+from vtkmodules.vtkFiltersCore import vtkFlyingEdges3D, vtkReverseSense
+from vtkmodules.vtkFiltersGeneral import vtkTransformPolyDataFilter
 from scipy.spatial import cKDTree
 from skimage import measure
-from vtk.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
+from vtkmodules.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
 from . import _kernels
-from .geometry import bounding_box
+from .geometry import bounding_box, union_box
 
 #: Gaussian blur (in voxels, every axis) of :func:`smooth_surface`.
 SMOOTHING_SIGMA_VOXELS = 1.0
@@ -68,9 +73,9 @@ SMOOTHING_SIGMA_VOXELS = 1.0
 CLAMP_MARGIN = 0.05
 #: Sigma of the wide blur that counts a structure's thin axes, as a multiple of the surface blur's.
 THIN_SCALE = 3.0
-#: Largest share of the image's voxels in the pair's joint box for :func:`pair_surfaces` to mesh
-#: both masks at once (each holds a float32 field of its box while meshed).
-PARALLEL_BOX_FRACTION = 0.125
+#: Most voxels in the pair's joint box for :func:`pair_surfaces` to mesh both masks at once (each
+#: holds a float32 field of its box while meshed: 64 MiB at this size).
+PARALLEL_BOX_VOXELS = 1 << 24
 #: Most buckets per point of :func:`point_grid` (beyond a few thousand in all).
 MAX_BUCKETS_PER_POINT = 8
 #: Voxels per axis of the blocks that :func:`_gaussian_at` blurs one at a time.
@@ -109,7 +114,7 @@ class Surface:
             self.origin = np.zeros(self.points.shape[1])
 
     @classmethod
-    def from_polydata(cls, polydata: vtk.vtkPolyData) -> "Surface":
+    def from_polydata(cls, polydata: vtkPolyData) -> "Surface":
         """Surface of a closed, outward-oriented triangle polydata (points kept in its frame)."""
         return cls(points(polydata), point_areas(polydata), triangles(polydata))
 
@@ -291,15 +296,7 @@ def _gaussian_at(padded: np.ndarray, index: tuple, sigma_voxels: float, dtype) -
 
 def joint_bounding_box(*masks):
     """Smallest box (tuple of slices) holding the foreground of every mask, ``None`` if all are empty."""
-    return _union(list(map(bounding_box, masks)))
-
-
-def _union(boxes):
-    """Smallest box holding every box that is not ``None`` (``None`` if there is none)."""
-    boxes = [b for b in boxes if b is not None]
-    if not boxes:
-        return None
-    return tuple(slice(min(b[i].start for b in boxes), max(b[i].stop for b in boxes)) for i in range(len(boxes[0])))
+    return union_box(list(map(bounding_box, masks)))
 
 
 def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> tuple:
@@ -307,27 +304,27 @@ def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGM
     bounding box (so that distances between them do not change by a rounding when both masks
     move); ``(reference surface, test surface)``, ``None`` for an empty mask. The two masks are
     read in two threads (the scans and the blur release the GIL), and meshed in two threads too
-    when their joint box is small next to the image (at most :data:`PARALLEL_BOX_FRACTION` of its
-    voxels), so that the second field held at once costs little memory."""
+    when their joint box is small (at most :data:`PARALLEL_BOX_VOXELS`), so that the second field
+    held at once costs little memory."""
     masks, pool = [np.asarray(reference), np.asarray(test)], _kernels.thread_pool()
     boxes = list(pool.map(bounding_box, masks))
-    joint = _union(boxes)
+    joint = union_box(boxes)
     if joint is None:
         return None, None
     origin = [s.start for s in joint]
     build = lambda mask, box: smooth_surface(mask, spacing, sigma_voxels, origin, box) if box is not None else None  # noqa: E731
-    if np.prod([s.stop - s.start for s in joint]) <= PARALLEL_BOX_FRACTION * masks[0].size:
+    if np.prod([s.stop - s.start for s in joint]) <= PARALLEL_BOX_VOXELS:
         return tuple(pool.map(build, masks, boxes))
     return tuple(map(build, masks, boxes))
 
 
 def _flying_edges(field: np.ndarray, spacing: np.ndarray):
     """Vertices (mm, ``(x, y, z)`` from the field's corner) and outward triangles of the 0.5 level of a 3-D field."""
-    image = vtk.vtkImageData()
+    image = vtkImageData()
     image.SetDimensions(field.shape[::-1])
     image.SetSpacing(spacing[::-1].tolist())
     image.GetPointData().SetScalars(numpy_to_vtk(field.ravel(), deep=False))  # field outlives the filter
-    surface = vtk.vtkFlyingEdges3D()  # triangles come out outward-oriented for a field high inside
+    surface = vtkFlyingEdges3D()  # triangles come out outward-oriented for a field high inside
     surface.SetInputData(image)
     surface.SetValue(0, 0.5)
     surface.ComputeNormalsOff()
@@ -341,12 +338,12 @@ def _flying_edges(field: np.ndarray, spacing: np.ndarray):
     return vertices, vtk_to_numpy(output.GetPolys().GetConnectivityArray()).reshape(-1, 3).astype(np.int64)
 
 
-def to_polydata(surface: Surface | None) -> vtk.vtkPolyData:
+def to_polydata(surface: Surface | None) -> vtkPolyData:
     """``vtkPolyData`` view of a 3-D surface: its points in index-scaled mm ``(x, y, z)``
     (``points + origin``), its triangles and angle-weighted outward point ``Normals``; an empty
     polydata for ``None``."""
     if surface is None:
-        return vtk.vtkPolyData()
+        return vtkPolyData()
     polydata = mesh_from_numpy(surface.points + surface.origin, surface.cells)
     normals = numpy_to_vtk(surface.vertex_normals, deep=True)
     normals.SetName("Normals")
@@ -365,7 +362,18 @@ def compile_kernels() -> None:
         distances_to_surface(surface.points + 0.3, surface)
 
 
-def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> vtk.vtkPolyData:
+def kernel_cache_missing() -> bool:
+    """Whether numba's disk cache (``__pycache__``, the user's cache folder or ``NUMBA_CACHE_DIR``)
+    lacks a kernel of :mod:`segmetrics._kernels` or holds it for an older source, i.e. whether
+    using them would compile (first use after install or after an update). Kernels inlined into
+    others have no cache of their own and are not counted."""
+    from numba.core.registry import CPUDispatcher
+
+    kernels = [k for k in vars(_kernels).values() if isinstance(k, CPUDispatcher) and k.targetoptions.get("inline") != "always"]
+    return any(not k._cache._cache_file._load_index() for k in kernels)  # {} when absent or stale
+
+
+def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> vtkPolyData:
     """Closed, outward-oriented triangle surface of a 3-D mask as ``vtkPolyData``.
 
     Parameters
@@ -520,14 +528,14 @@ def _feature_normals(cells, feature, surface: Surface):
     return normals
 
 
-def points(polydata: vtk.vtkPolyData) -> np.ndarray:
+def points(polydata: vtkPolyData) -> np.ndarray:
     """Points of a polydata as an ``(N, 3)`` float array (a copy), in the polydata's frame."""
     if polydata.GetNumberOfPoints() == 0:
         return np.zeros((0, 3))
     return vtk_to_numpy(polydata.GetPoints().GetData()).astype(float)
 
 
-def triangles(polydata: vtk.vtkPolyData) -> np.ndarray:
+def triangles(polydata: vtkPolyData) -> np.ndarray:
     """Triangle vertex indices as an ``(M, 3)`` int array (polydata of triangles only)."""
     polys = polydata.GetPolys()
     if polys is None or polys.GetNumberOfCells() == 0:
@@ -539,22 +547,22 @@ def triangles(polydata: vtk.vtkPolyData) -> np.ndarray:
     return connectivity.reshape(-1, 3).astype(np.int64)
 
 
-def mesh_from_numpy(vertices, faces) -> vtk.vtkPolyData:
+def mesh_from_numpy(vertices, faces) -> vtkPolyData:
     """Build a triangle polydata from ``(N, 3)`` points and ``(M, 3)`` vertex indices."""
     vertices = np.ascontiguousarray(vertices, dtype=float)
     faces = np.ascontiguousarray(faces, dtype=np.int64)
-    vtk_points = vtk.vtkPoints()
+    vtk_points = vtkPoints()
     vtk_points.SetData(numpy_to_vtk(vertices, deep=True))
-    cells = vtk.vtkCellArray()
+    cells = vtkCellArray()
     offsets = np.arange(0, 3 * len(faces) + 1, 3, dtype=np.int64)
     cells.SetData(numpy_to_vtkIdTypeArray(offsets, deep=True), numpy_to_vtkIdTypeArray(faces.ravel(), deep=True))
-    mesh = vtk.vtkPolyData()
+    mesh = vtkPolyData()
     mesh.SetPoints(vtk_points)
     mesh.SetPolys(cells)
     return mesh
 
 
-def triangle_areas(polydata: vtk.vtkPolyData) -> np.ndarray:
+def triangle_areas(polydata: vtkPolyData) -> np.ndarray:
     """Area of each triangle (mm² when the points are in mm)."""
     return _triangle_areas(points(polydata), triangles(polydata))
 
@@ -564,7 +572,7 @@ def _triangle_areas(vertices: np.ndarray, cells: np.ndarray) -> np.ndarray:
     return _kernels.triangle_areas(np.ascontiguousarray(vertices, dtype=float), np.ascontiguousarray(cells, dtype=np.int64))
 
 
-def point_areas(polydata: vtk.vtkPolyData) -> np.ndarray:
+def point_areas(polydata: vtkPolyData) -> np.ndarray:
     """Area attributed to each vertex: one third of the area of every adjacent triangle (mm²).
 
     The values sum to the total surface area; use them as weights for area-weighted means.
@@ -574,7 +582,7 @@ def point_areas(polydata: vtk.vtkPolyData) -> np.ndarray:
     return np.bincount(tri.ravel(), weights=per_corner, minlength=polydata.GetNumberOfPoints())
 
 
-def signed_volume(polydata: vtk.vtkPolyData) -> float:
+def signed_volume(polydata: vtkPolyData) -> float:
     """Enclosed volume (mm³) by the divergence theorem; negative when triangles face inward."""
     xyz, tri = points(polydata), triangles(polydata)
     if len(tri) == 0:
@@ -583,7 +591,7 @@ def signed_volume(polydata: vtk.vtkPolyData) -> float:
     return float(np.einsum("ij,ij->", a, np.cross(b, c)) / 6.0)
 
 
-def to_physical(polydata: vtk.vtkPolyData, label_image) -> vtk.vtkPolyData:
+def to_physical(polydata: vtkPolyData, label_image) -> vtkPolyData:
     """Copy of an index-scaled mesh placed in physical space (ITK LPS mm) for display.
 
     ``p_physical = origin + direction @ p`` where ``p`` is the index-scaled ``(x, y, z)`` point
@@ -597,15 +605,15 @@ def to_physical(polydata: vtk.vtkPolyData, label_image) -> vtk.vtkPolyData:
     matrix = np.eye(4)
     matrix[:3, :3] = direction
     matrix[:3, 3] = label_image.origin
-    transform = vtk.vtkTransform()
+    transform = vtkTransform()
     transform.SetMatrix(matrix.ravel().tolist())
-    moved = vtk.vtkTransformPolyDataFilter()
+    moved = vtkTransformPolyDataFilter()
     moved.SetInputData(polydata)
     moved.SetTransform(transform)
     moved.Update()
     if np.linalg.det(direction) >= 0:
         return moved.GetOutput()
-    rewound = vtk.vtkReverseSense()
+    rewound = vtkReverseSense()
     rewound.SetInputData(moved.GetOutput())
     rewound.ReverseCellsOn()
     rewound.ReverseNormalsOff()  # the transform already mapped the normals correctly
@@ -624,7 +632,7 @@ def cached_surface(pair, which: str) -> Surface | None:
     return pair.cache[key]
 
 
-def cached_test_surface(pair) -> vtk.vtkPolyData:
+def cached_test_surface(pair) -> vtkPolyData:
     """Polydata view of the pair's test surface (:func:`cached_surface`), built once.
 
     Stored in ``pair.extras["test_surface"]`` (index-scaled mm) so that every metric group adds
@@ -635,7 +643,7 @@ def cached_test_surface(pair) -> vtk.vtkPolyData:
     return pair.extras["test_surface"]
 
 
-def cached_reference_surface(pair) -> vtk.vtkPolyData:
+def cached_reference_surface(pair) -> vtkPolyData:
     """Polydata view of the reference surface, built once and kept in ``pair.cache["reference_surface"]``."""
     if "reference_surface" not in pair.cache:
         pair.cache["reference_surface"] = to_polydata(cached_surface(pair, "reference"))
@@ -661,7 +669,7 @@ class Contour:
     @property
     def point_weights(self) -> np.ndarray:
         """Length attributed to each point: half of each of its two segments (mm)."""
-        return 0.5 * (self.lengths + np.roll(self.lengths, 1))
+        return 0.5 * (self.lengths + np.concatenate([self.lengths[-1:], self.lengths[:-1]]))  # np.roll(lengths, 1)
 
 
 def contours_2d(mask2d, spacing2d, max_segment_mm: float | None = None) -> list:
@@ -692,16 +700,26 @@ def contours_2d(mask2d, spacing2d, max_segment_mm: float | None = None) -> list:
         xy = (raw[:-1] - 1.0) * scale  # drop the repeated closing point, undo the pad
         if max_segment_mm is not None:
             xy = _subdivide(xy, max_segment_mm)
-        lengths = np.linalg.norm(np.roll(xy, -1, axis=0) - xy, axis=1)
+        lengths = np.linalg.norm(_following(xy) - xy, axis=1)
         result.append(Contour(xy, lengths))
     return result
 
 
+def _following(closed: np.ndarray) -> np.ndarray:
+    """Each point's successor along a closed polyline (``np.roll(closed, -1, axis=0)``, faster)."""
+    return np.concatenate([closed[1:], closed[:1]])
+
+
 def _subdivide(closed: np.ndarray, max_length: float) -> np.ndarray:
     """Insert evenly spaced points so no segment of a closed polyline exceeds ``max_length``."""
-    following = np.roll(closed, -1, axis=0)
+    following = _following(closed)
     pieces = np.maximum(1, np.ceil(np.linalg.norm(following - closed, axis=1) / max_length).astype(int))
     start = np.repeat(np.arange(len(closed)), pieces)
     fraction = np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces)
     fraction = fraction / np.repeat(pieces, pieces)
     return closed[start] + fraction[:, None] * (following[start] - closed[start])
+
+
+if kernel_cache_missing():  # first use: compile every kernel now, once, and say why it takes a while
+    print("segmetrics: compiling kernels, once (10-30 s; later runs load them from numba's cache)", file=sys.stderr, flush=True)
+    compile_kernels()

@@ -32,7 +32,7 @@ from scipy import ndimage
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial import cKDTree
 from skimage import measure
-from vtk.util.numpy_support import numpy_to_vtk
+from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from . import mesh
 from .geometry import through_plane_axis
@@ -44,6 +44,9 @@ from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, 
 SUBDIVISION = 0.25
 #: Number of worst slices listed in the ``msi`` value's params.
 WORST_SLICES = 5
+#: Fewest query points for which KD-tree searches run in all cores: below, starting the threads
+#: costs more than the search (a slice's contours hold hundreds of points).
+PARALLEL_QUERY_POINTS = 20_000
 
 MSI = MetricSpec("msi", "1", "higher", "Medical Similarity Index, slice-wise contour MSI (length-weighted)")
 MSI_3D = MetricSpec("msi_3d", "1", "higher", "Medical Similarity Index on the test surface mesh (area-weighted)")
@@ -80,7 +83,8 @@ def bidirectional_local_distance(test_points, reference_points, test_to_referenc
     """
     if test_to_reference is None:
         test_to_reference = cKDTree(reference_points).query(test_points)[0]
-    back_distance, nearest_test = (cKDTree(test_points) if test_tree is None else test_tree).query(reference_points, workers=-1)
+    workers = -1 if len(reference_points) >= PARALLEL_QUERY_POINTS else 1
+    back_distance, nearest_test = (cKDTree(test_points) if test_tree is None else test_tree).query(reference_points, workers=workers)
     if reference_to_test is not None:
         back_distance = reference_to_test
     bmaxd = np.zeros(len(test_points))
@@ -153,7 +157,10 @@ def _objects(mask2d, spacing2d):
     labels, count = ndimage.label(mask2d)
     if count == 0:
         return labels, []
-    centroids = np.asarray(ndimage.center_of_mass(mask2d, labels, range(1, count + 1))) * spacing2d
+    rows, cols = np.nonzero(labels)
+    members = labels[rows, cols]
+    sizes = np.bincount(members, minlength=count + 1)[1:]
+    centroids = np.stack([np.bincount(members, index, count + 1)[1:] for index in (rows, cols)], axis=1) / sizes[:, None] * spacing2d
     step = SUBDIVISION * min(spacing2d)
     objects = []
     for label, box in enumerate(ndimage.find_objects(labels), start=1):
@@ -168,8 +175,39 @@ def _inside(points, contours):
     """Even-odd point-in-region test against closed contours (holes are outside)."""
     parity = np.zeros(len(points), dtype=bool)
     for contour in contours:
-        parity ^= measure.points_in_poly(points, contour.points)
+        parity ^= points_in_polygon(points, contour.points)
     return parity
+
+
+def points_in_polygon(points, vertices, eps: float = 1e-12) -> np.ndarray:
+    """Which points lie in a closed polygon, as :func:`skimage.measure.points_in_poly` decides it
+    (the same crossing tests on the same numbers, so the same answer; points on an edge or within
+    ``eps`` of a vertex count as inside), but testing each point only against the edges whose
+    extent along the second coordinate holds it: about O((N + M) log N) for N points on a
+    contour-like curve and M edges, instead of O(N M).
+
+    ``points`` (N, 2) and ``vertices`` (M, 2) are in one frame (e.g. mm, array order).
+    """
+    points, vertices = np.asarray(points, dtype=float), np.asarray(vertices, dtype=float)
+    x, y = points[:, 0], points[:, 1]
+    xp, yp = vertices[:, 0], vertices[:, 1]
+    xq, yq = np.roll(xp, 1), np.roll(yp, 1)  # each edge runs from the previous vertex q to vertex p
+    order = np.argsort(y, kind="stable")
+    start = np.searchsorted(y[order], np.minimum(yp, yq) - eps, "left")
+    counts = np.searchsorted(y[order], np.maximum(yp, yq) + eps, "right") - start
+    edge = np.repeat(np.arange(len(xp)), counts)
+    point = order[np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts - start, counts)]
+    x0, y0 = xp[edge] - x[point], yp[edge] - y[point]
+    x1, y1 = xq[edge] - x[point], yq[edge] - y[point]
+    vertex = (np.abs(x0) < eps) & (np.abs(y0) < eps)
+    right, left = (y0 > 0) != (y1 > 0), (y0 < 0) != (y1 < 0)
+    straddles = right | left
+    cross = np.zeros(len(edge))
+    cross[straddles] = (x0[straddles] * y1[straddles] - x1[straddles] * y0[straddles]) / (y1[straddles] - y0[straddles])
+    right_crossings = np.bincount(point, right & (cross > 0), len(x)).astype(np.int64)
+    left_crossings = np.bincount(point, left & (cross < 0), len(x)).astype(np.int64)
+    near_vertex = np.bincount(point, vertex, len(x)) > 0
+    return near_vertex | (right_crossings % 2 == 1) | (left_crossings % 2 == 1)
 
 
 def _pair_objects(ref_labels, ref_objects, test_labels, test_objects, align):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .geometry import LabelImage, bounding_box
+from .geometry import LabelImage
 
 #: Direction cosines are compared after rounding to this many decimals when choosing the
 #: canonical orientation, so that files storing the same matrix with rounding choose alike.
@@ -34,8 +34,8 @@ SURFACE_EXTRAS = ("test_surface", "reference_surface")
 
 @dataclass(frozen=True)
 class Reorientation:
-    """How a stored array becomes its canonical array: canonical array axis ``a`` is stored axis
-    ``axes[a]``, reversed when ``flipped[a]``.
+    """How a stored array becomes its canonical array: the stored array is cropped to ``box``,
+    then canonical array axis ``a`` is stored axis ``axes[a]``, reversed when ``flipped[a]``.
 
     Attributes
     ----------
@@ -45,43 +45,49 @@ class Reorientation:
         Per canonical array axis, whether it runs opposite to the stored axis.
     shape : tuple of int
         The stored array's shape.
+    box : tuple of slice, optional
+        The stored array's region (array order) that the canonical array holds; ``None`` = all of
+        it. Set with :meth:`within` (e.g. one structure pair's bounding box).
     """
 
     axes: tuple
     flipped: tuple
     shape: tuple
+    box: tuple = None
 
     @classmethod
     def identity(cls, shape) -> "Reorientation":
         """The reorientation that keeps an array of ``shape`` as it is."""
         return cls(tuple(range(len(shape))), (False,) * len(shape), tuple(shape))
 
+    def within(self, box) -> "Reorientation":
+        """The same reorientation of the stored array's region ``box`` (tuple of slices, stored
+        array order, steps of 1, within the array)."""
+        return Reorientation(self.axes, self.flipped, self.shape, tuple(slice(b.start, b.stop) for b in box))
+
     @property
     def is_identity(self) -> bool:
-        return self.axes == tuple(range(len(self.axes))) and not any(self.flipped)
+        return self.axes == tuple(range(len(self.axes))) and not any(self.flipped) and self._starts() == (0,) * len(self.axes) \
+            and self._extents() == tuple(self.shape)
 
     def array(self, stored: np.ndarray) -> np.ndarray:
         """The canonical view of a stored array (no copy)."""
-        view = np.transpose(stored, self.axes)
-        return np.flip(view, [a for a, f in enumerate(self.flipped) if f]) if any(self.flipped) else view
+        return self._turn(stored[self.box] if self.box is not None else stored)
 
-    def mask(self, stored: np.ndarray) -> np.ndarray:
-        """The canonical mask of a stored mask as a C-ordered array (``stored`` itself for the
-        identity). Only the mask's bounding box is copied, into zeros: the metrics then read
-        contiguous memory, as for masks stored canonically."""
-        if self.is_identity:
-            return stored
-        canonical = np.zeros([self.shape[axis] for axis in self.axes], dtype=stored.dtype)
-        box = bounding_box(stored)
-        if box is None:
-            return canonical
-        source, target = self.array(stored[box]), canonical[self._canonical_box(box)]
+    def mask(self, stored: np.ndarray, label=None) -> np.ndarray:
+        """The canonical boolean mask of a stored mask, or of the voxels of a stored label map
+        equal to ``label``, as a C-ordered array (a stored boolean mask itself when nothing moves):
+        only ``box`` is read. When the rows of the array change axis the copy goes by blocks that
+        fit in the cache."""
+        region = stored[self.box] if self.box is not None else stored
+        region = region == label if label is not None else region.astype(bool, copy=False)
+        source = self._turn(region)
         if self.axes[-1] == len(self.axes) - 1:  # rows stay rows: a plain copy reads them in order
-            target[...] = source
-            return canonical
-        for start in itertools.product(*(range(0, n, COPY_BLOCK) for n in target.shape)):
+            return np.ascontiguousarray(source)
+        canonical = np.empty(source.shape, dtype=bool)
+        for start in itertools.product(*(range(0, n, COPY_BLOCK) for n in canonical.shape)):
             block = tuple(slice(s, s + COPY_BLOCK) for s in start)  # blocks that fit in the cache
-            target[block] = source[block]
+            canonical[block] = source[block]
         return canonical
 
     def image(self, image: LabelImage) -> LabelImage:
@@ -108,8 +114,9 @@ class Reorientation:
 
     def stored_index(self, canonical_axis: int, index: int) -> int:
         """Stored index along ``stored_axis(canonical_axis)`` of index ``index`` along a canonical axis."""
-        size = self.shape[self.axes[canonical_axis]]
-        return size - 1 - index if self.flipped[canonical_axis] else index
+        source = self.axes[canonical_axis]
+        size = self._extents()[source]
+        return self._starts()[source] + (size - 1 - index if self.flipped[canonical_axis] else index)
 
     def stored_point(self, canonical_point, spacing=None) -> np.ndarray:
         """Stored array-order coordinates of canonical ones, shape ``(..., ndim)``: voxel indices
@@ -117,9 +124,11 @@ class Reorientation:
         order) is given."""
         spacing = np.ones(len(self.axes)) if spacing is None else np.asarray(spacing, dtype=float)
         stored = self.stored_vector(canonical_point)
+        starts, extents = self._starts(), self._extents()
         for axis, (source, flipped) in enumerate(zip(self.axes, self.flipped)):
-            if flipped:
-                stored[..., source] += (self.shape[source] - 1) * spacing[axis]
+            shift = starts[source] + (extents[source] - 1 if flipped else 0)
+            if shift:
+                stored[..., source] += shift * spacing[axis]
         return stored
 
     def stored_vector(self, canonical_vector) -> np.ndarray:
@@ -136,12 +145,13 @@ class Reorientation:
         that :func:`segmetrics.mesh.to_physical` with the stored image places it. Point order and
         point data are kept; ``Normals`` are mapped; triangles are re-wound when the mapping
         mirrors, so that they stay outward. A new polydata, or ``polydata`` itself when nothing moves."""
-        import vtk
-        from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
+        from vtkmodules.util.numpy_support import numpy_to_vtk, vtk_to_numpy
+        from vtkmodules.vtkCommonDataModel import vtkPolyData
+        from vtkmodules.vtkFiltersCore import vtkReverseSense
 
         if self.is_identity or polydata.GetNumberOfPoints() == 0:
             return polydata
-        moved = vtk.vtkPolyData()
+        moved = vtkPolyData()
         moved.DeepCopy(polydata)
         points = vtk_to_numpy(moved.GetPoints().GetData()).astype(float)
         stored = self.stored_point(points[:, ::-1], canonical_spacing)
@@ -153,7 +163,7 @@ class Reorientation:
             array.SetName(normals.GetName())
             moved.GetPointData().SetNormals(array)
         if self._mirrors():
-            rewound = vtk.vtkReverseSense()
+            rewound = vtkReverseSense()
             rewound.SetInputData(moved)
             rewound.ReverseCellsOn()
             rewound.ReverseNormalsOff()
@@ -167,13 +177,18 @@ class Reorientation:
         return {key: self.polydata_to_stored(value, canonical_spacing) if key in SURFACE_EXTRAS else value
                 for key, value in extras.items()}
 
-    def _canonical_box(self, box: tuple) -> tuple:
-        """The canonical slices of a box (tuple of slices, stored array order)."""
-        slices = []
-        for source, flipped in zip(self.axes, self.flipped):
-            start, stop, size = box[source].start, box[source].stop, self.shape[source]
-            slices.append(slice(size - stop, size - start) if flipped else slice(start, stop))
-        return tuple(slices)
+    def _turn(self, region: np.ndarray) -> np.ndarray:
+        """The canonical view of a stored region: axes ordered, then reversed."""
+        view = np.transpose(region, self.axes)
+        return np.flip(view, [a for a, f in enumerate(self.flipped) if f]) if any(self.flipped) else view
+
+    def _starts(self) -> tuple:
+        """First stored index of ``box`` per stored axis."""
+        return tuple(b.start for b in self.box) if self.box is not None else (0,) * len(self.shape)
+
+    def _extents(self) -> tuple:
+        """Size of ``box`` per stored axis."""
+        return tuple(b.stop - b.start for b in self.box) if self.box is not None else tuple(self.shape)
 
     def _itk_axes(self) -> list:
         """Stored ITK index axis of each canonical ITK index axis."""

@@ -169,12 +169,18 @@ def emptiness_status(reference_present: bool, test_present: bool) -> str:
 
 @dataclass
 class MetricGroup:
-    """Metrics computed together. ``compute(pair, params)`` returns a list of :class:`MetricValue`."""
+    """Metrics computed together. ``compute(pair, params)`` returns a list of :class:`MetricValue`.
+
+    :func:`segmetrics.compare.compare` gives ``compute`` the masks within the pair's bounding box
+    (values must not depend on the background around a structure), unless
+    ``whole_image(params)`` says the values depend on the image's extent.
+    """
 
     name: str
     metrics: tuple
     compute: Callable
     description: str = ""
+    whole_image: Callable = lambda params: False
 
     def spec(self, metric_name: str) -> MetricSpec:
         return next(m for m in self.metrics if m.name == metric_name)
@@ -187,6 +193,16 @@ _GROUP_MODULES = (
     "segmetrics.msi",
     "segmetrics.roughness",
 )
+#: Metric names of the built-in groups, listed here so that the CLI's help need not import the
+#: groups' modules (vtk, numba, scikit-image); a test checks it against :func:`all_groups`.
+BUILTIN_METRIC_NAMES = {
+    "overlap": ("dice", "jaccard", "sensitivity", "precision", "volumetric_similarity", "volume_reference_ml",
+                "volume_test_ml", "false_positive_volume_ml", "false_negative_volume_ml"),
+    "distance": ("hd_mm", "hd95_mm", "hdp_mm", "assd_mm", "masd_mm", "mean_distance_reference_to_test_mm",
+                 "mean_distance_test_to_reference_mm", "nsd"),
+    "msi": ("msi", "msi_3d"),
+    "roughness": ("ri_reference_mm", "ri_test_mm", "rr", "ard_mm"),
+}
 #: Short names accepted on input besides the exact metric names; ``NAME`` also matches ``NAME_mm``.
 ALIASES = {"ri": ("ri_reference_mm", "ri_test_mm")}
 

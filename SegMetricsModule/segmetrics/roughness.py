@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 from scipy.spatial import cKDTree
-from vtk.util.numpy_support import numpy_to_vtk
+from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from . import mesh
 from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group
@@ -468,5 +468,6 @@ register_group(
         ROUGHNESS_METRICS,
         compute,
         "Roughness Index, Roughness Ratio and Average Roughness Distance (Rathour et al. 2021)",
+        whole_image=lambda params: params.roughness_convention == "paper",  # depends on the image size
     )
 )
