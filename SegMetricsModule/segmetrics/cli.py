@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import math
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -107,8 +108,18 @@ def _add_compare_parser(subparsers) -> None:
     _add_parameter_arguments(p)
     _add_input_arguments(p)
     p.add_argument("--msi-slices", metavar="CSV", help="write the per-slice MSI table to this CSV")
-    p.add_argument("--resample-to", choices=["reference"], help="resample the test onto the reference grid (nearest)")
-    p.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    p.add_argument("--resample-to", choices=["reference"],
+                   help="resample the test onto the reference grid (nearest); warns when test foreground falls "
+                        "outside the reference field of view")
+    p.add_argument("--format", default="table", choices=["table", "csv", "wide-csv", "json"],
+                   help="table (terminal, rounded for display), csv (full precision; with -o the provenance goes "
+                        "to FILE.provenance.json), wide-csv (= csv --layout wide) or json (with provenance)")
+    p.add_argument("--layout", default="long", choices=["long", "wide"],
+                   help="csv layout: long (a row per structure and metric, default) or wide (a row per structure)")
+    p.add_argument("--sort", metavar="METRIC", help="table rows worst first by METRIC (e.g. dice, hd95_mm)")
+    p.add_argument("--wide", action="store_true",
+                   help="table: every metric, in several tables that fit the terminal (default: the main metrics "
+                        "that fit)")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.set_defaults(run=_run_compare)
 
@@ -144,10 +155,20 @@ def _run_compare(args) -> int:
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
                          resample_to=args.resample_to, progress=progress, input_policy=policy)
-    write_result(result, args.format, args.output)
+    result.provenance.update(command=args.command_line, inputs=_input_files(
+        reference=args.reference, test=args.test, names=args.names))
+    fmt, layout = ("csv", "wide") if args.format == "wide-csv" else (args.format, args.layout)
+    write_result(result, fmt, args.output, layout=layout, sort=args.sort, wide=args.wide)
     if args.msi_slices:
         write_msi_slices(result, args.msi_slices)
     return 0
+
+
+def _input_files(**paths) -> dict:
+    """Provenance of the input files given on the command line (``None`` ones left out)."""
+    from .provenance import file_info
+
+    return {name: file_info(path) for name, path in paths.items() if path is not None}
 
 
 def _add_frames_parser(subparsers) -> None:
@@ -362,8 +383,12 @@ def check_options(args) -> None:
     if hasattr(args, "metrics"):
         from .registry import resolve_selection
 
-        if not resolve_selection(args.metrics):  # unknown names raise ValueError
+        selection = resolve_selection(args.metrics)  # unknown names raise ValueError
+        if not selection:
             raise UserError(f"--metrics {args.metrics!r}: no metric selected; give metric or group names")
+        if getattr(args, "sort", None) and not any(args.sort in names for names in selection.values()):
+            raise UserError(f"--sort {args.sort}: not among the selected metrics ({args.metrics}); "
+                            "give a metric name such as dice or hd95_mm")
 
 
 def check_output_file(path, option: str) -> None:
@@ -419,6 +444,7 @@ def main(argv=None) -> int:
     from .io import ReadError
 
     args = build_parser().parse_args(argv)
+    args.command_line = shlex.join(["segmetrics", *(sys.argv[1:] if argv is None else argv)])
     try:
         check_options(args)
         check_outputs(args)
