@@ -238,8 +238,10 @@ def _add_batch_parser(subparsers) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster: 'local' or a scheduler address "
                                                          "(tcp://host:8786); needs segmetrics[distributed]")
     p.add_argument("--report", metavar="DIR", help="write report.html, report.md, aggregate.csv and figures here")
-    p.add_argument("--penalty", default="diagonal", metavar="POLICY",
-                   help="empty-mask penalty at aggregation: 'diagonal' (image diagonal, default), 'none' or a value in mm")
+    p.add_argument("--penalty", default="none", metavar="MM",
+                   help="distance counted for a missed structure at aggregation: 'none' (default: statistics over "
+                        "the defined values, misses counted beside every mean), a constant in mm (e.g. 373.13 as "
+                        "in BraTS) or 'diagonal' (each case's image diagonal; depends on the field of view)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=_run_batch)
 
@@ -356,7 +358,7 @@ def _flag(option: str) -> str:
 
 
 def _penalty(text: str):
-    """``--penalty``: 'diagonal', 'none' or a finite distance >= 0 in mm (returned as float)."""
+    """``--penalty``: 'none', a finite distance >= 0 in mm (returned as float) or 'diagonal'."""
     if text in ("diagonal", "none"):
         return text
     try:
