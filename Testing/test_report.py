@@ -148,8 +148,39 @@ def test_report_escapes_names_and_neutralises_csv_formulas(tmp_path, monkeypatch
     for table in re.findall(r"(?:^\|.*\n)+", markdown, flags=re.M):
         widths = {len(unescaped_pipes.findall(line)) for line in table.splitlines()}
         assert len(widths) == 1, table  # no name adds a column
-    assert "<script>" not in (tmp_path / "report.html").read_text()
+    page = (tmp_path / "report.html").read_text()
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # only our own script
     with open(tmp_path / "aggregate.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert {r["structure"] for r in rows} == {script, "'" + formula, piped, OVERALL}
     assert {float(r["mean"]) for r in rows} == {-1.5} and all(r["mean"] == "-1.5" for r in rows)  # numbers stay numbers
+
+
+def test_report_leads_with_the_summary_and_failures_and_ends_with_settings(tmp_path, monkeypatch):
+    info = {**INFO, "hd95_mm": ("mm", "lower"), "hdp_mm": ("mm", "lower")}
+    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: info)
+    records = []
+    for case in ("c1", "c2", "c3"):
+        for structure, dice, hd, status in (("liver", 0.9, 2.0, "ok"), ("lobe", 0.0, math.inf, "test_empty"),
+                                            ("bowel", 0.8, 87.0 if case == "c2" else 3.0, "ok")):
+            if case != "c1" and structure == "lobe":
+                dice, hd, status = 0.7, 5.0, "ok"  # only c1 misses the lobe
+            for metric, value in (("dice", dice), ("hd95_mm", hd), ("hdp_mm", hd)):
+                records.append({"case_id": case, "structure": structure, "metric": metric, "value": value,
+                                "unit": info[metric][0], "status": status})
+    agg = aggregate(records, failed={"c4": "ReadError: broken file"})
+    write_report(tmp_path, agg, settings={"metrics": "all", "provenance": {"version": "x"}},
+                 inputs=[("c1", "/data/r1.nii.gz", "/data/t1.nii.gz")])
+    page = (tmp_path / "report.html").read_text()
+    order = [page.index(text) for text in ("id='summary'", "id='failed-cases'", "id='contents'", "id='overall'",
+                                           "id='cases-and-structures'", "id='worst-cases-in-detail'",
+                                           "id='settings-and-provenance'", "&quot;provenance&quot;")]
+    assert order == sorted(order)  # summary first, failures next, raw settings last
+    summary = page[page.index("id='summary'"):page.index("id='failed-cases'")]
+    assert "c1 / lobe (test_empty)" in summary  # the miss is named
+    assert "c2 / bowel" in summary and "87" in summary  # the worst HD95 pair, not only the worst MSI
+    assert "unreliable" in page  # 3 cases: the CI caveat
+    assert "id='hdp_mm'" not in page and "id='hd95_mm'" in page  # hdp_mm repeats hd95_mm: one section
+    assert "<details><summary>run settings" in page and "/data/t1.nii.gz" in page
+    row = agg.row(OVERALL, "hd95_mm")
+    assert row["n_used"] == 8 and row["mean"] == pytest.approx((2.0 * 3 + 5.0 * 2 + 3.0 * 2 + 87.0) / 8)

@@ -267,3 +267,47 @@ def test_metatensor_like_input_reads_spacing_and_orientation_from_its_affine(tmp
 def test_array_without_spacing_message_names_the_image_options():
     with pytest.raises(ValueError, match="nibabel or MONAI"):
         as_label_image(np.zeros((3, 4, 5), np.uint8))
+
+
+def _write_pair(tmp_path):
+    reference, test = _boxes()
+    paths = []
+    for name, image in (("ref.nii.gz", reference), ("test.nii.gz", test)):
+        sitk.WriteImage(image.to_sitk(), str(tmp_path / name))
+        paths.append(str(tmp_path / name))
+    return paths
+
+
+def test_compare_and_batch_give_the_same_class_mean_without_a_penalty_by_default(tmp_path):
+    from segmetrics.aggregate import OVERALL
+    from segmetrics.batch import Case, run_batch
+    from segmetrics.report import report_batch
+
+    ref_path, test_path = _write_pair(tmp_path)
+    cases = [Case("c1", ref_path, test_path)]
+    run_batch(cases, tmp_path / "out", metrics="dice,hd95_mm", workers=0, progress=False)
+    agg, html_path = report_batch(tmp_path / "out", cases, tmp_path / "report", job={"metrics": "dice,hd95_mm"})
+    direct = segmetrics.compare(ref_path, test_path, metrics="dice,hd95_mm").class_means()
+    for metric in ("dice", "hd95_mm"):
+        assert agg.row(OVERALL, metric)["class_mean"] == pytest.approx(direct[metric]["mean"], rel=1e-12)
+    row = agg.row(OVERALL, "hd95_mm")
+    # the miss (label 2) is left out of the mean, counted beside it, and listed; nothing is penalised
+    assert (row["n_used"], row["n_test_empty"], row["n_penalised"]) == (4, 1, 0)
+    assert agg.misses == [{"case_id": "c1", "structure": "2", "status": "test_empty"}]
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["provenance"]["version"] == segmetrics.__version__
+    page = html_path.read_text()
+    assert "c1 / 2 (test_empty)" in page and "No empty-mask penalty (default)" in page
+    # a resumed run with the same settings is accepted although run.json holds a provenance block
+    run_batch(cases, tmp_path / "out", metrics="dice,hd95_mm", workers=0, progress=False)
+
+
+def test_a_penalty_is_applied_only_when_asked_for_with_a_stated_constant(tmp_path):
+    from segmetrics.aggregate import OVERALL, aggregate
+
+    records = [{"case_id": "a", "structure": s, "metric": "hd95_mm", "value": v, "unit": "mm", "status": st}
+               for s, v, st in (("liver", 2.0, "ok"), ("lobe", math.inf, "test_empty"), ("bowel", 4.0, "ok"))]
+    default = aggregate(records).row(OVERALL, "hd95_mm")
+    assert (default["mean"], default["n_penalised"], default["n_test_empty"]) == (3.0, 0, 1)
+    brats = aggregate(records, penalty=373.13).row(OVERALL, "hd95_mm")
+    assert brats["mean"] == pytest.approx((2.0 + 373.13 + 4.0) / 3) and brats["n_penalised"] == 1

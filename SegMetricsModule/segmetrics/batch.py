@@ -427,14 +427,25 @@ def _settings(job: dict) -> dict:
 
 
 def _check_settings(output: Path, settings: dict) -> None:
-    """Refuse to resume a run made with other settings (mixed results would be meaningless)."""
+    """Refuse to resume a run made with other settings (mixed results would be meaningless).
+
+    A new ``run.json`` also holds the run's ``provenance`` (version, start time, command), which is
+    not compared."""
+    import shlex
+    import sys
+
+    from .provenance import provenance
+
     path = output / "run.json"
     if path.is_file():
-        if json.loads(path.read_text()) != settings:
+        stored = json.loads(path.read_text())
+        stored.pop("provenance", None)
+        if stored != settings:
             raise BatchError(f"{output} holds a batch run with other settings ({path}); "
                              "use another output folder or delete that one")
     else:
-        _write_atomic(path, lambda handle: handle.write(json.dumps(settings, indent=2, sort_keys=True)))
+        document = {**settings, "provenance": provenance(command=shlex.join(sys.argv))}
+        _write_atomic(path, lambda handle: handle.write(json.dumps(document, indent=2, sort_keys=True)))
 
 
 def _fingerprint(case: Case, settings: dict) -> str:
