@@ -311,3 +311,26 @@ def test_a_penalty_is_applied_only_when_asked_for_with_a_stated_constant(tmp_pat
     assert (default["mean"], default["n_penalised"], default["n_test_empty"]) == (3.0, 0, 1)
     brats = aggregate(records, penalty=373.13).row(OVERALL, "hd95_mm")
     assert brats["mean"] == pytest.approx((2.0 + 373.13 + 4.0) / 3) and brats["n_penalised"] == 1
+
+
+def test_frames_takes_the_reference_folder_first_or_named(tmp_path, capsys):
+    from PIL import Image
+
+    reference, prediction = np.zeros((8, 8), np.uint8), np.zeros((8, 8), np.uint8)
+    reference[1:5, 1:5] = 1  # frame a: 16 reference pixels, 8 of them predicted (IoU 0.5)
+    prediction[1:5, 1:3] = 1
+    for folder, frames in (("gt", {"a": reference, "b": 0 * reference}), ("pred", {"a": prediction, "b": reference})):
+        (tmp_path / folder).mkdir()
+        for name, frame in frames.items():
+            Image.fromarray(frame).save(tmp_path / folder / f"{name}.png")
+    # frame b has an empty reference: the challenge IoU skips it when "gt" is the reference (0.5); read the
+    # other way round it would score frame b 0 and give 0.25
+    outputs = []
+    for args in ([str(tmp_path / "gt"), str(tmp_path / "pred")],
+                 ["--test", str(tmp_path / "pred"), "--reference", str(tmp_path / "gt")]):
+        out = tmp_path / f"out{len(outputs)}.json"
+        assert main(["frames", *args, "--format", "json", "-o", str(out)]) == 0
+        outputs.append(json.loads(out.read_text()))
+    assert outputs[0]["challenge_iou"] == outputs[1]["challenge_iou"] == pytest.approx(0.5)
+    assert main(["frames", str(tmp_path / "gt"), "--test", str(tmp_path / "pred")]) == 2
+    assert "either as positionals" in capsys.readouterr().err

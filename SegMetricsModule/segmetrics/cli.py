@@ -173,9 +173,16 @@ def _input_files(**paths) -> dict:
 
 def _add_frames_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "frames", help="multi-class frame metrics (challenge IoU, ISI-IoU, mcIoU, mDice) and instance AP over two folders")
-    p.add_argument("prediction_dir", help="folder of predicted label maps (PNG, NRRD, NIfTI, MHA, .npy)")
-    p.add_argument("ground_truth_dir", help="folder of ground-truth label maps, paired with predictions by file name")
+        "frames", help="multi-class frame metrics (challenge IoU, ISI-IoU, mcIoU, mDice) and instance AP over two folders",
+        description="Score a folder of predicted frames against a folder of reference (ground-truth) frames, paired "
+                    "by file name. The reference folder comes FIRST, as in `segmetrics compare REFERENCE TEST`; "
+                    "segmetrics 0.1 took the prediction folder first: check scripts written for it, or name the "
+                    "folders with --reference and --test.")
+    p.add_argument("reference_dir", nargs="?", help="folder of reference (ground-truth) label maps (PNG, NRRD, NIfTI, "
+                                                    "MHA, .npy)")
+    p.add_argument("test_dir", nargs="?", help="folder of predicted label maps, paired with the references by file name")
+    p.add_argument("--reference", metavar="DIR", help="the reference folder, named (instead of the first positional)")
+    p.add_argument("--test", metavar="DIR", help="the prediction folder, named (instead of the second positional)")
     p.add_argument("--classes", metavar="JSON", help='JSON {"1": "LAV", ...}: classes to score and their names '
                    "(default: every non-zero label found; 0 is never scored)")
     p.add_argument("--absent-class", default="ignore", choices=["ignore", "one"],
@@ -187,8 +194,9 @@ def _add_frames_parser(subparsers) -> None:
     p.add_argument("--instances", action="store_true",
                    help="also COCO mask AP (map50, map95, map50_95) and detection precision/recall/F1")
     p.add_argument("--connectivity", type=int, help="connected-component connectivity, 1 (faces) .. ndim (corners); default ndim")
-    p.add_argument("--instance-dirs", nargs=2, metavar=("PRED_INST_DIR", "GT_INST_DIR"),
-                   help="instance label maps instead of connected components (class = majority class of the frame)")
+    p.add_argument("--instance-dirs", nargs=2, metavar=("REF_INST_DIR", "TEST_INST_DIR"),
+                   help="instance label maps instead of connected components (class = majority class of the frame); "
+                        "reference folder first")
     p.add_argument("--scores", metavar="PATH", help="instance scores: folder of probability maps paired by name "
                    "(mean inside each instance) or JSON/CSV (frame,instance,score); default 1, ties in file-name order")
     p.add_argument("--detection-iou", type=float, default=0.5, help="IoU threshold of the detection counts (default 0.5)")
@@ -200,16 +208,31 @@ def _add_frames_parser(subparsers) -> None:
     p.set_defaults(run=_run_frames)
 
 
+def _frame_folders(args) -> tuple:
+    """``(reference_dir, test_dir)`` of ``frames`` from the positionals (reference first) or the named options."""
+    named = [args.reference, args.test]
+    positional = [folder for folder in (args.reference_dir, args.test_dir) if folder is not None]
+    if any(named) and positional:
+        raise UserError("give the folders either as positionals (REFERENCE_DIR TEST_DIR) or as --reference/--test, "
+                        "not both")
+    folders = named if any(named) else [args.reference_dir, args.test_dir]
+    if None in folders:
+        raise UserError("frames needs two folders: REFERENCE_DIR TEST_DIR (reference first), or --reference DIR "
+                        "--test DIR")
+    return tuple(folders)
+
+
 def _run_frames(args) -> int:
     from .frames import EdgeRules, evaluate_folders, write_frame_result
     from .io import read_name_map
 
+    reference_dir, test_dir = _frame_folders(args)
     rules = EdgeRules(args.absent_class, args.empty_frame, args.empty_reference)
     result = evaluate_folders(
-        args.prediction_dir, args.ground_truth_dir, classes=read_name_map(args.classes) if args.classes else None,
+        test_dir, reference_dir, classes=read_name_map(args.classes) if args.classes else None,
         rules=rules, instances=args.instances or bool(args.instance_dirs or args.scores),
         connectivity=args.connectivity, scores=args.scores, detection_iou=args.detection_iou,
-        instance_dirs=args.instance_dirs, threshold=args.threshold, input_policy=_input_policy(args),
+        instance_dirs=args.instance_dirs and args.instance_dirs[::-1], threshold=args.threshold, input_policy=_input_policy(args),
     )
     write_frame_result(result, args.format, args.output)
     return 0
