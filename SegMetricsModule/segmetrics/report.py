@@ -13,6 +13,7 @@ Names and case ids come from user files: both documents escape them (:func:`mark
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import json
 import math
@@ -78,16 +79,23 @@ def summary_rows(agg: Aggregate) -> tuple:
 
 
 def summary_table(agg: Aggregate):
-    """The overall table as a :class:`rich.table.Table` (for the terminal)."""
+    """The overall table as a :class:`rich.table.Table` (for the terminal; short metric names and
+    values rounded for display as in ``segmetrics compare``)."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"{agg.n_cases} cases, all classes ({len(agg.failed)} failed, {len(agg.misses)} misses)")
-    for name in ("metric", "unit", "used/n", "mean", "misses", "class mean", "median", "95% CI"):
-        table.add_column(name, justify="left" if name in ("metric", "unit", "misses") else "right", no_wrap=True)
+    from .output import SHORT_NAMES, display_value
+
+    table = Table(title=f"{agg.n_cases} cases, all classes ({len(agg.failed)} failed, {len(agg.misses)} misses)",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("metric", "used/n", "mean", "class mean", "median", "95% CI", "misses"):
+        table.add_column(name, justify="left" if name in ("metric", "misses") else "right", no_wrap=True)
     for r in agg.rows:
         if r["structure"] == OVERALL and r["metric"] in _shown_metrics(agg):
-            table.add_row(r["metric"], r["unit"], f"{r['n_used']}/{r['n']}", format_value(r["mean"]), _misses(r),
-                          format_value(r["class_mean"]), format_value(r["median"]), _ci(r))
+            value = functools.partial(display_value, unit=r["unit"])
+            ci = "–" if math.isnan(r["ci_low"]) else f"{value(r['ci_low'])}–{value(r['ci_high'])}"
+            table.add_row(SHORT_NAMES.get(r["metric"], r["metric"]), f"{r['n_used']}/{r['n']}", value(r["mean"]),
+                          value(r["class_mean"]), value(r["median"]), ci, _misses(r))
     return table
 
 
