@@ -184,3 +184,38 @@ def test_report_leads_with_the_summary_and_failures_and_ends_with_settings(tmp_p
     assert "<details><summary>run settings" in page and "/data/t1.nii.gz" in page
     row = agg.row(OVERALL, "hd95_mm")
     assert row["n_used"] == 8 and row["mean"] == pytest.approx((2.0 * 3 + 5.0 * 2 + 3.0 * 2 + 87.0) / 8)
+
+
+def test_render_draws_the_context_surface_translucent_around_the_coloured_one(tmp_path):
+    vtk = pytest.importorskip("vtk")
+    from vtk.util.numpy_support import numpy_to_vtk
+
+    from segmetrics.render import render_surface, rendering_available
+
+    available, reason = rendering_available()
+    if not available:
+        pytest.skip(reason)
+
+    def sphere(radius):
+        source = vtk.vtkSphereSource()
+        source.SetRadius(radius)
+        source.SetThetaResolution(24)
+        source.SetPhiResolution(24)
+        source.Update()
+        return source.GetOutput()
+
+    inner, outer = sphere(10.0), sphere(30.0)  # test inside a larger reference
+    values = numpy_to_vtk(np.ones(inner.GetNumberOfPoints()), deep=1)
+    values.SetName("MSI")
+    inner.GetPointData().AddArray(values)
+    alone = np.asarray(Image.open(render_surface(inner, "MSI", tmp_path / "a.png")).convert("RGB"), dtype=int)
+    both = np.asarray(Image.open(render_surface(inner, "MSI", tmp_path / "b.png", context=outer)).convert("RGB"),
+                      dtype=int)
+
+    def grey(rgb):  # translucent grey over white: equal channels, clearly darker than the background
+        return (np.ptp(rgb, axis=-1) < 12) & (rgb[..., 0] < 235) & (rgb[..., 0] > 100)
+
+    left = (slice(None), slice(0, int(alone.shape[1] * 0.8)))  # leave out the colour bar
+    assert grey(both[left]).sum() > grey(alone[left]).sum() + 2000  # the reference ring around the test
+    green = (both[..., 1] > 90) & (both[..., 0] < 90)
+    assert green.sum() > 300  # the coloured test surface (MSI 1 = green) is still visible through it

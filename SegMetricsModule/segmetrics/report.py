@@ -151,7 +151,7 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
 
 def _msi_curve(rows, title: str, path: Path) -> bool:
     """Per-slice MSI of one structure pair (``extras["msi_slices"]``: :class:`segmetrics.msi.SliceMSI` rows),
-    by slice index with integer ticks."""
+    by slice index with integer ticks (bottom) and position in mm (top)."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -162,6 +162,10 @@ def _msi_curve(rows, title: str, path: Path) -> bool:
     ax = fig.subplots()
     ax.plot(*zip(*points), marker="o", markersize=3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    step = next((r.position_mm / r.slice for r in rows if r.slice), None)  # slice spacing in mm
+    if step:
+        top = ax.secondary_xaxis("top", functions=(lambda index: index * step, lambda mm: mm / step))
+        top.set_xlabel("position along the MSI axis (mm, from the first slice)", fontsize=8)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("slice index (MSI axis)")
     ax.set_ylabel("MSI")
@@ -225,13 +229,15 @@ def _detail_figures(details, figures: Path) -> tuple:
         surface = structure.extras.get("test_surface")
         if surface is None or not can_render:
             continue
-        from .mesh import to_physical
+        from .mesh import surface_mesh, to_physical
 
         placed = to_physical(surface, reference)
+        context = to_physical(surface_mesh(reference.mask(structure.reference_label), reference.spacing), reference)
         for array in SURFACE_ARRAYS:
             if placed.GetPointData().GetArray(array) is not None:
-                render_surface(placed, array, figures / f"{name}_{array}.png", title=title)
-                blocks.append(("img", f"{name}_{array}.png", f"Test surface coloured by {array}, seen from anterior."))
+                render_surface(placed, array, figures / f"{name}_{array}.png", title=title, context=context)
+                blocks.append(("img", f"{name}_{array}.png", f"Test surface coloured by {array} over the reference "
+                                                             "surface (translucent grey), seen from anterior."))
     return blocks, notes
 
 
