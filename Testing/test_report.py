@@ -219,3 +219,50 @@ def test_render_draws_the_context_surface_translucent_around_the_coloured_one(tm
     assert grey(both[left]).sum() > grey(alone[left]).sum() + 2000  # the reference ring around the test
     green = (both[..., 1] > 90) & (both[..., 0] < 90)
     assert green.sum() > 300  # the coloured test surface (MSI 1 = green) is still visible through it
+
+
+#: Headless browsers tried for the layout test (Debian: apt-get install chromium-headless-shell).
+BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
+#: Writes layout facts into the page title, read back with --dump-dom.
+_LAYOUT_PROBE = """<script>
+window.addEventListener('load', function () {
+  var table = document.querySelector('#summary ~ div.wide');
+  document.title = JSON.stringify({summary_bottom: table.getBoundingClientRect().bottom,
+    scroll_width: document.documentElement.scrollWidth, client_width: document.documentElement.clientWidth,
+    screen_height: window.innerHeight});
+});
+</script>"""
+
+
+def test_report_in_a_headless_browser_shows_the_summary_first_without_horizontal_overflow(tmp_path, monkeypatch):
+    import json
+    import shutil
+    import subprocess
+
+    browser = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
+    if browser is None:
+        pytest.skip("no headless Chromium (apt-get install chromium-headless-shell)")
+    info = {**INFO, "hd95_mm": ("mm", "lower")}
+    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: info)
+    structures = [f"{name}_{side}" for name in ("iliopsoas", "autochthon", "kidney", "lung_lower_lobe", "femur")
+                  for side in ("left", "right")]
+    records = [{"case_id": f"case{c}", "structure": s, "metric": m, "value": v, "unit": info[m][0], "status": "ok"}
+               for c in range(4) for s in structures for m, v in (("dice", 0.8 + 0.01 * c), ("hd95_mm", 2.0 + c))]
+    agg = aggregate(records, failed={"case9": "ReadError: " + "a very long error message " * 20})
+    page = write_report(tmp_path, agg, settings={"metrics": "all", "note": "x" * 3000})
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", _LAYOUT_PROBE + "</body>"))
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
+                           "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    title = re.search(r"<title>(.*?)</title>", done.stdout, flags=re.S)
+    assert title, done.stderr[-2000:]
+    layout = json.loads(html_unescape(title.group(1)))
+    assert layout["summary_bottom"] <= layout["screen_height"]  # the summary table is in the first screen
+    assert layout["scroll_width"] <= layout["client_width"]  # no horizontal scrolling of the page
+
+
+def html_unescape(text: str) -> str:
+    import html
+
+    return html.unescape(text)

@@ -311,7 +311,7 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=()) -> list
         blocks += [("h", 2, "Failed cases"),
                    ("table", ["case", "error"], [[cid, error] for cid, error in agg.failed.items()])]
     sections = ["Overall", "Cases and structures", *metrics, "Worst cases in detail", "Settings and provenance"]
-    blocks += [("h", 2, "Contents"), ("ul", [_link(name) for name in sections])]
+    blocks += [("h", 2, "Contents"), ("ul", [_link(name) for name in sections], "inline")]
     header, rows = summary_rows(agg)
     if few:
         header = [h + " (unreliable: n < 10)" if h.endswith("CI of mean") else h for h in header]
@@ -433,7 +433,8 @@ def _html_parts(blocks, figures: Path) -> list:
         elif kind == "p":
             parts.append(f"<p>{esc(content[0])}</p>")
         elif kind == "ul":
-            parts.append("<ul>" + "".join(f"<li>{_html_cell(item)}</li>" for item in content[0]) + "</ul>")
+            css = " class='inline'" if content[1:] == ["inline"] else ""
+            parts.append(f"<ul{css}>" + "".join(f"<li>{_html_cell(item)}</li>" for item in content[0]) + "</ul>")
         elif kind == "pre":
             parts.append(f"<pre>{esc(content[0])}</pre>")
         elif kind == "details":
@@ -457,7 +458,7 @@ def _html(title: str, blocks, figures: Path) -> str:
             "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
             "table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:13px}"
             "td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}td:first-child,th{text-align:left}"
-            ".wide{overflow-x:auto}img{max-width:100%;border:1px solid #eee}"
+            ".wide{overflow-x:auto}ul.inline{padding:0}ul.inline li{display:inline-block;margin:0 1.2em 0.3em 0}img{max-width:100%;border:1px solid #eee}"
             "pre{background:#f6f6f6;padding:0.5em;font-size:12px;white-space:pre-wrap}"
             f"</style></head><body><h1>{esc(title)}</h1>")
     return "\n".join([head, *_html_parts(blocks, figures), _SORT_SCRIPT, "</body></html>"])
