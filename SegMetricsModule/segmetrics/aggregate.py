@@ -74,19 +74,24 @@ def apply_penalty(records, penalty="none", diagonals=None, info=None) -> list:
 def bootstrap_ci(values, groups, *, confidence=0.95, n_boot=2000, seed=0):
     """Percentile bootstrap CI of the mean, resampling whole ``groups`` (cases) with replacement.
 
-    Resampling cases rather than single values keeps the structures of one subject together.
-    Returns ``(low, high)``; NaN when fewer than two groups.
+    Resampling cases rather than single values keeps the structures of one subject together:
+    ``scipy.stats.bootstrap`` resamples the per-case (sum, count) pairs and the statistic is
+    Σ sums / Σ counts. Returns ``(low, high)``; NaN when fewer than two groups.
     """
+    from scipy.stats import bootstrap
+
     values = np.asarray(values, dtype=float)
     names, index = np.unique(np.asarray(groups, dtype=str), return_inverse=True)
     if len(names) < 2:
         return math.nan, math.nan
     sums = np.bincount(index, weights=values)
     counts = np.bincount(index).astype(float)
-    draws = np.random.default_rng(seed).integers(0, len(names), (n_boot, len(names)))
-    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
-    low, high = np.quantile(means, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(low), float(high)
+    if np.ptp(sums / counts) == 0:  # every case has the same mean: every resample has it too
+        return float(sums[0] / counts[0]), float(sums[0] / counts[0])
+    result = bootstrap((sums, counts), lambda s, c, axis=-1: s.sum(axis=axis) / c.sum(axis=axis), paired=True,
+                       vectorized=True, n_resamples=n_boot, confidence_level=confidence, method="percentile",
+                       random_state=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def summarize(values, cases, statuses, *, confidence=0.95, n_boot=2000, seed=0) -> dict:
