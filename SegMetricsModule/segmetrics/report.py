@@ -467,7 +467,8 @@ def _html(title: str, blocks, figures: Path) -> str:
 def write_aggregate_csv(agg: Aggregate, path) -> None:
     """Every aggregate row (per class and overall) as CSV; statuses as a JSON object; text cells
     that a spreadsheet would run as formulas neutralised (:func:`segmetrics.output.safe_csv_cell`)."""
-    fields = ["structure", "metric", "unit", "better", "n", "n_used", "n_penalised", "mean", "class_mean",
+    fields = ["structure", "metric", "unit", "better", "n", "n_used", "n_penalised", "n_test_empty",
+              "n_reference_empty", "mean", "class_mean",
               "median", "std", "min", "max", "ci_low", "ci_high", "statuses"]
     write_text(path, csv_text(({**r, "statuses": json.dumps(r["statuses"], sort_keys=True)} for r in agg.rows), fields))
 
