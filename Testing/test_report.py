@@ -266,3 +266,40 @@ def html_unescape(text: str) -> str:
     import html
 
     return html.unescape(text)
+
+
+@pytest.fixture
+def saved_figures(monkeypatch):
+    """Figures saved by the report, kept in a list instead of only written as PNG."""
+    from matplotlib.figure import Figure
+
+    figures = []
+    original = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), original(self, *a, **k)))
+    return figures
+
+
+def test_box_plot_keeps_the_scale_of_the_defined_values_under_a_penalty(tmp_path, monkeypatch, saved_figures):
+    from segmetrics.report import _box_plot
+
+    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: INFO)
+    records = [_record(c, "lung", "hd", v) for c, v in (("a", 2.0), ("b", 4.0), ("c", 6.0))]
+    records.append(_record("d", "lung", "hd", math.inf, "test_empty"))
+    agg = aggregate(records, penalty=373.13)
+    assert agg.row("lung", "hd")["max"] == 373.13  # the penalised statistics do use the penalty
+    assert _box_plot(agg, "hd", tmp_path / "box.png")
+    axes = saved_figures[-1].axes[0]
+    assert axes.get_xlim()[1] < 10  # the box spans the defined 2..6 mm, not the 373 mm penalty
+    assert any("1 missed" in text.get_text() for text in axes.texts)  # the miss is marked beside the box
+
+
+def test_per_slice_msi_ticks_are_whole_slices(tmp_path, saved_figures):
+    from types import SimpleNamespace
+
+    from segmetrics.report import _msi_curve
+
+    rows = [SimpleNamespace(slice=k, msi=0.5 + 0.1 * k, position_mm=2.5 * k) for k in range(3)]  # a 3-slice nodule
+    assert _msi_curve(rows, "nodule", tmp_path / "curve.png")
+    axes = saved_figures[-1].axes[0]
+    ticks = [t for t in axes.get_xticks() if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
