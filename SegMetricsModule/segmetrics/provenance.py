@@ -74,7 +74,3 @@ def provenance(inputs: dict | None = None, settings: dict | None = None, command
         **extra,
     }
 
-
-def command_line() -> str:
-    """The running command line (program name and arguments), for provenance."""
-    return " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])
