@@ -298,7 +298,7 @@ def compare(
                 "labels": None if labels is None else [str(x) for x in labels], "params": params,
                 "resample_to": resample_to, "threshold": threshold, "input_policy": input_policy}
     return ComparisonResult(results, notes, params,
-                            provenance(inputs, settings, grid=grid_info(reference), notes=list(notes)))
+                            provenance(inputs, settings, grid=grid_info(reference)))
 
 
 __all__ = ["compare", "ComparisonResult", "StructureResult", "NothingToCompareError", "Parameters", "Status"]
