@@ -334,3 +334,21 @@ def test_frames_takes_the_reference_folder_first_or_named(tmp_path, capsys):
     assert outputs[0]["challenge_iou"] == outputs[1]["challenge_iou"] == pytest.approx(0.5)
     assert main(["frames", str(tmp_path / "gt"), "--test", str(tmp_path / "pred")]) == 2
     assert "either as positionals" in capsys.readouterr().err
+
+
+def test_batch_keeps_the_resampling_notes_and_the_report_shows_them(tmp_path):
+    from segmetrics.batch import Case, read_case_log, run_batch
+    from segmetrics.report import report_batch
+
+    reference, test = _boxes()
+    moved = LabelImage(test.array, test.spacing, origin=(0.0, 0.0, 6.0))  # 1 of 6 foreground slices leaves the grid
+    sitk.WriteImage(reference.to_sitk(), str(tmp_path / "ref.nii.gz"))
+    sitk.WriteImage(moved.to_sitk(), str(tmp_path / "moved.nii.gz"))
+    cases = [Case("shifted", str(tmp_path / "ref.nii.gz"), str(tmp_path / "moved.nii.gz"))]
+    run_batch(cases, tmp_path / "out", metrics="dice", resample_to="reference", workers=0, progress=False)
+    notes = read_case_log(tmp_path / "out")["shifted"]["notes"]
+    assert any(note.startswith("warning: 16.7 % of the test foreground") for note in notes)
+    job = {"metrics": "dice", "resample_to": "reference"}
+    _, html_path = report_batch(tmp_path / "out", cases, tmp_path / "report", job=job)
+    page = html_path.read_text()
+    assert page.index("Notes on the inputs") < page.index("id='contents'") and "warning: 16.7 %" in page

@@ -288,7 +288,7 @@ def _case_table(agg: Aggregate) -> tuple:
     return ["case", "structure", "status", *metrics], rows
 
 
-def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=()) -> list:
+def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=()) -> list:
     """The report as a list of blocks, most important first: summary, failures, contents, tables,
     per-metric sections, worst cases in detail, settings and provenance."""
     from . import __version__
@@ -310,6 +310,9 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=()) -> list
     if agg.failed:
         blocks += [("h", 2, "Failed cases"),
                    ("table", ["case", "error"], [[cid, error] for cid, error in agg.failed.items()])]
+    if notes:
+        blocks += [("h", 2, "Notes on the inputs"),
+                   ("table", ["case", "note (resampling, warnings)"], [list(row) for row in notes])]
     sections = ["Overall", "Cases and structures", *metrics, "Worst cases in detail", "Settings and provenance"]
     blocks += [("h", 2, "Contents"), ("ul", [_link(name) for name in sections], "inline")]
     header, rows = summary_rows(agg)
@@ -326,7 +329,7 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=()) -> list
     blocks += [("h", 2, "Cases and structures"),
                ("details", f"{len(case_rows)} case × structure rows (click a column header to sort)",
                 [("table", case_header, case_rows, "sortable")])]
-    detail_blocks, notes = _detail_figures(details, figures)
+    detail_blocks, render_notes = _detail_figures(details, figures)
     for metric in metrics:
         blocks.append(("h", 2, metric))
         if metric in MSI_GUIDANCE:
@@ -341,12 +344,12 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=()) -> list
                            [[w["case_id"], w["structure"], format_value(w["value"]), format_value(w["raw_value"]),
                              w["status"]] for w in agg.worst[metric]]))
     if not details:
-        notes = ["No per-slice MSI curves or surface renders: they need the msi metric group and a case with "
-                 "both structures present."]
+        render_notes = ["No per-slice MSI curves or surface renders: they need the msi metric group and a case "
+                        "with both structures present."]
     blocks.append(("h", 2, "Worst cases in detail"))
     blocks += [("p", "The worst pair by each of Dice, HD95 and MSI with both structures present; missed "
                      "structures are listed in the summary.")]
-    blocks += [("p", note) for note in notes] + detail_blocks
+    blocks += [("p", note) for note in render_notes] + detail_blocks
     blocks.append(("h", 2, "Settings and provenance"))
     if settings:
         blocks.append(("details", "run settings and provenance (run.json)",
@@ -473,7 +476,7 @@ def write_aggregate_csv(agg: Aggregate, path) -> None:
     write_text(path, csv_text(({**r, "statuses": json.dumps(r["statuses"], sort_keys=True)} for r in agg.rows), fields))
 
 
-def write_report(report_dir, agg: Aggregate, *, details=(), settings=None, inputs=(),
+def write_report(report_dir, agg: Aggregate, *, details=(), settings=None, inputs=(), notes=(),
                  title: str = "SegMetrics batch report") -> Path:
     """Write ``report.html``, ``report.md``, ``aggregate.csv`` and ``figures/*.png`` into ``report_dir``.
 
@@ -489,13 +492,15 @@ def write_report(report_dir, agg: Aggregate, *, details=(), settings=None, input
         The run settings (metrics, parameters) and provenance, shown at the end of the report.
     inputs : list, optional
         ``(case_id, reference path, test path)`` of every case, shown at the end of the report.
+    notes : list, optional
+        ``(case_id, note)`` of the cases whose inputs were prepared (resampling), shown near the top.
 
     Returns the path of ``report.html``.
     """
     report_dir = Path(report_dir)
     figures = report_dir / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    blocks = _blocks(agg, figures, details, settings, inputs)
+    blocks = _blocks(agg, figures, details, settings, inputs, notes)
     write_text(report_dir / "report.md", _markdown(title, blocks))
     write_text(report_dir / "report.html", _html(title, blocks, figures))
     write_aggregate_csv(agg, report_dir / "aggregate.csv")
@@ -521,4 +526,6 @@ def report_batch(output, cases, report_dir, *, penalty="none", job=None, n_detai
     settings_path = Path(output) / "run.json"
     settings = json.loads(settings_path.read_text()) if settings_path.is_file() else None
     inputs = [(case.case_id, str(case.reference), str(case.test)) for case in cases]
-    return agg, write_report(report_dir, agg, details=details, settings=settings, inputs=inputs, title=title)
+    notes = [(c.case_id, note) for c in cases for note in log.get(c.case_id, {}).get("notes", [])]
+    return agg, write_report(report_dir, agg, details=details, settings=settings, inputs=inputs, notes=notes,
+                             title=title)
