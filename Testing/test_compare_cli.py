@@ -66,7 +66,9 @@ def test_cli_json_records(label_pair, tmp_path, capsys):
     ref_path, test_path, _, _ = label_pair
     out = tmp_path / "out.json"
     assert main(["compare", str(ref_path), str(test_path), "--metrics", "dice,jaccard", "--format", "json", "-o", str(out)]) == 0
-    records = json.loads(out.read_text())
+    document = json.loads(out.read_text())
+    assert set(document) == {"provenance", "notes", "records"}
+    records = document["records"]
     assert {tuple(sorted(r)) for r in records} == {
         ("metric", "params", "reference_label", "status", "structure", "test_label", "unit", "value")
     }
@@ -78,7 +80,7 @@ def test_cli_table_and_csv(label_pair, capsys):
     ref_path, test_path, _, _ = label_pair
     assert main(["compare", str(ref_path), str(test_path), "--metrics", "dice"]) == 0
     table = capsys.readouterr().out
-    assert "0.8333" in table and "test_empty" in table and "reference_empty" in table
+    assert "0.833" in table and "test_empty" in table and "reference_empty" in table
     assert main(["compare", str(ref_path), str(test_path), "--metrics", "dice", "--format", "csv"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0] == "structure,reference_label,test_label,metric,value,unit,status,params"
@@ -133,7 +135,7 @@ def test_name_map_only_renames_present_labels(label_pair, tmp_path, capsys):
     names.write_text(json.dumps({"1": "liver", "2": "spleen", "3": "kidney", "4": "never_present"}))
     assert main(["compare", str(ref_path), str(test_path), "--names", str(names), "--metrics", "dice",
                  "--format", "json"]) == 0
-    records = json.loads(capsys.readouterr().out)
+    records = json.loads(capsys.readouterr().out)["records"]
     assert [r["structure"] for r in records] == ["liver", "spleen", "kidney"]
 
 

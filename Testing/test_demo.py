@@ -70,22 +70,31 @@ def test_simulated_errors_show_in_the_metrics(demo):
     assert sensitivity["auto1", "right lung"][0] > sensitivity["auto3", "right lung"][0]
 
 
-def test_missed_structure_hd_is_penalised_with_the_image_diagonal(demo):
+def test_missed_structure_is_counted_not_penalised_by_default_and_the_diagonal_on_request(demo):
+    from segmetrics.aggregate import aggregate
+    from segmetrics.batch import read_case_log
+
     hd = _values(demo, "hd_mm")
     if not hd:
         pytest.skip("distance group not available")
     assert math.isinf(hd["auto2", "cervical vertebral column"][0])  # per-case records keep inf
+    with open(demo / "aggregate.csv") as handle:
+        row = next(r for r in csv.DictReader(handle)
+                   if r["structure"] == "cervical vertebral column" and r["metric"] == "hd_mm")
+    # default: statistics over the one defined value (auto1), the two misses counted beside it
+    assert float(row["max"]) == pytest.approx(hd["auto1", "cervical vertebral column"][0])
+    assert (int(row["n_penalised"]), int(row["n_test_empty"])) == (0, 2)
+    assert json.loads(row["statuses"]) == {"ok": 1, "test_empty": 2}
+    report = (demo / "report.md").read_text()
+    assert "auto2 / cervical vertebral column (test\\_empty)" in report and "No empty-mask penalty" in report
     import slicerio
 
     header = slicerio.read_segmentation(str(reference_path()))
     extent = np.linalg.norm(np.asarray(header["ijkToLPS"])[:3, :3], axis=0) * header["voxels"].shape[:3]
     diagonal = float(np.linalg.norm(extent))  # 128 × 3.047 mm, 128 × 3.047 mm, 34 × 10 mm
-    with open(demo / "aggregate.csv") as handle:
-        row = next(r for r in csv.DictReader(handle)
-                   if r["structure"] == "cervical vertebral column" and r["metric"] == "hd_mm")
-    assert float(row["max"]) == pytest.approx(diagonal)
-    assert int(row["n_penalised"]) == 2 and json.loads(row["statuses"]) == {"ok": 1, "test_empty": 2}
-    assert "diagonal" in (demo / "report.md").read_text()
+    diagonals = {case: entry["diagonal_mm"] for case, entry in read_case_log(demo / "results").items()}
+    penalised = aggregate(read_results(demo / "results"), penalty="diagonal", diagonals=diagonals)
+    assert penalised.row("cervical vertebral column", "hd_mm")["max"] == pytest.approx(diagonal)
 
 
 def test_simulation_is_deterministic():

@@ -146,7 +146,7 @@ def test_folders_pair_by_name_and_report_unmatched(tmp_path):
 def test_cli_json_with_instances(tmp_path, capsys):
     pred_dir, gt_dir = write_frames(tmp_path)
     out = tmp_path / "out.json"
-    code = main(["frames", str(pred_dir), str(gt_dir), "--classes", str(tmp_path / "names.json"),
+    code = main(["frames", str(gt_dir), str(pred_dir), "--classes", str(tmp_path / "names.json"),
                  "--instances", "--format", "json", "-o", str(out)])
     assert code == 0
     data = json.loads(out.read_text())
@@ -169,19 +169,19 @@ def test_cli_json_with_instances(tmp_path, capsys):
 
 def test_cli_csv_and_table(tmp_path, capsys):
     pred_dir, gt_dir = write_frames(tmp_path)
-    assert main(["frames", str(pred_dir), str(gt_dir), "--format", "csv", "--empty-reference", "zero"]) == 0
+    assert main(["frames", str(gt_dir), str(pred_dir), "--format", "csv", "--empty-reference", "zero"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("frame,structure")
     row = next(line for line in lines if ",challenge_iou," in line and line.startswith(","))
     assert float(row.split(",")[5]) == pytest.approx(0.5)
-    assert main(["frames", str(pred_dir), str(gt_dir)]) == 0
+    assert main(["frames", str(gt_dir), str(pred_dir)]) == 0
     assert "mciou" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("problem", ["missing_dir", "no_common", "bad_classes", "shape", "bad_scores"])
 def test_cli_bad_input_is_one_line(tmp_path, capsys, problem):
     pred_dir, gt_dir = write_frames(tmp_path)
-    args = ["frames", str(pred_dir), str(gt_dir)]
+    args = ["frames", str(gt_dir), str(pred_dir)]
     if problem == "missing_dir":
         args[1] = str(tmp_path / "nope")
     elif problem == "no_common":
@@ -219,12 +219,12 @@ def test_fetreg_sample_frames_against_themselves_and_a_perturbation(data_dir):
 @pytest.mark.parametrize("source", ["json_with_instance_maps", "csv", "probability_maps"])
 def test_cli_instance_scores(tmp_path, source):
     pred_dir, gt_dir = write_frames(tmp_path)
-    args = ["frames", str(pred_dir), str(gt_dir), "--format", "json", "-o", str(tmp_path / "out.json")]
+    args = ["frames", str(gt_dir), str(pred_dir), "--format", "json", "-o", str(tmp_path / "out.json")]
     if source == "json_with_instance_maps":
         # Instance maps = the frames themselves (one instance per class and frame), ids = class values.
         scores = {"A": {"1": 0.2, "2": 0.9}, "C": {"1": 0.8}, "D": {"2": 0.5}}
         (tmp_path / "scores.json").write_text(json.dumps(scores))
-        args += ["--instance-dirs", str(pred_dir), str(gt_dir), "--scores", str(tmp_path / "scores.json")]
+        args += ["--instance-dirs", str(gt_dir), str(pred_dir), "--scores", str(tmp_path / "scores.json")]
     elif source == "csv":  # components numbered in raster order: one per class and frame here
         (tmp_path / "scores.csv").write_text("frame,instance,score\nA,1,0.2\nA,2,0.9\nC,1,0.8\nD,1,0.5\n")
         args += ["--scores", str(tmp_path / "scores.csv")]
@@ -256,7 +256,7 @@ def test_cli_3d_lesion_volumes_with_threshold(tmp_path, data_dir):
     (pred_dir / "case2.nii.gz").symlink_to(folder / "Pred" / "CorrectLesion_0002_01_Pred.nii.gz")
     (gt_dir / "case2.nii.gz").symlink_to(folder / "Ref" / "CorrectLesion_0002_01_Ref.nii.gz")
     out = tmp_path / "out.json"
-    assert main(["frames", str(pred_dir), str(gt_dir), "--threshold", "0.5", "--instances", "--connectivity", "3",
+    assert main(["frames", str(gt_dir), str(pred_dir), "--threshold", "0.5", "--instances", "--connectivity", "3",
                  "--format", "json", "-o", str(out)]) == 0
     data = json.loads(out.read_text())
     pred, ref = (sitk.GetArrayFromImage(sitk.ReadImage(str(d / "case2.nii.gz"))) >= 0.5 for d in (pred_dir, gt_dir))

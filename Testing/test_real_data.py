@@ -122,10 +122,11 @@ def _cli(argv, capsys):
 
 
 def _strict_json(text):
-    """json.loads that refuses the non-standard NaN / Infinity tokens."""
+    """The records of ``compare --format json`` ({"provenance", "notes", "records"}), read by a json.loads
+    that refuses the non-standard NaN / Infinity tokens."""
     def refuse(token):
         raise ValueError(f"non-standard JSON token {token}")
-    return json.loads(text, parse_constant=refuse)
+    return json.loads(text, parse_constant=refuse)["records"]
 
 
 # --- overlap and volumes against SimpleITK ------------------------------------------------------

@@ -148,8 +148,158 @@ def test_report_escapes_names_and_neutralises_csv_formulas(tmp_path, monkeypatch
     for table in re.findall(r"(?:^\|.*\n)+", markdown, flags=re.M):
         widths = {len(unescaped_pipes.findall(line)) for line in table.splitlines()}
         assert len(widths) == 1, table  # no name adds a column
-    assert "<script>" not in (tmp_path / "report.html").read_text()
+    page = (tmp_path / "report.html").read_text()
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # only our own script
     with open(tmp_path / "aggregate.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert {r["structure"] for r in rows} == {script, "'" + formula, piped, OVERALL}
     assert {float(r["mean"]) for r in rows} == {-1.5} and all(r["mean"] == "-1.5" for r in rows)  # numbers stay numbers
+
+
+def test_report_leads_with_the_summary_and_failures_and_ends_with_settings(tmp_path, monkeypatch):
+    info = {**INFO, "hd95_mm": ("mm", "lower"), "hdp_mm": ("mm", "lower")}
+    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: info)
+    records = []
+    for case in ("c1", "c2", "c3"):
+        for structure, dice, hd, status in (("liver", 0.9, 2.0, "ok"), ("lobe", 0.0, math.inf, "test_empty"),
+                                            ("bowel", 0.8, 87.0 if case == "c2" else 3.0, "ok")):
+            if case != "c1" and structure == "lobe":
+                dice, hd, status = 0.7, 5.0, "ok"  # only c1 misses the lobe
+            for metric, value in (("dice", dice), ("hd95_mm", hd), ("hdp_mm", hd)):
+                records.append({"case_id": case, "structure": structure, "metric": metric, "value": value,
+                                "unit": info[metric][0], "status": status})
+    agg = aggregate(records, failed={"c4": "ReadError: broken file"})
+    write_report(tmp_path, agg, settings={"metrics": "all", "provenance": {"version": "x"}},
+                 inputs=[("c1", "/data/r1.nii.gz", "/data/t1.nii.gz")])
+    page = (tmp_path / "report.html").read_text()
+    order = [page.index(text) for text in ("id='summary'", "id='failed-cases'", "id='contents'", "id='overall'",
+                                           "id='cases-and-structures'", "id='worst-cases-in-detail'",
+                                           "id='settings-and-provenance'", "&quot;provenance&quot;")]
+    assert order == sorted(order)  # summary first, failures next, raw settings last
+    summary = page[page.index("id='summary'"):page.index("id='failed-cases'")]
+    assert "c1 / lobe (test_empty)" in summary  # the miss is named
+    assert "c2 / bowel" in summary and "87" in summary  # the worst HD95 pair, not only the worst MSI
+    assert "unreliable" in page  # 3 cases: the CI caveat
+    assert "id='hdp_mm'" not in page and "id='hd95_mm'" in page  # hdp_mm repeats hd95_mm: one section
+    assert "<details><summary>run settings" in page and "/data/t1.nii.gz" in page
+    row = agg.row(OVERALL, "hd95_mm")
+    assert row["n_used"] == 8 and row["mean"] == pytest.approx((2.0 * 3 + 5.0 * 2 + 3.0 * 2 + 87.0) / 8)
+
+
+def test_render_draws_the_context_surface_translucent_around_the_coloured_one(tmp_path):
+    vtk = pytest.importorskip("vtk")
+    from vtk.util.numpy_support import numpy_to_vtk
+
+    from segmetrics.render import render_surface, rendering_available
+
+    available, reason = rendering_available()
+    if not available:
+        pytest.skip(reason)
+
+    def sphere(radius):
+        source = vtk.vtkSphereSource()
+        source.SetRadius(radius)
+        source.SetThetaResolution(24)
+        source.SetPhiResolution(24)
+        source.Update()
+        return source.GetOutput()
+
+    inner, outer = sphere(10.0), sphere(30.0)  # test inside a larger reference
+    values = numpy_to_vtk(np.ones(inner.GetNumberOfPoints()), deep=1)
+    values.SetName("MSI")
+    inner.GetPointData().AddArray(values)
+    alone = np.asarray(Image.open(render_surface(inner, "MSI", tmp_path / "a.png")).convert("RGB"), dtype=int)
+    both = np.asarray(Image.open(render_surface(inner, "MSI", tmp_path / "b.png", context=outer)).convert("RGB"),
+                      dtype=int)
+
+    def grey(rgb):  # translucent grey over white: equal channels, clearly darker than the background
+        return (np.ptp(rgb, axis=-1) < 12) & (rgb[..., 0] < 235) & (rgb[..., 0] > 100)
+
+    left = (slice(None), slice(0, int(alone.shape[1] * 0.8)))  # leave out the colour bar
+    assert grey(both[left]).sum() > grey(alone[left]).sum() + 2000  # the reference ring around the test
+    green = (both[..., 1] > 90) & (both[..., 0] < 90)
+    assert green.sum() > 300  # the coloured test surface (MSI 1 = green) is still visible through it
+
+
+#: Headless browsers tried for the layout test (Debian: apt-get install chromium-headless-shell).
+BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
+#: Writes layout facts into the page title, read back with --dump-dom.
+_LAYOUT_PROBE = """<script>
+window.addEventListener('load', function () {
+  var table = document.querySelector('#summary ~ div.wide');
+  document.title = JSON.stringify({summary_bottom: table.getBoundingClientRect().bottom,
+    scroll_width: document.documentElement.scrollWidth, client_width: document.documentElement.clientWidth,
+    screen_height: window.innerHeight});
+});
+</script>"""
+
+
+def test_report_in_a_headless_browser_shows_the_summary_first_without_horizontal_overflow(tmp_path, monkeypatch):
+    import json
+    import shutil
+    import subprocess
+
+    browser = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
+    if browser is None:
+        pytest.skip("no headless Chromium (apt-get install chromium-headless-shell)")
+    info = {**INFO, "hd95_mm": ("mm", "lower")}
+    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: info)
+    structures = [f"{name}_{side}" for name in ("iliopsoas", "autochthon", "kidney", "lung_lower_lobe", "femur")
+                  for side in ("left", "right")]
+    records = [{"case_id": f"case{c}", "structure": s, "metric": m, "value": v, "unit": info[m][0], "status": "ok"}
+               for c in range(4) for s in structures for m, v in (("dice", 0.8 + 0.01 * c), ("hd95_mm", 2.0 + c))]
+    agg = aggregate(records, failed={"case9": "ReadError: " + "a very long error message " * 20})
+    page = write_report(tmp_path, agg, settings={"metrics": "all", "note": "x" * 3000})
+    probed = tmp_path / "probed.html"
+    probed.write_text(page.read_text().replace("</body>", _LAYOUT_PROBE + "</body>"))
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
+                           "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    title = re.search(r"<title>(.*?)</title>", done.stdout, flags=re.S)
+    assert title, done.stderr[-2000:]
+    layout = json.loads(html_unescape(title.group(1)))
+    assert layout["summary_bottom"] <= layout["screen_height"]  # the summary table is in the first screen
+    assert layout["scroll_width"] <= layout["client_width"]  # no horizontal scrolling of the page
+
+
+def html_unescape(text: str) -> str:
+    import html
+
+    return html.unescape(text)
+
+
+@pytest.fixture
+def saved_figures(monkeypatch):
+    """Figures saved by the report, kept in a list instead of only written as PNG."""
+    from matplotlib.figure import Figure
+
+    figures = []
+    original = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (figures.append(self), original(self, *a, **k)))
+    return figures
+
+
+def test_box_plot_keeps_the_scale_of_the_defined_values_under_a_penalty(tmp_path, monkeypatch, saved_figures):
+    from segmetrics.report import _box_plot
+
+    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: INFO)
+    records = [_record(c, "lung", "hd", v) for c, v in (("a", 2.0), ("b", 4.0), ("c", 6.0))]
+    records.append(_record("d", "lung", "hd", math.inf, "test_empty"))
+    agg = aggregate(records, penalty=373.13)
+    assert agg.row("lung", "hd")["max"] == 373.13  # the penalised statistics do use the penalty
+    assert _box_plot(agg, "hd", tmp_path / "box.png")
+    axes = saved_figures[-1].axes[0]
+    assert axes.get_xlim()[1] < 10  # the box spans the defined 2..6 mm, not the 373 mm penalty
+    assert any("1 missed" in text.get_text() for text in axes.texts)  # the miss is marked beside the box
+
+
+def test_per_slice_msi_ticks_are_whole_slices(tmp_path, saved_figures):
+    from types import SimpleNamespace
+
+    from segmetrics.report import _msi_curve
+
+    rows = [SimpleNamespace(slice=k, msi=0.5 + 0.1 * k, position_mm=2.5 * k) for k in range(3)]  # a 3-slice nodule
+    assert _msi_curve(rows, "nodule", tmp_path / "curve.png")
+    axes = saved_figures[-1].axes[0]
+    ticks = [t for t in axes.get_xticks() if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)

@@ -1,8 +1,11 @@
 """Dataset statistics of batch records: per class and overall, with bootstrap CIs and worst cases.
 
 UKBOB-style: every metric is summarised per class (structure) and then over all classes and
-subjects together. The empty-mask penalty (what a missed structure's infinite Hausdorff distance
-counts as) is applied here, at aggregation only; the per-case records keep ``inf`` and their status.
+subjects together. By default the statistics are over the defined (finite) values, and the misses
+(``test_empty`` / ``reference_empty`` pairs) are counted beside every mean and listed. An empty-mask
+penalty (a stated constant such as ``373.13`` mm, or the image diagonal) replaces a missed structure's
+infinite distances only when asked for; it is applied here, at aggregation only, and the per-case
+records keep ``inf`` and their status.
 """
 from __future__ import annotations
 
@@ -30,24 +33,26 @@ def _metric_info() -> dict:
 def describe_penalty(penalty) -> str:
     """One sentence naming the empty-mask penalty policy, for reports."""
     if penalty in (None, "none"):
-        return ("No empty-mask penalty: infinite or undefined distances of missed structures are left out of "
-                "the statistics and only counted by status.")
+        return ("No empty-mask penalty (default): the statistics are over the defined values; the distances of "
+                "missed structures (test_empty) and of structures only in the test (reference_empty) are "
+                "infinite, left out, and counted beside every mean ('misses').")
     what = "the diagonal of that case's reference image (mm)" if penalty == "diagonal" else f"{float(penalty):g} mm"
     return ("Empty-mask penalty: a distance metric (mm, lower is better) that is infinite or undefined because "
             f"exactly one mask is empty (status {' / '.join(PENALISED_STATUSES)}) counts as {what}. "
             "Both-empty pairs stay undefined and are left out.")
 
 
-def apply_penalty(records, penalty="diagonal", diagonals=None, info=None) -> list:
+def apply_penalty(records, penalty="none", diagonals=None, info=None) -> list:
     """Return copies of ``records`` with ``value`` penalised where the policy says so.
 
     Parameters
     ----------
     records : list of dict
         Batch records (``case_id``, ``structure``, ``metric``, ``value``, ``unit``, ``status``).
-    penalty : {"diagonal", "none"} or float
-        ``"diagonal"``: the case's reference image diagonal in mm (from ``diagonals``);
-        a number: that many mm; ``"none"``: no change.
+    penalty : {"none", "diagonal"} or float
+        ``"none"`` (default): no change; a number: that many mm (e.g. 373.13 as in BraTS);
+        ``"diagonal"``: the case's reference image diagonal in mm (from ``diagonals``), which depends on
+        the field of view.
     diagonals : dict, optional
         ``{case_id: diagonal in mm}``; needed for ``"diagonal"``.
 
@@ -69,19 +74,24 @@ def apply_penalty(records, penalty="diagonal", diagonals=None, info=None) -> lis
 def bootstrap_ci(values, groups, *, confidence=0.95, n_boot=2000, seed=0):
     """Percentile bootstrap CI of the mean, resampling whole ``groups`` (cases) with replacement.
 
-    Resampling cases rather than single values keeps the structures of one subject together.
-    Returns ``(low, high)``; NaN when fewer than two groups.
+    Resampling cases rather than single values keeps the structures of one subject together:
+    ``scipy.stats.bootstrap`` resamples the per-case (sum, count) pairs and the statistic is
+    Σ sums / Σ counts. Returns ``(low, high)``; NaN when fewer than two groups.
     """
+    from scipy.stats import bootstrap
+
     values = np.asarray(values, dtype=float)
     names, index = np.unique(np.asarray(groups, dtype=str), return_inverse=True)
     if len(names) < 2:
         return math.nan, math.nan
     sums = np.bincount(index, weights=values)
     counts = np.bincount(index).astype(float)
-    draws = np.random.default_rng(seed).integers(0, len(names), (n_boot, len(names)))
-    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
-    low, high = np.quantile(means, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return float(low), float(high)
+    if np.ptp(sums / counts) == 0:  # every case has the same mean: every resample has it too
+        return float(sums[0] / counts[0]), float(sums[0] / counts[0])
+    result = bootstrap((sums, counts), lambda s, c, axis=-1: s.sum(axis=axis) / c.sum(axis=axis), paired=True,
+                       vectorized=True, n_resamples=n_boot, confidence_level=confidence, method="percentile",
+                       random_state=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def summarize(values, cases, statuses, *, confidence=0.95, n_boot=2000, seed=0) -> dict:
@@ -109,8 +119,12 @@ class Aggregate:
 
     ``rows``: one dict per (structure, metric), plus an :data:`OVERALL` row per metric whose
     ``class_mean`` is the class-balanced mean (mean of the per-class means).
+    Every row counts its misses: ``n_test_empty`` (structure missed by the test) and
+    ``n_reference_empty`` (structure only in the test).
     ``worst``: ``{metric: [record, ...]}``, worst first (after the penalty).
     ``records``: the input records after the penalty (see :func:`apply_penalty`).
+    ``misses``: ``[{"case_id", "structure", "status"}]`` of every case × structure with exactly one
+    empty mask.
     """
 
     rows: list
@@ -120,6 +134,7 @@ class Aggregate:
     n_cases: int
     failed: dict = field(default_factory=dict)
     records: list = field(default_factory=list)
+    misses: list = field(default_factory=list)
 
     def metrics(self) -> list:
         return list(dict.fromkeys(r["metric"] for r in self.rows))
@@ -132,7 +147,7 @@ class Aggregate:
         raise KeyError(f"no aggregate row for structure {structure!r} and metric {metric!r}")
 
 
-def aggregate(records, *, penalty="diagonal", diagonals=None, confidence=0.95, n_boot=2000, seed=0,
+def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boot=2000, seed=0,
               n_worst=3, failed=None) -> Aggregate:
     """Summarise batch records per class and overall (see :func:`summarize`).
 
@@ -141,7 +156,8 @@ def aggregate(records, *, penalty="diagonal", diagonals=None, confidence=0.95, n
     records : list of dict
         From :func:`segmetrics.batch.read_results` (values as floats, NaN/inf kept).
     penalty, diagonals
-        Empty-mask policy, see :func:`apply_penalty`; it is applied here only.
+        Empty-mask policy, see :func:`apply_penalty` (default ``"none"``: statistics over the defined
+        values, misses counted); it is applied here only.
     confidence, n_boot, seed
         Bootstrap CI level, resamples and seed (results are reproducible).
     n_worst : int
@@ -151,6 +167,9 @@ def aggregate(records, *, penalty="diagonal", diagonals=None, confidence=0.95, n
     """
     info = _metric_info()
     records = apply_penalty(records, penalty, diagonals, info)
+    misses = list({(r["case_id"], r["structure"]): {"case_id": r["case_id"], "structure": r["structure"],
+                                                     "status": r["status"]}
+                   for r in records if r["status"] in PENALISED_STATUSES}.values())
     options = {"confidence": confidence, "n_boot": n_boot, "seed": seed}
     groups: dict = {}
     for r in records:
@@ -178,5 +197,8 @@ def aggregate(records, *, penalty="diagonal", diagonals=None, confidence=0.95, n
             ranked = [m for m in members if not math.isnan(m["value"])]
             ranked.sort(key=lambda m: m["value"], reverse=first["better"] == "lower")
             worst[metric] = ranked[:n_worst]
+    for row in rows:
+        row.update(n_test_empty=row["statuses"].get(Status.TEST_EMPTY, 0),
+                   n_reference_empty=row["statuses"].get(Status.REFERENCE_EMPTY, 0))
     return Aggregate(rows, worst, describe_penalty(penalty), confidence,
-                     len({r["case_id"] for r in records}), dict(failed or {}), records)
+                     len({r["case_id"] for r in records}), dict(failed or {}), records, misses)

@@ -67,7 +67,8 @@ class CaseOutcome:
     """What evaluating one case produced: its records, or the error that stopped it.
 
     ``diagonal_mm`` is the length of the reference image's diagonal (mm), used by the
-    ``diagonal`` empty-mask penalty at aggregation.
+    ``diagonal`` empty-mask penalty at aggregation; ``notes`` are the comparison's notes
+    (resampling, foreground discarded by it), kept in ``cases.jsonl`` and shown in the report.
     """
 
     case_id: str
@@ -76,6 +77,7 @@ class CaseOutcome:
     error: str = ""
     diagonal_mm: float = math.nan
     seconds: float = 0.0
+    notes: list = field(default_factory=list)
 
 
 @dataclass
@@ -208,7 +210,8 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
         return CaseOutcome(case.case_id, "failed", error=message, seconds=time.perf_counter() - start)
     diagonal = float(np.linalg.norm(np.asarray(reference.array.shape) * np.asarray(reference.spacing)))
     records = [{"case_id": case.case_id, **r} for r in result.records()]
-    return CaseOutcome(case.case_id, "ok", records, diagonal_mm=diagonal, seconds=time.perf_counter() - start)
+    return CaseOutcome(case.case_id, "ok", records, diagonal_mm=diagonal, seconds=time.perf_counter() - start,
+                       notes=list(result.notes))
 
 
 # --------------------------------------------------------------------------------- executors
@@ -427,14 +430,25 @@ def _settings(job: dict) -> dict:
 
 
 def _check_settings(output: Path, settings: dict) -> None:
-    """Refuse to resume a run made with other settings (mixed results would be meaningless)."""
+    """Refuse to resume a run made with other settings (mixed results would be meaningless).
+
+    A new ``run.json`` also holds the run's ``provenance`` (version, start time, command), which is
+    not compared."""
+    import shlex
+    import sys
+
+    from .provenance import provenance
+
     path = output / "run.json"
     if path.is_file():
-        if json.loads(path.read_text()) != settings:
+        stored = json.loads(path.read_text())
+        stored.pop("provenance", None)
+        if stored != settings:
             raise BatchError(f"{output} holds a batch run with other settings ({path}); "
                              "use another output folder or delete that one")
     else:
-        _write_atomic(path, lambda handle: handle.write(json.dumps(settings, indent=2, sort_keys=True)))
+        document = {**settings, "provenance": provenance(command=shlex.join(sys.argv))}
+        _write_atomic(path, lambda handle: handle.write(json.dumps(document, indent=2, sort_keys=True)))
 
 
 def _fingerprint(case: Case, settings: dict) -> str:

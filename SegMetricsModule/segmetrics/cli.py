@@ -5,6 +5,7 @@ import argparse
 import contextlib
 import math
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -110,8 +111,18 @@ def _add_compare_parser(subparsers) -> None:
     _add_parameter_arguments(p)
     _add_input_arguments(p)
     p.add_argument("--msi-slices", metavar="CSV", help="write the per-slice MSI table to this CSV")
-    p.add_argument("--resample-to", choices=["reference"], help="resample the test onto the reference grid (nearest)")
-    p.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    p.add_argument("--resample-to", choices=["reference"],
+                   help="resample the test onto the reference grid (nearest); warns when test foreground falls "
+                        "outside the reference field of view")
+    p.add_argument("--format", default="table", choices=["table", "csv", "wide-csv", "json"],
+                   help="table (terminal, rounded for display), csv (full precision; with -o the provenance goes "
+                        "to FILE.provenance.json), wide-csv (= csv --layout wide) or json (with provenance)")
+    p.add_argument("--layout", default="long", choices=["long", "wide"],
+                   help="csv layout: long (a row per structure and metric, default) or wide (a row per structure)")
+    p.add_argument("--sort", metavar="METRIC", help="table rows worst first by METRIC (e.g. dice, hd95_mm)")
+    p.add_argument("--wide", action="store_true",
+                   help="table: every metric, in several tables that fit the terminal (default: the main metrics "
+                        "that fit)")
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.set_defaults(run=_run_compare)
 
@@ -147,17 +158,34 @@ def _run_compare(args) -> int:
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
                          resample_to=args.resample_to, progress=progress, input_policy=policy)
-    write_result(result, args.format, args.output)
+    result.provenance.update(command=args.command_line, inputs=_input_files(
+        reference=args.reference, test=args.test, names=args.names))
+    fmt, layout = ("csv", "wide") if args.format == "wide-csv" else (args.format, args.layout)
+    write_result(result, fmt, args.output, layout=layout, sort=args.sort, wide=args.wide)
     if args.msi_slices:
         write_msi_slices(result, args.msi_slices)
     return 0
 
 
+def _input_files(**paths) -> dict:
+    """Provenance of the input files given on the command line (``None`` ones left out)."""
+    from .provenance import file_info
+
+    return {name: file_info(path) for name, path in paths.items() if path is not None}
+
+
 def _add_frames_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "frames", help="multi-class frame metrics (challenge IoU, ISI-IoU, mcIoU, mDice) and instance AP over two folders")
-    p.add_argument("prediction_dir", help="folder of predicted label maps (PNG, NRRD, NIfTI, MHA, .npy)")
-    p.add_argument("ground_truth_dir", help="folder of ground-truth label maps, paired with predictions by file name")
+        "frames", help="multi-class frame metrics (challenge IoU, ISI-IoU, mcIoU, mDice) and instance AP over two folders",
+        description="Score a folder of predicted frames against a folder of reference (ground-truth) frames, paired "
+                    "by file name. The reference folder comes FIRST, as in `segmetrics compare REFERENCE TEST`; "
+                    "segmetrics 0.1 took the prediction folder first: check scripts written for it, or name the "
+                    "folders with --reference and --test.")
+    p.add_argument("reference_dir", nargs="?", help="folder of reference (ground-truth) label maps (PNG, NRRD, NIfTI, "
+                                                    "MHA, .npy)")
+    p.add_argument("test_dir", nargs="?", help="folder of predicted label maps, paired with the references by file name")
+    p.add_argument("--reference", metavar="DIR", help="the reference folder, named (instead of the first positional)")
+    p.add_argument("--test", metavar="DIR", help="the prediction folder, named (instead of the second positional)")
     p.add_argument("--classes", metavar="JSON", help='JSON {"1": "LAV", ...}: classes to score and their names '
                    "(default: every non-zero label found; 0 is never scored)")
     p.add_argument("--absent-class", default="ignore", choices=["ignore", "one"],
@@ -169,8 +197,9 @@ def _add_frames_parser(subparsers) -> None:
     p.add_argument("--instances", action="store_true",
                    help="also COCO mask AP (map50, map95, map50_95) and detection precision/recall/F1")
     p.add_argument("--connectivity", type=int, help="connected-component connectivity, 1 (faces) .. ndim (corners); default ndim")
-    p.add_argument("--instance-dirs", nargs=2, metavar=("PRED_INST_DIR", "GT_INST_DIR"),
-                   help="instance label maps instead of connected components (class = majority class of the frame)")
+    p.add_argument("--instance-dirs", nargs=2, metavar=("REF_INST_DIR", "TEST_INST_DIR"),
+                   help="instance label maps instead of connected components (class = majority class of the frame); "
+                        "reference folder first")
     p.add_argument("--scores", metavar="PATH", help="instance scores: folder of probability maps paired by name "
                    "(mean inside each instance) or JSON/CSV (frame,instance,score); default 1, ties in file-name order")
     p.add_argument("--detection-iou", type=float, default=0.5, help="IoU threshold of the detection counts (default 0.5)")
@@ -182,16 +211,31 @@ def _add_frames_parser(subparsers) -> None:
     p.set_defaults(run=_run_frames)
 
 
+def _frame_folders(args) -> tuple:
+    """``(reference_dir, test_dir)`` of ``frames`` from the positionals (reference first) or the named options."""
+    named = [args.reference, args.test]
+    positional = [folder for folder in (args.reference_dir, args.test_dir) if folder is not None]
+    if any(named) and positional:
+        raise UserError("give the folders either as positionals (REFERENCE_DIR TEST_DIR) or as --reference/--test, "
+                        "not both")
+    folders = named if any(named) else [args.reference_dir, args.test_dir]
+    if None in folders:
+        raise UserError("frames needs two folders: REFERENCE_DIR TEST_DIR (reference first), or --reference DIR "
+                        "--test DIR")
+    return tuple(folders)
+
+
 def _run_frames(args) -> int:
     from .frames import EdgeRules, evaluate_folders, write_frame_result
     from .io import read_name_map
 
+    reference_dir, test_dir = _frame_folders(args)
     rules = EdgeRules(args.absent_class, args.empty_frame, args.empty_reference)
     result = evaluate_folders(
-        args.prediction_dir, args.ground_truth_dir, classes=read_name_map(args.classes) if args.classes else None,
+        test_dir, reference_dir, classes=read_name_map(args.classes) if args.classes else None,
         rules=rules, instances=args.instances or bool(args.instance_dirs or args.scores),
         connectivity=args.connectivity, scores=args.scores, detection_iou=args.detection_iou,
-        instance_dirs=args.instance_dirs, threshold=args.threshold, input_policy=_input_policy(args),
+        instance_dirs=args.instance_dirs and args.instance_dirs[::-1], threshold=args.threshold, input_policy=_input_policy(args),
     )
     write_frame_result(result, args.format, args.output)
     return 0
@@ -220,8 +264,10 @@ def _add_batch_parser(subparsers) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask cluster: 'local' or a scheduler address "
                                                          "(tcp://host:8786); needs segmetrics[distributed]")
     p.add_argument("--report", metavar="DIR", help="write report.html, report.md, aggregate.csv and figures here")
-    p.add_argument("--penalty", default="diagonal", metavar="POLICY",
-                   help="empty-mask penalty at aggregation: 'diagonal' (image diagonal, default), 'none' or a value in mm")
+    p.add_argument("--penalty", default="none", metavar="MM",
+                   help="distance counted for a missed structure at aggregation: 'none' (default: statistics over "
+                        "the defined values, misses counted beside every mean), a constant in mm (e.g. 373.13 as "
+                        "in BraTS) or 'diagonal' (each case's image diagonal; depends on the field of view)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=_run_batch)
 
@@ -338,7 +384,7 @@ def _flag(option: str) -> str:
 
 
 def _penalty(text: str):
-    """``--penalty``: 'diagonal', 'none' or a finite distance >= 0 in mm (returned as float)."""
+    """``--penalty``: 'none', a finite distance >= 0 in mm (returned as float) or 'diagonal'."""
     if text in ("diagonal", "none"):
         return text
     try:
@@ -365,8 +411,12 @@ def check_options(args) -> None:
     if hasattr(args, "metrics"):
         from .registry import resolve_selection
 
-        if not resolve_selection(args.metrics):  # unknown names raise ValueError
+        selection = resolve_selection(args.metrics)  # unknown names raise ValueError
+        if not selection:
             raise UserError(f"--metrics {args.metrics!r}: no metric selected; give metric or group names")
+        if getattr(args, "sort", None) and not any(args.sort in names for names in selection.values()):
+            raise UserError(f"--sort {args.sort}: not among the selected metrics ({args.metrics}); "
+                            "give a metric name such as dice or hd95_mm")
 
 
 def check_output_file(path, option: str) -> None:
@@ -422,6 +472,7 @@ def main(argv=None) -> int:
     from .validation import ReadError
 
     args = build_parser().parse_args(argv)
+    args.command_line = shlex.join(["segmetrics", *(sys.argv[1:] if argv is None else argv)])
     try:
         check_options(args)
         check_outputs(args)

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .geometry import LabelImage, check_same_geometry, geometry_differences, resample_nearest, union_box
+from .geometry import (LabelImage, check_same_geometry, foreground_outside_note, geometry_differences,
+                       resample_nearest, union_box)
 from .orientation import Reorientation, canonical
 from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, resolve_selection
 from .validation import NothingToCompareError
@@ -46,10 +47,14 @@ class StructureResult:
 
 @dataclass
 class ComparisonResult:
-    """Per-structure results; ``notes`` says how the inputs were prepared (e.g. resampling)."""
+    """Per-structure results; ``notes`` says how the inputs were prepared (e.g. resampling);
+    ``params`` are the :class:`Parameters` used; ``provenance`` (see :mod:`segmetrics.provenance`)
+    names the software version, time, inputs, reference grid and settings."""
 
     structures: list
     notes: list = field(default_factory=list)
+    params: Parameters | None = None
+    provenance: dict = field(default_factory=dict)
 
     def __getitem__(self, structure: str) -> StructureResult:
         for s in self.structures:
@@ -73,6 +78,35 @@ class ComparisonResult:
             for s in self.structures
             for v in s.values
         ]
+
+    def metrics(self) -> list:
+        """Names of the computed metrics, in registry order."""
+        return list(dict.fromkeys(v.metric for s in self.structures for v in s.values))
+
+    def wide_rows(self) -> list:
+        """One dict per structure: ``structure``, ``reference_label``, ``test_label``, ``status``, then
+        one key per metric (units in the metric names: ``_mm``, ``_ml``; others are ratios)."""
+        return [{"structure": s.structure, "reference_label": s.reference_label, "test_label": s.test_label,
+                 "status": s.status, **{v.metric: v.value for v in s.values}} for s in self.structures]
+
+    def to_dataframe(self, layout: str = "wide"):
+        """The values as a ``pandas.DataFrame`` (pandas is optional: ``pip install pandas``).
+
+        ``layout="wide"``: one row per structure (:meth:`wide_rows`), NaN for undefined values and
+        ``inf`` for a missed structure's Hausdorff distances; ``layout="long"``: one row per structure
+        and metric (:meth:`records`, with ``unit``, ``status`` and ``params``). The provenance is in
+        ``DataFrame.attrs["provenance"]`` and the notes in ``attrs["notes"]``.
+        """
+        try:
+            import pandas as pd
+        except ImportError as error:
+            raise ImportError("to_dataframe needs pandas, which is optional: pip install pandas") from error
+        if layout not in ("wide", "long"):
+            raise ValueError(f"layout must be 'wide' or 'long', got {layout!r}")
+        rows = self.wide_rows() if layout == "wide" else self.records()
+        frame = pd.DataFrame(rows, columns=None if rows else ["structure"])
+        frame.attrs.update(provenance=self.provenance, notes=list(self.notes))
+        return frame
 
     def class_means(self) -> dict:
         """Mean of each metric over the structures where it is finite, with the counts used.
@@ -229,8 +263,10 @@ def compare(
     the stored array's indices and index-scaled frame.
     """
     from .io import load_label_image
+    from .provenance import describe_input, grid_info, provenance
 
     params = params or Parameters()
+    inputs = {"reference": describe_input(reference), "test": describe_input(test)}
     reference = load_label_image(reference, spacing, threshold, input_policy=input_policy, name="reference")
     test = load_label_image(test, spacing, threshold, input_policy=input_policy, name="test")
     params.check_dimension(reference.ndim)
@@ -239,6 +275,7 @@ def compare(
         differences = geometry_differences(reference, test)
         if differences:
             notes.append("test resampled onto the reference grid (nearest neighbour): " + "; ".join(differences))
+            notes += foreground_outside_note(test, reference)
         test = resample_nearest(test, reference)
     elif resample_to is not None:
         raise ValueError(f"resample_to must be None or 'reference', got {resample_to!r}")
@@ -273,7 +310,11 @@ def compare(
         results.append(StructureResult(name, ref_label, test_label, values, extras))
         if progress is not None:
             progress(index + 1, len(pairs), name)
-    return ComparisonResult(results, notes)
+    settings = {"metrics": metrics if metrics is None or isinstance(metrics, str) else list(metrics),
+                "labels": None if labels is None else [str(x) for x in labels], "params": params,
+                "resample_to": resample_to, "threshold": threshold, "input_policy": input_policy}
+    return ComparisonResult(results, notes, params,
+                            provenance(inputs, settings, grid=grid_info(reference)))
 
 
 __all__ = ["compare", "ComparisonResult", "StructureResult", "NothingToCompareError", "Parameters", "Status"]

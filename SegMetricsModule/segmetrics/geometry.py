@@ -290,22 +290,63 @@ def bounding_box(mask: np.ndarray):
 
 
 def as_label_image(image, spacing=None) -> LabelImage:
-    """Accept a :class:`LabelImage`, a SimpleITK image or a NumPy array (with ``spacing``).
+    """Accept a :class:`LabelImage`, a SimpleITK image, an image with an affine (nibabel, MONAI
+    ``MetaTensor``; see :func:`from_affine_image`) or a NumPy array (with ``spacing``).
 
     A NumPy array without ``spacing`` is rejected: guessing 1 mm silently gives wrong mm values.
+    ``spacing`` is ignored for inputs that carry their own geometry.
     """
     if isinstance(image, LabelImage):
         return image
     sitk = sys.modules.get("SimpleITK")  # imported on first use: without it no input is a SimpleITK image
     if sitk is not None and isinstance(image, sitk.Image):
         return LabelImage.from_sitk(image)
+    if getattr(image, "affine", None) is not None:
+        return from_affine_image(image)
     array = np.asarray(image)
     if spacing is None:
         raise ValueError(
             "a NumPy array needs an explicit spacing in array-axis order (e.g. spacing=(2.5, 0.8, 0.8) "
-            "for (z, y, x)); pass spacing=(1,)*ndim to work in voxel units"
+            "for (z, y, x)); pass spacing=(1,)*ndim to work in voxel units, or pass an image that carries "
+            "its geometry (a file path, SimpleITK, nibabel or MONAI MetaTensor image)"
         )
     return LabelImage(array, spacing)
+
+
+#: RAS (nibabel, MONAI) to LPS (ITK, DICOM) physical coordinates: x and y change sign.
+RAS_TO_LPS = np.diag([-1.0, -1.0, 1.0])
+
+
+def _as_numpy(value) -> np.ndarray:
+    """A NumPy copy of an array-like that may be a torch tensor (on any device)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def from_affine_image(image) -> LabelImage:
+    """A :class:`LabelImage` from an image whose voxel-to-world ``affine`` (4 × 4, RAS+ world, voxel
+    indices in the data's own ``(i, j, k)`` order) travels with it: a nibabel image (data from
+    ``dataobj``) or a MONAI ``MetaTensor`` (the tensor itself; one leading channel is dropped).
+
+    Neither library is imported. The data are transposed to this package's ``(z, y, x)`` array order;
+    spacing is the length of each affine column (mm); origin and direction are converted from RAS to
+    ITK's LPS (x and y negated), so positions agree with SimpleITK reading the same NIfTI file.
+    """
+    affine = _as_numpy(image.affine).astype(float)
+    data = np.asarray(image.dataobj) if hasattr(image, "dataobj") else _as_numpy(image)
+    if data.ndim == 4 and data.shape[0] == 1 and not hasattr(image, "dataobj"):
+        data = data[0]  # MONAI channel-first (C, H, W, D) with one channel
+    if data.ndim == 4 and data.shape[3] == 1:
+        data = data[..., 0]  # NIfTI with a singleton time axis
+    if data.ndim != 3 or affine.shape != (4, 4):
+        raise ValueError(f"an image with an affine must hold a 3-D volume (one channel) and a 4x4 affine; got data "
+                         f"of shape {data.shape} and an affine of shape {affine.shape}")
+    axes = RAS_TO_LPS @ affine[:3, :3]  # column c: the LPS step of voxel index c
+    spacing_ijk = np.linalg.norm(axes, axis=0)
+    check_spacing(spacing_ijk, "affine column lengths (voxel sizes, i, j, k order)")
+    return LabelImage(data.transpose(), tuple(spacing_ijk[::-1]), tuple(RAS_TO_LPS @ affine[:3, 3]),
+                      tuple((axes / spacing_ijk).ravel()))
 
 
 def geometry_differences(reference: LabelImage, test: LabelImage, tolerance: float = GEOMETRY_TOLERANCE) -> list:
@@ -330,6 +371,40 @@ def check_same_geometry(reference: LabelImage, test: LabelImage, tolerance: floa
             "reference and test are on different grids: " + "; ".join(problems)
             + ". Resample on purpose with resample_to='reference' (CLI: --resample-to reference)."
         )
+
+
+def foreground_outside(moving: LabelImage, target: LabelImage) -> tuple:
+    """Physical volume (mm³) of ``moving``'s foreground (non-zero voxels) and the part of it whose voxel
+    centres fall outside ``target``'s grid, i.e. what :func:`resample_nearest` onto ``target`` discards.
+
+    Returns ``(total_mm3, outside_mm3)``; positions compared in physical (LPS) space.
+    """
+    indices = np.argwhere(moving.array != 0)
+    if indices.size == 0:
+        return 0.0, 0.0
+    ndim = target.ndim
+    direction = np.asarray(target.direction).reshape(ndim, ndim)
+    to_index = np.linalg.inv(direction @ np.diag(target.spacing[::-1]))  # physical -> ITK (i, j, k)
+    continuous = (moving.index_to_physical(indices) - np.asarray(target.origin)) @ to_index.T
+    extent = np.asarray(target.array.shape[::-1])
+    outside = np.any((continuous < -0.5) | (continuous >= extent - 0.5), axis=1)
+    return indices.shape[0] * moving.voxel_volume_mm3, float(outside.sum()) * moving.voxel_volume_mm3
+
+
+def foreground_outside_note(moving: LabelImage, target: LabelImage) -> list:
+    """``[warning]`` when resampling ``moving`` onto ``target`` discards foreground outside the target's
+    field of view (how much, in % and ml), else ``[]``."""
+    total, outside = foreground_outside(moving, target)
+    if outside == 0:
+        return []
+    return [f"warning: {100 * outside / total:.1f} % of the test foreground ({_ml(outside)} of "
+            f"{_ml(total)} ml) lies outside the reference field of view and was discarded by resampling"]
+
+
+def _ml(volume_mm3: float) -> str:
+    """A volume in ml for messages: one decimal, or 3 significant digits below 0.1 ml."""
+    ml = volume_mm3 / 1000
+    return f"{ml:.1f}" if ml >= 0.1 else f"{ml:.3g}"
 
 
 def resample_nearest(moving: LabelImage, target: LabelImage) -> LabelImage:

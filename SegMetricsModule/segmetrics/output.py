@@ -108,66 +108,241 @@ def format_value(value) -> str:
     return str(value)
 
 
-def result_tables(result, structures_per_table: int = 6):
-    """Rich tables with one row per metric (unit shown) and one column per structure.
+#: Significant digits shown for distances and volumes in the terminal table.
+DISPLAY_DIGITS = 3
+#: Decimals shown for ratios (unit "1": Dice, NSD, MSI, ...) in the terminal table: 0.1 percentage point.
+RATIO_DECIMALS = 3
+#: Finest distance step shown, as a fraction of the smallest voxel size.
+DISTANCE_STEP_VOXELS = 0.01
+#: Column order of the compact terminal table (the metrics most reports need first), then registry order.
+TABLE_PRIORITY = ("dice", "hd95_mm", "assd_mm", "nsd", "msi", "msi_3d", "hd_mm", "jaccard", "masd_mm",
+                  "sensitivity", "precision", "volume_reference_ml", "volume_test_ml")
+#: Column headings of the terminal table (full metric names in every file).
+SHORT_NAMES = {
+    "dice": "Dice", "jaccard": "IoU", "sensitivity": "Sens", "precision": "Prec", "volumetric_similarity": "VolSim",
+    "volume_reference_ml": "Vref_ml", "volume_test_ml": "Vtest_ml", "false_positive_volume_ml": "FP_ml",
+    "false_negative_volume_ml": "FN_ml", "hd_mm": "HD_mm", "hd95_mm": "HD95_mm", "hdp_mm": "HDp_mm",
+    "assd_mm": "ASSD_mm", "masd_mm": "MASD_mm", "mean_distance_reference_to_test_mm": "MDrt_mm",
+    "mean_distance_test_to_reference_mm": "MDtr_mm", "nsd": "NSD", "msi": "MSI", "msi_3d": "MSI3D",
+    "ri_reference_mm": "RIref_mm", "ri_test_mm": "RItest_mm", "rr": "RR", "ard_mm": "ARD_mm",
+}
 
-    Structures are split over several tables so that each fits a terminal.
+
+def display_decimals(value: float, unit: str, voxel_mm: float | None = None) -> int:
+    """Decimals shown for ``value`` in the terminal table (display only; files keep full precision).
+
+    Ratios (unit ``"1"``): :data:`RATIO_DECIMALS`. Other units: :data:`DISPLAY_DIGITS` significant
+    digits; distances (mm) never finer than :data:`DISTANCE_STEP_VOXELS` of the smallest voxel size
+    ``voxel_mm`` (0.01 mm at 1 mm voxels, so HD95 0.000108 mm on a 3 mm grid shows as 0.00).
     """
+    if unit == "1":
+        return RATIO_DECIMALS
+    decimals = DISPLAY_DIGITS - 1 - math.floor(math.log10(abs(value))) if value else 0
+    if unit == "mm" and voxel_mm:
+        decimals = min(decimals, round(math.log10(1 / (voxel_mm * DISTANCE_STEP_VOXELS))))
+    return max(0, decimals)
+
+
+def display_value(value, unit: str = "", voxel_mm: float | None = None) -> str:
+    """``value`` rounded for the terminal (see :func:`display_decimals`); NaN shown as ``–``."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return f"{value:.{display_decimals(float(value), unit, voxel_mm)}f}"
+
+
+def _sort_key(value, better: str) -> tuple:
+    """Worst first: high values first when lower is better (and for descriptive metrics), low values
+    first when higher is better; undefined values last."""
+    if value is None or math.isnan(value):
+        return (1, 0.0)
+    return (0, value if better == "higher" else -value)
+
+
+def sorted_structures(result, metric: str | None) -> list:
+    """The structures of ``result``, worst first by ``metric`` (its registry ``better`` direction)."""
+    if metric is None:
+        return list(result.structures)
+    from .registry import metric_specs
+
+    specs = metric_specs()
+    if metric not in specs:
+        raise ValueError(f"--sort {metric}: unknown metric; known: {', '.join(specs)}")
+    if metric not in result.metrics():
+        raise ValueError(f"--sort {metric}: not computed; add it to --metrics")
+    better = specs[metric].better
+
+    def key(structure):
+        value = next((v.value for v in structure.values if v.metric == metric), math.nan)
+        return _sort_key(value, better)
+
+    return sorted(result.structures, key=key)
+
+
+def _columns(result) -> list:
+    """Metrics of the table in :data:`TABLE_PRIORITY` order; ``hdp_mm`` left out when it repeats ``hd95_mm``."""
+    metrics = result.metrics()
+    if "hd95_mm" in metrics and result.params is not None and result.params.hd_percentile == 95:
+        metrics = [m for m in metrics if m != "hdp_mm"]
+    rank = {name: index for index, name in enumerate(TABLE_PRIORITY)}
+    return sorted(metrics, key=lambda m: rank.get(m, len(rank)))
+
+
+def _header(result, voxel_mm) -> str:
+    """One line: structures, surface mode and the key parameters, grid."""
+    parts = [f"{len(result.structures)} structures"]
+    params = result.params
+    if params is not None:
+        parts += [f"surface mode {params.surface_mode}",
+                  f"HD{params.hd_percentile:g} {params.hd_percentile_variant}",
+                  f"NSD tolerance {params.nsd_tolerance_mm:g} mm",
+                  f"MSI il {params.msi_il:g} / ol {params.msi_ol:g} ({params.msi_convention})"]
+    grid = result.provenance.get("grid")
+    if grid:
+        shape = "×".join(map(str, grid["shape_zyx"]))
+        spacing = "×".join(f"{s:g}" for s in grid["spacing_mm_zyx"])
+        parts.append(f"grid {shape} voxels of {spacing} mm (z, y, x)")
+    return " · ".join(parts)
+
+
+def _footer(result, hidden: list, voxel_mm) -> list:
+    """Lines under the table: misses, empty structures, hidden metrics, rounding rule, notes."""
+    lines = []
+    for status, meaning in (("test_empty", "missed by the test (reference only)"),
+                            ("reference_empty", "test only (absent from the reference)"),
+                            ("both_empty", "empty in both")):
+        names = [s.structure for s in result.structures if status in s.status.split(", ")]
+        if names:
+            lines.append(f"{status}: {len(names)} {meaning}: {', '.join(names)}")
+    if hidden:
+        lines.append(f"{len(hidden)} more metrics not shown ({', '.join(hidden)}): --wide shows all, "
+                     "--metrics chooses, files (--format csv/json) hold every value")
+    step = f", distances not finer than {DISTANCE_STEP_VOXELS:g} voxel ({voxel_mm * DISTANCE_STEP_VOXELS:.2g} mm)" \
+        if voxel_mm else ""
+    lines.append(f"rounded for display: ratios to {RATIO_DECIMALS} decimals, other values to {DISPLAY_DIGITS} "
+                 f"significant digits{step}; 'mean' is over the structures with a finite value; files keep "
+                 "full precision")
+    lines += [note if note.startswith("warning:") else f"note: {note}" for note in result.notes]
+    return lines
+
+
+def _table(result, structures, metrics, voxel_mm, show_status: bool):
+    """One rich table: a row per structure, a column per metric, a last row of means."""
+    from rich import box
     from rich.table import Table
 
-    metrics = list(dict.fromkeys((v.metric, v.unit) for s in result.structures for v in s.values))
-    tables = []
-    for start in range(0, len(result.structures), structures_per_table):
-        chunk = result.structures[start:start + structures_per_table]
-        table = Table(show_lines=False)
-        table.add_column("metric", overflow="fold")
-        table.add_column("unit")
-        for structure in chunk:
-            table.add_column(structure.structure, justify="right", overflow="fold")
-        statuses = [s.status for s in chunk]
-        table.add_row("status", "", *statuses, end_section=True)
-        for metric, unit in metrics:
-            cells = []
-            for structure in chunk:
-                value = next((v.value for v in structure.values if v.metric == metric), None)
-                cells.append("" if value is None else format_value(value))
-            table.add_row(metric, unit, *cells)
-        tables.append(table)
-    if len(result.structures) > 1:
-        tables.append(class_mean_table(result))
-    return tables
+    from .registry import metric_specs
 
-
-def class_mean_table(result):
-    """Mean of each metric across structures, with how many structures had a finite value."""
-    from rich.table import Table
-
-    table = Table(title="mean across structures (NaN, inf not averaged)")
-    for column in ("metric", "unit", "mean", "structures used"):
-        table.add_column(column, justify="right" if column in ("mean", "structures used") else "left")
-    for metric, summary in result.class_means().items():
-        table.add_row(metric, summary["unit"], format_value(summary["mean"]), f"{summary['n_used']}/{summary['n_total']}")
+    specs = metric_specs()
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("structure", no_wrap=True)
+    if show_status:
+        table.add_column("status", no_wrap=True)
+    for metric in metrics:
+        table.add_column(SHORT_NAMES.get(metric, metric), justify="right", no_wrap=True)
+    for structure in structures:
+        values = {v.metric: v.value for v in structure.values}
+        cells = [display_value(values.get(m), specs[m].unit if m in specs else "", voxel_mm) for m in metrics]
+        table.add_row(structure.structure, *([structure.status] if show_status else []), *cells)
+    if len(structures) > 1:
+        means = result.class_means()
+        cells = [display_value(means[m]["mean"], means[m]["unit"], voxel_mm) for m in metrics]
+        table.add_section()
+        table.add_row("mean", *([""] if show_status else []), *cells)
     return table
 
 
-def write_result(result, fmt: str = "table", path=None) -> None:
-    """Write a :class:`~segmetrics.compare.ComparisonResult` to ``path`` or standard output."""
+def _width(table, console) -> int:
+    from rich.measure import Measurement
+
+    return Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+
+
+def result_tables(result, console, sort: str | None = None, wide: bool = False) -> list:
+    """Renderables for the terminal: a header line, the table(s) and the footer lines.
+
+    One row per structure (worst first by ``sort``), one column per metric. The table fits
+    ``console.width``: by default it shows as many metrics as fit, in :data:`TABLE_PRIORITY` order
+    (the ``sort`` metric always); ``wide=True`` shows every metric, in several tables of columns
+    that fit. Names and numbers are never wrapped.
+    """
+    from rich.text import Text
+
+    grid = result.provenance.get("grid")
+    voxel_mm = min(grid["spacing_mm_zyx"]) if grid else None
+    structures = sorted_structures(result, sort)
+    metrics = _columns(result)
+    if sort in metrics:
+        metrics.remove(sort)
+        metrics.insert(0, sort)
+    show_status = any(s.status != "ok" for s in structures)
+    groups, current, hidden = [], [], []
+    for metric in metrics:
+        trial = _table(result, structures, current + [metric], voxel_mm, show_status)
+        if not current or _width(trial, console) <= console.width:
+            current.append(metric)
+        elif wide:
+            groups.append(current)
+            current = [metric]
+        else:
+            hidden.append(metric)
+    groups.append(current)
+    parts = [Text(_header(result, voxel_mm), style="bold")]
+    parts += [_table(result, structures, group, voxel_mm, show_status) for group in groups if group]
+    parts += [Text(line) for line in _footer(result, hidden, voxel_mm)]
+    return parts
+
+
+def result_json(result) -> str:
+    """JSON object ``{"provenance", "notes", "records"}`` (records as :func:`records_to_json`)."""
+    records = [{**r, "value": json_value(r["value"])} for r in result.records()]
+    return json.dumps({"provenance": result.provenance, "notes": list(result.notes), "records": records},
+                      indent=2, default=str)
+
+
+def result_csv(result, layout: str = "long") -> str:
+    """CSV text: ``long`` (one row per structure and metric, :data:`RECORD_FIELDS`) or ``wide`` (one row
+    per structure, a column per metric, see :meth:`~segmetrics.compare.ComparisonResult.wide_rows`)."""
+    if layout == "wide":
+        fields = ["structure", "reference_label", "test_label", "status", *result.metrics()]
+        return csv_text(result.wide_rows(), fields)
+    return records_to_csv(result.records())
+
+
+def sidecar_path(path) -> Path:
+    """Where the provenance of a CSV file goes: ``out.csv`` -> ``out.csv.provenance.json``."""
+    return Path(str(path) + ".provenance.json")
+
+
+def write_result(result, fmt: str = "table", path=None, *, layout: str = "long", sort: str | None = None,
+                 wide: bool = False) -> None:
+    """Write a :class:`~segmetrics.compare.ComparisonResult` to ``path`` or standard output.
+
+    ``fmt``: ``table`` (see :func:`result_tables`; ``sort`` and ``wide`` apply), ``json`` (with the
+    provenance and notes), ``csv`` (``layout`` long or wide; written to a file, the provenance and notes
+    go to a sidecar :func:`sidecar_path`). Notes (resampling, warnings) are also printed on standard error.
+    """
     if fmt == "table":
         from rich.console import Console
 
         console = Console(file=_io.StringIO(), width=160) if path else Console()
-        for table in result_tables(result):
-            console.print(table)
+        for part in result_tables(result, console, sort, wide):
+            console.print(part)
         if path:
             write_text(path, console.file.getvalue())
-        for note in result.notes:
-            print(f"note: {note}", file=sys.stderr)
-        return
-    text = records_to_json(result.records()) if fmt == "json" else records_to_csv(result.records())
-    if path:
-        write_text(path, text)
     else:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        text = result_json(result) if fmt == "json" else result_csv(result, layout)
+        if path:
+            write_text(path, text)
+            if fmt == "csv":
+                write_text(sidecar_path(path), json.dumps({"provenance": result.provenance, "notes": result.notes},
+                                                          indent=2, default=str))
+        else:
+            sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if path or fmt != "table":  # the table already shows the notes
+        for note in result.notes:
+            print(note if note.startswith("warning:") else f"note: {note}", file=sys.stderr)
 
 
 def write_msi_slices(result, path) -> None:

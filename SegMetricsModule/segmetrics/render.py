@@ -107,8 +107,12 @@ def colour_range(polydata, array_name: str, rule):
     return rule
 
 
+#: Plain colour (RGB 0..1) and opacity of the context surface (e.g. the reference) in renders.
+CONTEXT_STYLE = ((0.55, 0.55, 0.6), 0.3)
+
+
 def render_surface(polydata, array_name: str, path, *, title: str = "", size=(640, 520),
-                   value_range=None) -> Path:
+                   value_range=None, context=None) -> Path:
     """Render ``polydata`` coloured by its point array ``array_name`` to a PNG file.
 
     Parameters
@@ -124,6 +128,9 @@ def render_surface(polydata, array_name: str, path, *, title: str = "", size=(64
     value_range : (float, float), optional
         Colour range; default from :data:`ARRAY_STYLES` (signed distances: ± the 98th percentile
         of their magnitude; values beyond get the end colours).
+    context : vtkPolyData, optional
+        A second surface in the same coordinates (e.g. the reference), drawn translucent grey
+        (:data:`CONTEXT_STYLE`) so that the coloured surface is seen against it.
     """
     import vtk
 
@@ -164,6 +171,15 @@ def render_surface(polydata, array_name: str, path, *, title: str = "", size=(64
     renderer = vtk.vtkRenderer()
     renderer.SetBackground(1.0, 1.0, 1.0)
     renderer.AddActor(actor)
+    if context is not None and context.GetNumberOfPoints():
+        context_mapper = vtk.vtkPolyDataMapper()
+        context_mapper.SetInputData(context)
+        context_mapper.ScalarVisibilityOff()
+        context_actor = vtk.vtkActor()
+        context_actor.SetMapper(context_mapper)
+        context_actor.GetProperty().SetColor(*CONTEXT_STYLE[0])
+        context_actor.GetProperty().SetOpacity(CONTEXT_STYLE[1])
+        renderer.AddActor(context_actor)
     renderer.AddViewProp(bar)
     renderer.AddViewProp(caption)
     window = vtk.vtkRenderWindow()

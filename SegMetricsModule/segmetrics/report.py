@@ -1,8 +1,11 @@
 """Batch reports: a self-contained HTML page and a Markdown summary with the same content.
 
-Content: the aggregate tables (overall and per class), box plots per class for every metric, the
-worst cases per metric, per-slice MSI curves and offscreen 3-D renders of the worst cases' test
-surfaces (coloured by MSI and signed distance), the empty-mask penalty policy and failed cases.
+Content, most important first: a summary (cases, failures, misses, the worst structures by Dice,
+HD95, ASSD, NSD and MSI), failed cases, a table of contents, the overall table with the misses
+beside every mean, a sortable case × structure table, per-metric tables and box plots (defined
+values; misses counted beside), the worst pairs by Dice, HD95 and MSI in detail (per-slice MSI,
+offscreen renders of the test surface coloured by MSI and signed distance), and at the end the
+settings and provenance (collapsible) and the input files.
 The HTML embeds every image as base64; the Markdown links the PNG files in ``figures/``.
 Names and case ids come from user files: both documents escape them (:func:`markdown_escape`,
 ``html.escape``), so a segment named ``<script>`` or ``a|b`` can neither inject HTML nor break a table.
@@ -10,6 +13,7 @@ Names and case ids come from user files: both documents escape them (:func:`mark
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import json
 import math
@@ -19,9 +23,24 @@ from pathlib import Path
 from .aggregate import OVERALL, Aggregate
 from .output import csv_text, format_value, write_text
 
-#: Metrics tried, in order, to pick the worst cases shown in detail.
-DETAIL_METRICS = ("msi", "dice", "hd95_mm")
+#: Metrics whose worst pair is shown in detail (each once).
+DETAIL_METRICS = ("dice", "hd95_mm", "msi")
 SURFACE_ARRAYS = ("MSI", "SignedDistance_mm")
+
+
+#: Cases below which a bootstrap CI of the mean is marked unreliable.
+MIN_CASES_FOR_CI = 10
+#: Metrics of the summary's "worst structures" table and of the case × structure table, when computed.
+KEY_METRICS = ("dice", "hd95_mm", "assd_mm", "nsd", "msi", "msi_3d")
+#: What each MSI variant answers (shown in the report beside the MSI sections).
+MSI_GUIDANCE = {
+    "msi": "msi (slice-wise): the Medical Similarity Index of the contours drawn slice by slice, as a clinician "
+           "edits them; it falls with every slice whose contour is too small, too large or missing. Report it "
+           "for contour acceptability slice by slice (the MSI paper's question).",
+    "msi_3d": "msi_3d (surface): the same weighting on the 3-D test surface, area-weighted; thin errors spread "
+              "over a large surface barely move it, so it stays near 1 while Dice is 0.5-0.8. Use it to locate "
+              "errors on the surface (renders), not as the headline number; report msi for acceptability.",
+}
 
 
 def _ci(row: dict) -> str:
@@ -34,34 +53,49 @@ def _statuses(row: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in row["statuses"].items())
 
 
-STAT_HEADER = ["n used / n", "mean", "median", "std", "min", "max", "95% CI of mean", "penalised", "statuses"]
+def _misses(row: dict) -> str:
+    """The misses beside a mean: ``missed m, extra e`` (test_empty / reference_empty), or ``0``."""
+    parts = [f"{label} {row[key]}" for key, label in (("n_test_empty", "missed"), ("n_reference_empty", "extra"))
+             if row.get(key)]
+    return ", ".join(parts) or "0"
+
+
+STAT_HEADER = ["n used / n", "mean", "misses", "median", "std", "min", "max", "95% CI of mean", "penalised",
+               "statuses"]
 
 
 def _stat_cells(row: dict) -> list:
-    return [f"{row['n_used']} / {row['n']}", *(format_value(row[k]) for k in ("mean", "median", "std", "min", "max")),
-            _ci(row), str(row["n_penalised"]), _statuses(row)]
+    return [f"{row['n_used']} / {row['n']}", format_value(row["mean"]), _misses(row),
+            *(format_value(row[k]) for k in ("median", "std", "min", "max")), _ci(row), str(row["n_penalised"]),
+            _statuses(row)]
 
 
 def summary_rows(agg: Aggregate) -> tuple:
     """Header and rows of the overall table: one row per metric (all classes and subjects)."""
     header = ["metric", "unit", "class-balanced mean", *STAT_HEADER]
-    rows = [[r["metric"], r["unit"], format_value(r["class_mean"]), *_stat_cells(r)]
-            for r in agg.rows if r["structure"] == OVERALL]
+    rows = [[_link(r["metric"]), r["unit"], format_value(r["class_mean"]), *_stat_cells(r)]
+            for r in agg.rows if r["structure"] == OVERALL and r["metric"] in _shown_metrics(agg)]
     return header, rows
 
 
 def summary_table(agg: Aggregate):
-    """The overall table as a :class:`rich.table.Table` (for the terminal)."""
+    """The overall table as a :class:`rich.table.Table` (for the terminal; short metric names and
+    values rounded for display as in ``segmetrics compare``)."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"{agg.n_cases} cases, all classes ({len(agg.failed)} failed)")
-    for name in ("metric", "unit", "used/n", "mean", "class mean", "median", "95% CI", "not ok"):
-        table.add_column(name, justify="left" if name in ("metric", "unit", "not ok") else "right", overflow="fold")
+    from .output import SHORT_NAMES, display_value
+
+    table = Table(title=f"{agg.n_cases} cases, all classes ({len(agg.failed)} failed, {len(agg.misses)} misses)",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("metric", "used/n", "mean", "class mean", "median", "95% CI", "misses"):
+        table.add_column(name, justify="left" if name in ("metric", "misses") else "right", no_wrap=True)
     for r in agg.rows:
-        if r["structure"] == OVERALL:
-            not_ok = ", ".join(f"{k} {v}" for k, v in r["statuses"].items() if k != "ok")
-            table.add_row(r["metric"], r["unit"], f"{r['n_used']}/{r['n']}", format_value(r["mean"]),
-                          format_value(r["class_mean"]), format_value(r["median"]), _ci(r), not_ok)
+        if r["structure"] == OVERALL and r["metric"] in _shown_metrics(agg):
+            value = functools.partial(display_value, unit=r["unit"])
+            ci = "–" if math.isnan(r["ci_low"]) else f"{value(r['ci_low'])}–{value(r['ci_high'])}"
+            table.add_row(SHORT_NAMES.get(r["metric"], r["metric"]), f"{r['n_used']}/{r['n']}", value(r["mean"]),
+                          value(r["class_mean"]), value(r["median"]), ci, _misses(r))
     return table
 
 
@@ -70,27 +104,45 @@ def print_summary(agg: Aggregate, html_path) -> None:
     from rich.console import Console
 
     Console().print(summary_table(agg))
+    print(agg.penalty)
     print(f"report: {Path(html_path).resolve()}")
+
+
+def _shown_metrics(agg: Aggregate) -> list:
+    """The aggregated metrics, without ``hdp_mm`` when every value repeats ``hd95_mm`` (percentile 95)."""
+    metrics = agg.metrics()
+    if "hdp_mm" in metrics and "hd95_mm" in metrics:
+        def values(metric):
+            return [(r["case_id"], r["structure"], r["raw_value"]) for r in agg.records if r["metric"] == metric]
+        if str(values("hdp_mm")) == str(values("hd95_mm")):  # str: NaN equals NaN
+            metrics.remove("hdp_mm")
+    return metrics
 
 
 # ---------------------------------------------------------------------------------- figures
 def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
-    """Box plot of one metric, one box per class (penalised values included, NaN left out)."""
+    """Box plot of one metric, one box per class, over the defined values only: penalised or infinite
+    values of missed structures do not stretch the axis; their count is written at the right."""
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
 
     classes = [r["structure"] for r in agg.rows if r["metric"] == metric and r["structure"] != OVERALL]
-    data = [[x["value"] for x in agg.records if x["metric"] == metric and x["structure"] == c
-             and math.isfinite(x["value"])] for c in classes]
+    members = {c: [x for x in agg.records if x["metric"] == metric and x["structure"] == c] for c in classes}
+    data = [[x["raw_value"] for x in members[c] if math.isfinite(x["raw_value"])] for c in classes]
     if not any(data):
         return False
     unit = next(r["unit"] for r in agg.rows if r["metric"] == metric)
     fig = Figure(figsize=(7, 1.2 + 0.28 * len(classes)))
     ax = fig.subplots()
-    ax.boxplot(data, orientation="horizontal", showmeans=True)  # matplotlib >= 3.10
+    ax.boxplot([d or [math.nan] for d in data], orientation="horizontal", showmeans=True)  # matplotlib >= 3.10
     ax.set_yticks(range(1, len(classes) + 1), classes, fontsize=8)
+    for row, c in enumerate(classes, start=1):
+        missed = sum(x["status"] in ("test_empty", "reference_empty") for x in members[c])
+        if missed:
+            ax.annotate(f"✕ {missed} missed", (1.01, row), xycoords=("axes fraction", "data"), color="crimson",
+                        fontsize=8, va="center")
     ax.invert_yaxis()
     ax.set_xlabel(f"{metric} ({unit})" if unit else metric)
-    ax.set_title(f"{metric} per class ({agg.n_cases} cases; triangle = mean)")
+    ax.set_title(f"{metric} per class ({agg.n_cases} cases; triangle = mean; misses counted at right)", fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -98,8 +150,10 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
 
 
 def _msi_curve(rows, title: str, path: Path) -> bool:
-    """Per-slice MSI of one structure pair (``extras["msi_slices"]``: :class:`segmetrics.msi.SliceMSI` rows)."""
+    """Per-slice MSI of one structure pair (``extras["msi_slices"]``: :class:`segmetrics.msi.SliceMSI` rows),
+    by slice index with integer ticks (bottom) and position in mm (top)."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     points = [(r.slice, r.msi) for r in rows if math.isfinite(r.msi)]
     if not points:
@@ -107,40 +161,53 @@ def _msi_curve(rows, title: str, path: Path) -> bool:
     fig = Figure(figsize=(7, 2.8))
     ax = fig.subplots()
     ax.plot(*zip(*points), marker="o", markersize=3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    step = next((r.position_mm / r.slice for r in rows if r.slice), None)  # slice spacing in mm
+    if step:
+        top = ax.secondary_xaxis("top", functions=(lambda index: index * step, lambda mm: mm / step))
+        top.set_xlabel("position along the MSI axis (mm, from the first slice)", fontsize=8)
     ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("slice index (first array axis)")
+    ax.set_xlabel("slice index (MSI axis)")
     ax.set_ylabel("MSI")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     return True
 
 
-def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 2, metric: str | None = None) -> list:
-    """Recompute the ``n`` worst case × structure pairs with the ``msi`` group for their extras.
+def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str | None = None) -> list:
+    """Recompute the worst case × structure pairs with the ``msi`` group for their extras.
 
-    Only pairs with status ``ok`` qualify (a missed structure has no surface to show). ``cases``
-    are :class:`~segmetrics.batch.Case` objects; ``job`` holds ``params``, ``resample_to`` and
-    ``threshold`` as given to the batch. Returns ``[(title, reference_image, StructureResult)]``; empty when the
-    ``msi`` group (per-slice MSI, coloured test surface) is not available.
+    The worst ``ok`` pair of each of :data:`DETAIL_METRICS` (or only of ``metric``) that was computed,
+    without repeats, ``n`` at most (missed structures have no surface; the summary lists them).
+    ``cases`` are :class:`~segmetrics.batch.Case` objects; ``job`` holds ``params``, ``resample_to``
+    and ``threshold`` as given to the batch. Returns ``[(title, reference_image, StructureResult)]``;
+    empty when the ``msi`` group (per-slice MSI, coloured test surface) is not available.
     """
     from .batch import load_case
     from .compare import compare
     from .registry import all_groups
 
-    metric = metric or next((m for m in DETAIL_METRICS if agg.worst.get(m)), next(iter(agg.worst), None))
-    if "msi" not in all_groups() or metric is None:
+    if "msi" not in all_groups():
         return []
-    ranked = [r for r in agg.records if r["metric"] == metric and r["status"] == "ok" and math.isfinite(r["value"])]
-    ranked.sort(key=lambda r: r["value"], reverse=agg.row(OVERALL, metric)["better"] == "lower")
+    chosen = []
+    for name in ([metric] if metric else DETAIL_METRICS):
+        if name not in agg.metrics():
+            continue
+        ranked = [r for r in agg.records if r["metric"] == name and r["status"] == "ok" and math.isfinite(r["value"])]
+        ranked.sort(key=lambda r: r["value"], reverse=agg.row(OVERALL, name)["better"] == "lower")
+        pick = next((r for r in ranked if (r["case_id"], r["structure"]) not in {(c["case_id"], c["structure"])
+                                                                                  for c, _ in chosen}), None)
+        if pick is not None:
+            chosen.append((pick, name))
     by_id = {case.case_id: case for case in cases}
     details = []
-    for record in ranked[:n]:
+    for record, name in chosen[:n]:
         reference, test = load_case(by_id[record["case_id"]], job.get("threshold"))
         result = compare(reference, test, labels=[record["structure"]], metrics="msi",
                          params=job.get("params"), resample_to=job.get("resample_to"))
-        title = f"{record['case_id']} / {record['structure']} ({metric} = {format_value(record['value'])})"
+        title = f"{record['case_id']} / {record['structure']} (worst {name} = {format_value(record['value'])})"
         details += [(title, reference, s) for s in result.structures if s.structure == record["structure"]]
     return details
 
@@ -158,51 +225,138 @@ def _detail_figures(details, figures: Path) -> tuple:
         name = f"worst{index + 1}"
         if structure.extras.get("msi_slices") and _msi_curve(structure.extras["msi_slices"], f"per-slice MSI: {title}",
                                                              figures / f"{name}_msi_slices.png"):
-            blocks.append(("img", f"{name}_msi_slices.png", "Per-slice MSI (slices along the first array axis)."))
+            blocks.append(("img", f"{name}_msi_slices.png", "Per-slice MSI along the MSI axis."))
         surface = structure.extras.get("test_surface")
         if surface is None or not can_render:
             continue
-        from .mesh import to_physical
+        from .mesh import surface_mesh, to_physical
 
         placed = to_physical(surface, reference)
+        context = to_physical(surface_mesh(reference.mask(structure.reference_label), reference.spacing), reference)
         for array in SURFACE_ARRAYS:
             if placed.GetPointData().GetArray(array) is not None:
-                render_surface(placed, array, figures / f"{name}_{array}.png", title=title)
-                blocks.append(("img", f"{name}_{array}.png", f"Test surface coloured by {array}, seen from anterior."))
+                render_surface(placed, array, figures / f"{name}_{array}.png", title=title, context=context)
+                blocks.append(("img", f"{name}_{array}.png", f"Test surface coloured by {array} over the reference "
+                                                             "surface (translucent grey), seen from anterior."))
     return blocks, notes
 
 
 # ---------------------------------------------------------------------------------- document
-def _blocks(agg: Aggregate, figures: Path, details, settings) -> list:
-    blocks = [("p", f"{agg.n_cases} cases evaluated; {len(agg.failed)} failed (not in the statistics)."),
-              ("p", agg.penalty),
-              ("p", "Statistics: mean, median, sample standard deviation (ddof = 1), min and max over the finite "
-                    f"values; {round(agg.confidence * 100)}% percentile-bootstrap CI of the mean resampling whole "
-                    "cases (seeded); 'class-balanced mean' averages the per-class means (UKBOB-style: per class, "
-                    "then across classes and subjects). Statuses count every value, finite or not.")]
-    if settings:
-        blocks.append(("pre", json.dumps(settings, indent=1, sort_keys=True, default=str)))
-    blocks += [("h", 2, "Overall (all classes and subjects)"), ("table", *summary_rows(agg))]
-    for metric in agg.metrics():
-        blocks.append(("h", 2, f"{metric}"))
+def slug(text: str) -> str:
+    """The anchor of a heading, as GitHub makes it (lower case, spaces to ``-``, punctuation dropped)."""
+    return re.sub(r"[^a-z0-9_ -]", "", str(text).lower()).replace(" ", "-")
+
+
+def _link(text: str, anchor: str | None = None) -> tuple:
+    """A table cell or list item that links to a heading of the report."""
+    return ("link", str(text), anchor or slug(text))
+
+
+def _worst_structures(agg: Aggregate) -> tuple:
+    """Summary table: per key metric, the worst class (by its mean) and the worst case × structure
+    with both structures present, and the misses (listed separately in the summary)."""
+    header = ["metric", "worst class (mean)", "mean", "worst pair (both present)", "value", "misses"]
+    rows = []
+    for metric in [m for m in KEY_METRICS if m in agg.metrics()]:
+        overall = agg.row(OVERALL, metric)
+        better = overall["better"]
+        classes = [r for r in agg.rows if r["metric"] == metric and r["structure"] != OVERALL
+                   and math.isfinite(r["mean"])]
+        if not classes or better not in ("higher", "lower"):
+            continue
+        worst_class = (min if better == "higher" else max)(classes, key=lambda r: r["mean"])
+        defined = [r for r in agg.records if r["metric"] == metric and r["status"] == "ok"
+                   and math.isfinite(r["raw_value"])]
+        worst = (min if better == "higher" else max)(defined, key=lambda r: r["raw_value"], default=None)
+        rows.append([_link(metric), worst_class["structure"], format_value(worst_class["mean"]),
+                     f"{worst['case_id']} / {worst['structure']}" if worst else "–",
+                     format_value(worst["raw_value"]) if worst else "–", _misses(overall)])
+    return header, rows
+
+
+def _case_table(agg: Aggregate) -> tuple:
+    """One row per case × structure: status and the key metrics (raw per-case values)."""
+    metrics = [m for m in KEY_METRICS if m in agg.metrics()]
+    cells: dict = {}
+    for r in agg.records:
+        entry = cells.setdefault((r["case_id"], r["structure"]), {"status": "ok"})
+        if r["status"] not in ("ok", "not_applicable"):
+            entry["status"] = r["status"]
+        entry[r["metric"]] = r["raw_value"]
+    rows = [[case, structure, entry["status"], *(format_value(entry[m]) if m in entry else "" for m in metrics)]
+            for (case, structure), entry in cells.items()]
+    return ["case", "structure", "status", *metrics], rows
+
+
+def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=()) -> list:
+    """The report as a list of blocks, most important first: summary, failures, contents, tables,
+    per-metric sections, worst cases in detail, settings and provenance."""
+    from . import __version__
+    from .provenance import utc_now
+
+    few = agg.n_cases < MIN_CASES_FOR_CI
+    metrics = _shown_metrics(agg)
+    blocks = [("p", f"segmetrics {__version__} · report written {utc_now()} · {agg.n_cases} cases, "
+                    f"{len(agg.failed)} failed, {len(agg.misses)} misses"),
+              ("h", 2, "Summary"),
+              ("ul", [f"{agg.n_cases} cases evaluated; {len(agg.failed)} failed (listed below, not in the statistics).",
+                      f"{len(agg.misses)} misses (a structure in only one of reference and test): "
+                      + (", ".join(f"{m['case_id']} / {m['structure']} ({m['status']})" for m in agg.misses[:20])
+                         + (" ..." if len(agg.misses) > 20 else "") if agg.misses else "none") + ".",
+                      agg.penalty]
+                     + ([f"Only {agg.n_cases} cases: bootstrap confidence intervals below {MIN_CASES_FOR_CI} cases "
+                         "are unreliable (marked)."] if few else [])),
+              ("table", *_worst_structures(agg))]
+    if agg.failed:
+        blocks += [("h", 2, "Failed cases"),
+                   ("table", ["case", "error"], [[cid, error] for cid, error in agg.failed.items()])]
+    if notes:
+        blocks += [("h", 2, "Notes on the inputs"),
+                   ("table", ["case", "note (resampling, warnings)"], [list(row) for row in notes])]
+    sections = ["Overall", "Cases and structures", *metrics, "Worst cases in detail", "Settings and provenance"]
+    blocks += [("h", 2, "Contents"), ("ul", [_link(name) for name in sections], "inline")]
+    header, rows = summary_rows(agg)
+    if few:
+        header = [h + " (unreliable: n < 10)" if h.endswith("CI of mean") else h for h in header]
+    blocks += [("h", 2, "Overall"), ("table", header, rows),
+               ("p", "Statistics: mean, median, sample standard deviation (ddof = 1), min and max over the defined "
+                     f"(finite) values; {round(agg.confidence * 100)}% percentile-bootstrap CI of the mean resampling "
+                     "whole cases (seeded); 'class-balanced mean' averages the per-class means (UKBOB-style). "
+                     "'misses': missed = structure absent from the test (test_empty), extra = absent from the "
+                     "reference (reference_empty); their distances are infinite and not in the numbers unless a "
+                     "penalty is set.")]
+    case_header, case_rows = _case_table(agg)
+    blocks += [("h", 2, "Cases and structures"),
+               ("details", f"{len(case_rows)} case × structure rows (click a column header to sort)",
+                [("table", case_header, case_rows, "sortable")])]
+    detail_blocks, render_notes = _detail_figures(details, figures)
+    for metric in metrics:
+        blocks.append(("h", 2, metric))
+        if metric in MSI_GUIDANCE:
+            blocks.append(("p", MSI_GUIDANCE[metric]))
         rows = [r for r in agg.rows if r["metric"] == metric and r["structure"] != OVERALL]
         blocks.append(("table", ["class", *STAT_HEADER], [[r["structure"], *_stat_cells(r)] for r in rows]))
         if _box_plot(agg, metric, figures / f"box_{metric}.png"):
-            blocks.append(("img", f"box_{metric}.png", f"{metric} per class."))
+            blocks.append(("img", f"box_{metric}.png", f"{metric} per class, defined values only."))
         if agg.worst.get(metric):
             blocks.append(("p", "Worst cases:"))
             blocks.append(("table", ["case", "class", "value", "raw value", "status"],
                            [[w["case_id"], w["structure"], format_value(w["value"]), format_value(w["raw_value"]),
                              w["status"]] for w in agg.worst[metric]]))
-    detail_blocks, notes = _detail_figures(details, figures)
     if not details:
-        notes = ["No per-slice MSI curves or surface renders: they need the msi metric group and a case with "
-                 "both structures present."]
+        render_notes = ["No per-slice MSI curves or surface renders: they need the msi metric group and a case "
+                        "with both structures present."]
     blocks.append(("h", 2, "Worst cases in detail"))
-    blocks += [("p", note) for note in notes] + detail_blocks
-    if agg.failed:
-        blocks += [("h", 2, "Failed cases"),
-                   ("table", ["case", "error"], [[cid, error] for cid, error in agg.failed.items()])]
+    blocks += [("p", "The worst pair by each of Dice, HD95 and MSI with both structures present; missed "
+                     "structures are listed in the summary.")]
+    blocks += [("p", note) for note in render_notes] + detail_blocks
+    blocks.append(("h", 2, "Settings and provenance"))
+    if settings:
+        blocks.append(("details", "run settings and provenance (run.json)",
+                       [("pre", json.dumps(settings, indent=1, sort_keys=True, default=str))]))
+    if inputs:
+        blocks.append(("details", f"input files of {len(inputs)} cases",
+                       [("table", ["case", "reference", "test"], [list(row) for row in inputs])]))
     return blocks
 
 
@@ -213,65 +367,116 @@ def markdown_escape(text) -> str:
     return re.sub(r"([\\`*_\[\]|~])", r"\\\1", text)
 
 
-def _markdown(title: str, blocks) -> str:
+def _markdown_cell(cell) -> str:
+    if isinstance(cell, tuple):
+        return f"[{markdown_escape(cell[1])}](#{cell[2]})"
+    return markdown_escape(cell)
+
+
+def _markdown_lines(blocks) -> list:
     esc = markdown_escape
-    lines = [f"# {esc(title)}", ""]
+    lines = []
     for kind, *content in blocks:
         if kind == "h":
             lines += ["#" * content[0] + " " + esc(content[1]), ""]
         elif kind == "p":
             lines += [esc(content[0]), ""]
+        elif kind == "ul":
+            lines += [f"- {_markdown_cell(item)}" for item in content[0]] + [""]
         elif kind == "pre":
             fence = "`" * max(3, 1 + max(map(len, re.findall("`+", content[0])), default=0))
             lines += [fence, content[0], fence, ""]
+        elif kind == "details":
+            lines += [f"*{esc(content[0])}*", ""] + _markdown_lines(content[1])
         elif kind == "table":
-            header, rows = content
+            header, rows = content[:2]
             lines.append("| " + " | ".join(map(esc, header)) + " |")
             lines.append("|" + "---|" * len(header))
-            lines += ["| " + " | ".join(map(esc, row)) + " |" for row in rows]
+            lines += ["| " + " | ".join(map(_markdown_cell, row)) + " |" for row in rows]
             lines.append("")
         elif kind == "img":
             lines += [f"![{esc(content[1])}](figures/{content[0]})", "", esc(content[1]), ""]
-    return "\n".join(lines)
+    return lines
 
 
-def _html(title: str, blocks, figures: Path) -> str:
+def _markdown(title: str, blocks) -> str:
+    return "\n".join([f"# {markdown_escape(title)}", "", *_markdown_lines(blocks)])
+
+
+#: Sorts a table by the clicked column (numbers numerically, text alphabetically); no libraries.
+_SORT_SCRIPT = """<script>
+document.querySelectorAll('table.sortable th').forEach(function (th, col) {
+  th.style.cursor = 'pointer';
+  th.addEventListener('click', function () {
+    var table = th.closest('table'), rows = Array.from(table.querySelectorAll('tr')).slice(1);
+    var down = th.dataset.down !== '1'; th.dataset.down = down ? '1' : '0';
+    function key(row) { var t = row.children[col].textContent, n = parseFloat(t);
+      return t === 'inf' ? Infinity : (isNaN(n) ? t : n); }
+    rows.sort(function (a, b) { var x = key(a), y = key(b);
+      var c = (typeof x === typeof y) ? (x < y ? -1 : x > y ? 1 : 0) : (typeof x === 'number' ? -1 : 1);
+      return down ? c : -c; });
+    rows.forEach(function (row) { table.appendChild(row); });
+  });
+});
+</script>"""
+
+
+def _html_cell(cell) -> str:
+    if isinstance(cell, tuple):
+        return f"<a href='#{html.escape(cell[2])}'>{html.escape(cell[1])}</a>"
+    return html.escape(str(cell))
+
+
+def _html_parts(blocks, figures: Path) -> list:
     esc = html.escape
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>"
-             "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-             "table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:13px}"
-             "td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}td:first-child,th{text-align:left}"
-             "img{max-width:100%;border:1px solid #eee}pre{background:#f6f6f6;padding:0.5em;font-size:12px}"
-             f"</style></head><body><h1>{esc(title)}</h1>"]
+    parts = []
     for kind, *content in blocks:
         if kind == "h":
-            parts.append(f"<h{content[0]}>{esc(content[1])}</h{content[0]}>")
+            parts.append(f"<h{content[0]} id='{esc(slug(content[1]))}'>{esc(content[1])}</h{content[0]}>")
         elif kind == "p":
             parts.append(f"<p>{esc(content[0])}</p>")
+        elif kind == "ul":
+            css = " class='inline'" if content[1:] == ["inline"] else ""
+            parts.append(f"<ul{css}>" + "".join(f"<li>{_html_cell(item)}</li>" for item in content[0]) + "</ul>")
         elif kind == "pre":
             parts.append(f"<pre>{esc(content[0])}</pre>")
+        elif kind == "details":
+            parts += [f"<details><summary>{esc(content[0])}</summary>", *_html_parts(content[1], figures), "</details>"]
         elif kind == "table":
-            header, rows = content
-            parts.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
-            parts += ["<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows]
-            parts.append("</table>")
+            header, rows = content[:2]
+            css = " class='sortable'" if content[2:] == ["sortable"] else ""
+            parts.append(f"<div class='wide'><table{css}><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
+            parts += ["<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in rows]
+            parts.append("</table></div>")
         elif kind == "img":
             data = base64.b64encode((figures / content[0]).read_bytes()).decode("ascii")
             parts.append(f"<figure><img alt='{esc(content[0])}' src='data:image/png;base64,{data}'>"
                          f"<figcaption>{esc(content[1])}</figcaption></figure>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    return parts
+
+
+def _html(title: str, blocks, figures: Path) -> str:
+    esc = html.escape
+    head = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>"
+            "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+            "table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:13px}"
+            "td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}td:first-child,th{text-align:left}"
+            ".wide{overflow-x:auto}ul.inline{padding:0}ul.inline li{display:inline-block;margin:0 1.2em 0.3em 0}img{max-width:100%;border:1px solid #eee}"
+            "pre{background:#f6f6f6;padding:0.5em;font-size:12px;white-space:pre-wrap}"
+            f"</style></head><body><h1>{esc(title)}</h1>")
+    return "\n".join([head, *_html_parts(blocks, figures), _SORT_SCRIPT, "</body></html>"])
 
 
 def write_aggregate_csv(agg: Aggregate, path) -> None:
     """Every aggregate row (per class and overall) as CSV; statuses as a JSON object; text cells
     that a spreadsheet would run as formulas neutralised (:func:`segmetrics.output.safe_csv_cell`)."""
-    fields = ["structure", "metric", "unit", "better", "n", "n_used", "n_penalised", "mean", "class_mean",
+    fields = ["structure", "metric", "unit", "better", "n", "n_used", "n_penalised", "n_test_empty",
+              "n_reference_empty", "mean", "class_mean",
               "median", "std", "min", "max", "ci_low", "ci_high", "statuses"]
     write_text(path, csv_text(({**r, "statuses": json.dumps(r["statuses"], sort_keys=True)} for r in agg.rows), fields))
 
 
-def write_report(report_dir, agg: Aggregate, *, details=(), settings=None,
+def write_report(report_dir, agg: Aggregate, *, details=(), settings=None, inputs=(), notes=(),
                  title: str = "SegMetrics batch report") -> Path:
     """Write ``report.html``, ``report.md``, ``aggregate.csv`` and ``figures/*.png`` into ``report_dir``.
 
@@ -284,21 +489,25 @@ def write_report(report_dir, agg: Aggregate, *, details=(), settings=None,
     details : list
         From :func:`worst_details`: worst cases recomputed with their extras.
     settings : dict, optional
-        The run settings (metrics, parameters) printed in the report.
+        The run settings (metrics, parameters) and provenance, shown at the end of the report.
+    inputs : list, optional
+        ``(case_id, reference path, test path)`` of every case, shown at the end of the report.
+    notes : list, optional
+        ``(case_id, note)`` of the cases whose inputs were prepared (resampling), shown near the top.
 
     Returns the path of ``report.html``.
     """
     report_dir = Path(report_dir)
     figures = report_dir / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    blocks = _blocks(agg, figures, details, settings)
+    blocks = _blocks(agg, figures, details, settings, inputs, notes)
     write_text(report_dir / "report.md", _markdown(title, blocks))
     write_text(report_dir / "report.html", _html(title, blocks, figures))
     write_aggregate_csv(agg, report_dir / "aggregate.csv")
     return report_dir / "report.html"
 
 
-def report_batch(output, cases, report_dir, *, penalty="diagonal", job=None, n_details: int = 2,
+def report_batch(output, cases, report_dir, *, penalty="none", job=None, n_details: int = 3,
                  title: str = "SegMetrics batch report"):
     """Aggregate a batch output folder and write its report; returns ``(Aggregate, html_path)``.
 
@@ -316,4 +525,7 @@ def report_batch(output, cases, report_dir, *, penalty="diagonal", job=None, n_d
     details = worst_details(agg, cases, job or {}, n=n_details)
     settings_path = Path(output) / "run.json"
     settings = json.loads(settings_path.read_text()) if settings_path.is_file() else None
-    return agg, write_report(report_dir, agg, details=details, settings=settings, title=title)
+    inputs = [(case.case_id, str(case.reference), str(case.test)) for case in cases]
+    notes = [(c.case_id, note) for c in cases for note in log.get(c.case_id, {}).get("notes", [])]
+    return agg, write_report(report_dir, agg, details=details, settings=settings, inputs=inputs, notes=notes,
+                             title=title)
