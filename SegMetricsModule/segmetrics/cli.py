@@ -29,6 +29,7 @@ PARAMETER_FLAGS = {
     "msi_align": "msi_align",
     "roughness_window": "roughness_window_mm",
     "roughness_convention": "roughness_convention",
+    "apl_tolerance": "apl_tolerance_mm",
 }
 
 
@@ -54,6 +55,8 @@ def _add_parameter_arguments(p) -> None:
     p.add_argument("--roughness-window", type=float, metavar="MM",
                    help="roughness window radius in mm (tile side in voxels with --roughness-convention paper)")
     p.add_argument("--roughness-convention", choices=["default", "paper"])
+    p.add_argument("--apl-tolerance", type=float, metavar="MM",
+                   help="added path length: reference contour farther than this from the test counts (default 1)")
 
 
 def _add_input_arguments(p) -> None:
@@ -98,8 +101,15 @@ def _parameters(args):
 
 def _add_compare_parser(subparsers) -> None:
     p = subparsers.add_parser("compare", help="compare a test segmentation with a reference, per structure")
-    p.add_argument("reference", help="reference label map or mask (NRRD, NIfTI, MHA, .seg.nrrd, PNG)")
-    p.add_argument("test", help="test label map or mask, same grid as the reference")
+    p.add_argument("reference", help="reference label map or mask (NRRD, NIfTI, MHA, .seg.nrrd, PNG, DICOM RTSTRUCT "
+                   "or SEG)")
+    p.add_argument("test", help="test label map or mask, same grid as the reference (or an RTSTRUCT)")
+    p.add_argument("--image", metavar="DIR", help="DICOM image series folder (or image file) to rasterise RT "
+                   "structure sets on (default: the other input's grid, else a grid from the contour planes)")
+    p.add_argument("--contour-resolution", type=float, metavar="MM",
+                   help="pixel size of a grid built from contour planes (default 1 mm)")
+    p.add_argument("--synonyms", metavar="JSON", help='structure name synonyms, e.g. {"Lung_L": ["Lt Lung"]}; names '
+                   "also match ignoring case and separators")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
     p.add_argument("--threshold", type=float, help="binarise both inputs at value >= THRESHOLD (probability maps)")
     p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"}')
@@ -130,12 +140,16 @@ def _structure_progress():
 
 def _run_compare(args) -> int:
     from .compare import compare
-    from .io import apply_name_map, load_label_image, read_name_map
+    from .dicom import DEFAULT_CONTOUR_RESOLUTION_MM
+    from .io import apply_name_map, load_pair, read_name_map
     from .output import write_msi_slices, write_result
+    from .structure_names import read_synonyms
 
     policy = _input_policy(args)
-    reference = load_label_image(args.reference, threshold=args.threshold, input_policy=policy)
-    test = load_label_image(args.test, threshold=args.threshold, input_policy=policy)
+    reference, test = load_pair(args.reference, args.test, threshold=args.threshold, input_policy=policy,
+                                image=args.image,
+                                contour_resolution_mm=args.contour_resolution or DEFAULT_CONTOUR_RESOLUTION_MM)
+    synonyms = read_synonyms(args.synonyms) if args.synonyms else None
     if args.names:
         names = read_name_map(args.names)
         for image in (reference, test):
@@ -143,7 +157,7 @@ def _run_compare(args) -> int:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
-                         resample_to=args.resample_to, progress=progress, input_policy=policy)
+                         resample_to=args.resample_to, progress=progress, input_policy=policy, synonyms=synonyms)
     write_result(result, args.format, args.output)
     if args.msi_slices:
         write_msi_slices(result, args.msi_slices)

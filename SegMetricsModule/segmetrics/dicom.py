@@ -149,7 +149,7 @@ def read_rtstruct(path, grid: LabelImage | None = None,
     return rasterise(structures, grid if grid is not None else contour_grid([structures], resolution_mm))
 
 
-def _plane_axes(polygons) -> np.ndarray:
+def plane_axes(polygons) -> np.ndarray:
     """Rows ``u, v, n``: in-plane axes and the common normal of planar polygons (patient frame).
 
     ``u`` and ``v`` are the two patient axes least aligned with ``n`` made orthogonal to it, so
@@ -170,10 +170,12 @@ def contour_grid(structure_sets, resolution_mm: float = DEFAULT_CONTOUR_RESOLUTI
     square ``resolution_mm`` pixels on a lattice of multiples of ``resolution_mm``, one pixel of
     margin. The slice spacing is the smallest gap between planes (``resolution_mm`` for a single
     plane); planes that do not fall on that lattice are refused (give the image series instead)."""
+    if not (isinstance(resolution_mm, (int, float)) and 0 < resolution_mm < float("inf")):
+        raise ReadError(f"contour resolution must be a positive number of mm, got {resolution_mm!r}")
     polygons = [p for s in structure_sets for p in s.polygons()]
     if not polygons:
         return LabelImage(np.zeros((1, 1, 1), np.uint8), (resolution_mm,) * 3)
-    axes = _plane_axes(polygons)
+    axes = plane_axes(polygons)
     local = np.concatenate(polygons) @ axes.T  # (u, v, n) coordinates, mm
     planes = _distinct(local[:, 2])
     step = float(np.min(np.diff(planes))) if len(planes) > 1 else resolution_mm
