@@ -1,0 +1,102 @@
+"""Contour-level metrics on RT Structure Set polygons: added path length, in-plane HD and mean.
+
+Second observers are made by perturbing contours at polygon level (shift, scale about the
+centre, dropped planes, a cut strip) so that the expected values follow from the perturbation.
+"""
+import math
+
+import numpy as np
+import pytest
+from scipy.integrate import quad
+
+from segmetrics import compare
+from segmetrics.contours import SAMPLE_STEP_MM
+from segmetrics.registry import Parameters
+from test_dicom import circle, rectangle, write_rtstruct
+
+PLANES = (0.0, 3.0, 6.0)
+
+
+def perimeter(polygon) -> float:
+    return float(np.sum(np.linalg.norm(np.roll(polygon, -1, axis=0) - polygon, axis=1)))
+
+
+def compare_sets(tmp_path, reference: dict, test: dict, **kwargs):
+    write_rtstruct(tmp_path / "reference.dcm", reference)
+    write_rtstruct(tmp_path / "test.dcm", test)
+    return compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", **kwargs)
+
+
+def test_apl_of_a_square_missing_a_strip_on_one_side(tmp_path):
+    side, strip, tolerance = 40.0, 5.0, 1.0
+    reference = [rectangle(0, 0, side, side, z) for z in PLANES]
+    test = [rectangle(0, 0, side - strip, side, z) for z in PLANES]
+    result = compare_sets(tmp_path, {"box": reference}, {"box": test}, metrics="contours",
+                          params=Parameters(apl_tolerance_mm=tolerance))["box"]
+    # per plane: the cut side, plus the ends of the two adjacent sides farther than the tolerance
+    expected_per_plane = side + 2 * (strip - tolerance)
+    assert result.value("apl_mm") == pytest.approx(len(PLANES) * expected_per_plane, rel=1e-6)
+    assert result.value("apl_fraction") == pytest.approx(expected_per_plane / (4 * side), rel=1e-6)
+    assert result.get("apl_mm").params == {"tolerance_mm": tolerance}
+    assert result.value("contour_hd_mm") == pytest.approx(strip, abs=SAMPLE_STEP_MM)
+    rows = result.extras["contour_slices"]
+    assert [row["plane_mm"] for row in rows] == pytest.approx(list(PLANES))
+    assert all(row["apl_mm"] == pytest.approx(expected_per_plane) for row in rows)
+
+
+def test_shifted_circle_gives_the_shift_as_hausdorff_and_the_analytic_mean(tmp_path):
+    radius, shift = 20.0, 3.0
+    reference = [circle(radius, z, vertices=2000) for z in PLANES]
+    test = [circle(radius, z, centre=(shift, 0.0), vertices=2000) for z in PLANES]
+    result = compare_sets(tmp_path, {"disk": reference}, {"disk": test}, metrics="contours")["disk"]
+    assert result.value("contour_hd_mm") == pytest.approx(shift, abs=SAMPLE_STEP_MM)
+    # distance from the point at angle t of one circle to the other circle, averaged over t
+    mean, _ = quad(lambda t: abs(math.sqrt(radius ** 2 + shift ** 2 - 2 * radius * shift * math.cos(t)) - radius),
+                   0, 2 * math.pi)
+    assert result.value("contour_mean_distance_mm") == pytest.approx(mean / (2 * math.pi), abs=SAMPLE_STEP_MM)
+    # reference points farther than 1 mm from the shifted circle: |sqrt(r²+d²-2rd cos t) - r| > 1
+    far = quad(lambda t: float(abs(math.sqrt(radius ** 2 + shift ** 2 - 2 * radius * shift * math.cos(t)) - radius) > 1),
+               0, 2 * math.pi, limit=200, points=[1.2, 1.9, 4.4, 5.1])[0]
+    assert result.value("apl_mm") == pytest.approx(len(PLANES) * far * radius, rel=0.01)
+
+
+def test_scaled_circle_and_dropped_planes(tmp_path):
+    radius, scale = 20.0, 1.1
+    reference = [circle(radius, z) for z in PLANES]
+    test = [circle(radius * scale, z) for z in PLANES[:1]]  # planes 3 and 6 not contoured by the test
+    result = compare_sets(tmp_path, {"disk": reference}, {"disk": test}, metrics="contours")["disk"]
+    # every reference point is r (s - 1) = 2 mm > 1 mm away: the whole reference length is added
+    assert result.value("apl_mm") == pytest.approx(len(PLANES) * perimeter(reference[0]), rel=1e-6)
+    assert result.value("apl_fraction") == pytest.approx(1.0)
+    assert result.value("contour_hd_mm") == pytest.approx(radius * (scale - 1), abs=SAMPLE_STEP_MM)
+    rows = result.extras["contour_slices"]
+    assert [row["test_length_mm"] == 0 for row in rows] == [False, True, True]
+    assert math.isnan(rows[1]["hd_mm"])
+
+
+def test_extra_test_planes_add_nothing_and_empty_sides_have_statuses(tmp_path):
+    square = [rectangle(0, 0, 10, 10, z) for z in PLANES]
+    result = compare_sets(tmp_path, {"a": square[:1], "b": square, "c": []},
+                          {"a": square, "b": [], "c": []}, metrics="contours")
+    assert result["a"].value("apl_mm") == 0.0
+    assert result["b"].value("apl_mm") == pytest.approx(3 * 40.0)
+    assert result["b"].get("contour_hd_mm").status == "test_empty"
+    assert result["b"].value("contour_hd_mm") == math.inf
+    assert result["c"].get("apl_mm").status == "both_empty"
+
+
+def test_contour_and_rasterised_hausdorff_agree_within_one_pixel(tmp_path):
+    resolution = 0.5
+    reference = [circle(15.0, z) for z in PLANES]
+    test = [circle(15.0, z, centre=(2.2, 1.3)) for z in PLANES]
+    result = compare_sets(tmp_path, {"disk": reference}, {"disk": test}, metrics="contours,hd_mm",
+                          contour_resolution_mm=resolution)["disk"]
+    assert result.value("contour_hd_mm") == pytest.approx(math.hypot(2.2, 1.3), abs=SAMPLE_STEP_MM)
+    assert abs(result.value("hd_mm") - result.value("contour_hd_mm")) <= resolution
+
+
+def test_masks_are_not_applicable(tmp_path):
+    mask = np.zeros((3, 8, 8), np.uint8)
+    mask[1, 2:5, 2:5] = 1
+    value = compare(mask, mask, spacing=(1, 1, 1), metrics="apl_mm")["1"].get("apl_mm")
+    assert value.status == "not_applicable"
