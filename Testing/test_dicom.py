@@ -203,3 +203,17 @@ def test_cli_compares_two_structure_sets(tmp_path, capsys):
     records = json.loads((tmp_path / "out.json").read_text())
     text = json.dumps(records)
     assert "Heart" in text and "contour_hd_mm" in text
+
+
+def test_batch_manifest_accepts_structure_sets(tmp_path):
+    from segmetrics.batch import Case, evaluate_case
+
+    write_rtstruct(tmp_path / "ref.dcm", {"Heart": [circle(10, z) for z in (0.0, 2.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"heart": [circle(10, z, centre=(0.5, 0)) for z in (0.0, 2.0, 4.0)]})
+    outcome = evaluate_case(Case("c1", str(tmp_path / "ref.dcm"), str(tmp_path / "test.dcm")), metrics="dice")
+    dice = [r for r in outcome.records if r["metric"] == "dice"]
+    assert [r["structure"] for r in dice] == ["Heart"]
+    # on one shared grid: two slices of overlapping disks (lens area), a third slice in the test only
+    radius, shift = 10.0, 0.5
+    lens = 2 * radius ** 2 * math.acos(shift / (2 * radius)) - shift / 2 * math.sqrt(4 * radius ** 2 - shift ** 2)
+    assert dice[0]["value"] == pytest.approx(2 * 2 * lens / (5 * math.pi * radius ** 2), rel=0.02)
