@@ -217,3 +217,36 @@ def test_batch_manifest_accepts_structure_sets(tmp_path):
     radius, shift = 10.0, 0.5
     lens = 2 * radius ** 2 * math.acos(shift / (2 * radius)) - shift / 2 * math.sqrt(4 * radius ** 2 - shift ** 2)
     assert dice[0]["value"] == pytest.approx(2 * 2 * lens / (5 * math.pi * radius ** 2), rel=0.02)
+
+
+def test_fractional_dicom_seg_is_binarised_at_half_or_at_the_threshold(tmp_path, data_dir):
+    import highdicom
+    import pydicom
+    from pydicom.sr.codedict import codes
+
+    files = sorted((data_dir / "dcmqi/ct-3slice").iterdir())
+    sources = [pydicom.dcmread(path) for path in files]
+    for source in sources:
+        source.SpecificCharacterSet = "ISO_IR 100"
+    sources.sort(key=lambda source: float(source.ImagePositionPatient[2]))
+    fractions = np.zeros((len(sources), sources[0].Rows, sources[0].Columns), np.float32)
+    fractions[1, 100:110, 200:220] = 0.7
+    fractions[1, 110:115, 200:220] = 0.3
+    description = highdicom.seg.SegmentDescription(
+        segment_number=1, segment_label="soft", segmented_property_category=codes.SCT.Tissue,
+        segmented_property_type=codes.SCT.Tissue, algorithm_type=highdicom.seg.SegmentAlgorithmTypeValues.MANUAL)
+    seg = highdicom.seg.Segmentation(
+        source_images=sources, pixel_array=fractions, segmentation_type=highdicom.seg.SegmentationTypeValues.FRACTIONAL,
+        segment_descriptions=[description], series_instance_uid=highdicom.UID(), series_number=2,
+        sop_instance_uid=highdicom.UID(), instance_number=1, manufacturer="test", manufacturer_model_name="test",
+        software_versions="0", device_serial_number="0", max_fractional_value=100)
+    seg.save_as(tmp_path / "fractional.dcm")
+
+    image = load_label_image(tmp_path / "fractional.dcm")
+    assert image.names == {1: "soft"}
+    ct = sitk.ReadImage([str(path) for path in files])
+    expected = {ct.TransformIndexToPhysicalPoint((column, row, 1)) for row in range(100, 110) for column in range(200, 220)}
+    found = image.index_to_physical(np.argwhere(image.mask(1)))
+    assert len(found) == len(expected)
+    assert np.allclose(sorted(map(tuple, found)), sorted(expected), atol=1e-3)
+    assert load_label_image(tmp_path / "fractional.dcm", threshold=0.2).mask(1).sum() == 15 * 20
