@@ -85,18 +85,38 @@ def test_extra_test_planes_add_nothing_and_empty_sides_have_statuses(tmp_path):
     assert result["c"].get("apl_mm").status == "both_empty"
 
 
-def test_contour_and_rasterised_hausdorff_agree_within_one_pixel(tmp_path):
-    resolution = 0.5
-    reference = [circle(15.0, z) for z in PLANES]
-    test = [circle(15.0, z, centre=(2.2, 1.3)) for z in PLANES]
-    result = compare_sets(tmp_path, {"disk": reference}, {"disk": test}, metrics="contours,hd_mm",
-                          contour_resolution_mm=resolution)["disk"]
-    assert result.value("contour_hd_mm") == pytest.approx(math.hypot(2.2, 1.3), abs=SAMPLE_STEP_MM)
-    assert abs(result.value("hd_mm") - result.value("contour_hd_mm")) <= resolution
+@pytest.mark.parametrize("shift", [(2.2, 1.3), (3.0, 1.0), (5.0, 1.0)])
+def test_polygon_and_rasterised_results_agree_within_one_pixel(tmp_path, shift):
+    """The boundary of a rasterised polygon moves by less than a pixel: distances agree within a
+    pixel, and the raster APL lies between the polygon APLs at tolerances one pixel apart."""
+    from segmetrics.geometry import LabelImage
+    from segmetrics.io import load_pair
+
+    resolution, tolerance = 0.5, 1.0
+    write_rtstruct(tmp_path / "reference.dcm", {"disk": [circle(15.0, z) for z in PLANES]})
+    write_rtstruct(tmp_path / "test.dcm", {"disk": [circle(15.0, z, centre=shift) for z in PLANES]})
+    polygons = {t: compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="contours,hd_mm",
+                           contour_resolution_mm=resolution, params=Parameters(apl_tolerance_mm=t))["disk"]
+                for t in (tolerance - resolution, tolerance, tolerance + resolution)}
+    rasters = load_pair(tmp_path / "reference.dcm", tmp_path / "test.dcm", contour_resolution_mm=resolution)
+    masks = compare(*(LabelImage(r.array, r.spacing, r.origin, r.direction, r.names) for r in rasters),
+                    metrics="contours")["disk"]  # plain label maps: the masks' slice contours
+    exact = polygons[tolerance]
+    assert exact.value("contour_hd_mm") == pytest.approx(math.hypot(*shift), abs=SAMPLE_STEP_MM)
+    assert abs(exact.value("hd_mm") - exact.value("contour_hd_mm")) <= resolution
+    for metric in ("contour_hd_mm", "contour_mean_distance_mm"):
+        assert abs(masks.value(metric) - exact.value(metric)) <= resolution
+    low, high = polygons[tolerance + resolution].value("apl_mm"), polygons[tolerance - resolution].value("apl_mm")
+    assert low <= masks.value("apl_mm") <= high
 
 
-def test_masks_are_not_applicable(tmp_path):
-    mask = np.zeros((3, 8, 8), np.uint8)
-    mask[1, 2:5, 2:5] = 1
-    value = compare(mask, mask, spacing=(1, 1, 1), metrics="apl_mm")["1"].get("apl_mm")
-    assert value.status == "not_applicable"
+def test_mask_apl_of_a_square_missing_a_strip():
+    side, strip = 20, 5
+    reference = np.zeros((30, 30), np.uint8)
+    reference[5:5 + side, 5:5 + side] = 1
+    test = reference.copy()
+    test[:, 5 + side - strip:] = 0
+    result = compare(reference, test, spacing=(1.0, 1.0), metrics="contours")["1"]
+    # marching squares cuts each corner by half a pixel diagonal: within one pixel of the polygon value
+    assert result.value("apl_mm") == pytest.approx(side + 2 * (strip - 1.0), abs=1.0)
+    assert result.value("contour_hd_mm") == pytest.approx(strip, abs=SAMPLE_STEP_MM)

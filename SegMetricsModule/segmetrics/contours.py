@@ -1,7 +1,11 @@
-"""Contour-level metrics on the planar polygons of two RT Structure Sets (no rasterisation).
+"""Contour-level metrics per slice: added path length, in-plane Hausdorff and mean distance.
 
-Both sets' closed planar polygons (patient mm) are grouped by plane (planes closer than
-:data:`segmetrics.dicom.PLANE_TOLERANCE_MM` are one) and measured in the plane with shapely:
+When both inputs are RT Structure Sets, their closed planar polygons (patient mm) are measured
+themselves, without rasterising. For masks the contours are those of slice-wise MSI: marching
+squares boundaries (:func:`segmetrics.mesh.contours_2d`) of each slice along the MSI slice axis
+(:func:`segmetrics.msi.slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Contours
+are grouped by plane (planes closer than :data:`segmetrics.dicom.PLANE_TOLERANCE_MM` are one) and
+measured in the plane with shapely:
 
 - **added path length** ``apl_mm`` (Vaassen et al., Phys Imaging Radiat Oncol 13, 2020): the
   length of the reference contour farther than ``Parameters.apl_tolerance_mm`` from the test
@@ -15,9 +19,10 @@ Both sets' closed planar polygons (patient mm) are grouped by plane (planes clos
   :data:`SAMPLE_STEP_MM` (at most) and distances taken between samples, so these are exact to
   within one step. Planes contoured on one side only are in the per-plane table, not here.
 
-The per-plane rows go to ``extras["contour_slices"]``. Inputs that are not both contours give
-``not_applicable``. Rasterised, the same contours give the same values within one pixel (tested):
-the mask boundary runs through pixel centres, up to half a pixel from the polygon on either side.
+The per-plane rows go to ``extras["contour_slices"]`` (``plane_mm``: position along the plane
+normal in patient mm for polygons; along the slice axis from the first slice for masks).
+Rasterised, the same polygons give the same values within one pixel (tested): the mask boundary
+runs half-way between pixel centres, within a pixel of the polygon.
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ import math
 import numpy as np
 
 from .dicom import PLANE_TOLERANCE_MM, plane_axes
+from .mesh import contours_2d
+from .msi import slice_axis
 from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
                        register_group, undefined)
 
@@ -99,11 +106,25 @@ def boundary_distances(source, target) -> tuple:
     return distances, weights
 
 
+def mask_contours(mask, spacing, axis: int) -> list:
+    """``(N, 3)`` polygons (mm) of a mask's slice boundaries along array ``axis``: in-plane
+    (row, column) mm then the slice position (mm from the first slice). A 2-D mask is one slice."""
+    mask, spacing = np.asarray(mask, bool), np.asarray(spacing, float)
+    if mask.ndim == 2:
+        mask, spacing, axis = mask[None], np.r_[1.0, spacing], 0
+    slices, in_plane = np.moveaxis(mask, axis, 0), np.delete(spacing, axis)
+    return [np.column_stack([contour.points, np.full(len(contour.points), k * spacing[axis])])
+            for k in np.flatnonzero(slices.any(axis=(1, 2))) for contour in contours_2d(slices[k], in_plane)]
+
+
 def compute(pair: StructurePair, params: Parameters) -> list:
-    """The contour metrics of one pair; ``not_applicable`` unless both inputs are contours."""
-    if pair.contours is None:
-        return [undefined(spec, Status.NOT_APPLICABLE) for spec in METRICS]
-    reference, test = pair.contours
+    """The contour metrics of one pair: on its polygons when both inputs are RT Structure Sets,
+    else on the slice contours of its masks."""
+    if pair.contours is not None:
+        reference, test = pair.contours
+    else:
+        axis = slice_axis(pair.spacing, params, getattr(pair.image, "direction", None)) if pair.reference.ndim == 3 else 0
+        reference, test = (mask_contours(mask, pair.spacing, axis) for mask in (pair.reference, pair.test))
     status = emptiness_status(bool(reference), bool(test))
     tolerance = {"tolerance_mm": float(params.apl_tolerance_mm)}
     if status == Status.BOTH_EMPTY:
@@ -140,5 +161,5 @@ def compute(pair: StructurePair, params: Parameters) -> list:
 
 
 register_group(MetricGroup("contours", METRICS, compute,
-                           "RT Structure Set polygons: added path length (mm, fraction), in-plane contour HD and "
-                           "mean distance (mm)"))
+                           "per-slice contours (RT Structure Set polygons or mask slice boundaries): added path "
+                           "length (mm, fraction), in-plane contour HD and mean distance (mm)"))
