@@ -16,8 +16,8 @@ measured in the plane with shapely:
 - ``contour_hd_mm`` / ``contour_mean_distance_mm``: in-plane Hausdorff and mean symmetric
   distance between the two boundaries, over the planes where both have contours (largest / mean
   of both directions pooled, weighted by length). Both boundaries are sampled every
-  :data:`SAMPLE_STEP_MM` (at most) and distances taken between samples, so these are exact to
-  within one step. Planes contoured on one side only are in the per-plane table, not here.
+  :data:`SAMPLE_STEP_MM` (masks: a tenth of the smallest in-plane pixel, if larger) and distances
+  taken between samples, so these are exact to within one step. Planes contoured on one side only are in the per-plane table, not here.
 
 The per-plane rows go to ``extras["contour_slices"]`` (``plane_mm``: position along the plane
 normal in patient mm for polygons; along the slice axis from the first slice for masks).
@@ -36,7 +36,8 @@ from .msi import slice_axis
 from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
                        register_group, undefined)
 
-#: Distance between the boundary samples of the contour distances (mm).
+#: Distance between the boundary samples of the contour distances of polygons (mm); mask
+#: boundaries are sampled every tenth of a pixel, at least this often.
 SAMPLE_STEP_MM = 0.1
 
 METRICS = (
@@ -81,28 +82,28 @@ def added_path_length(reference_boundary, test_boundary, tolerance_mm: float) ->
     return float(reference_boundary.difference(test_boundary.buffer(tolerance_mm)).length)
 
 
-def boundary_samples(boundary) -> tuple:
-    """``(points, weights)``: points every :data:`SAMPLE_STEP_MM` (at most) along a boundary's
-    rings, in-plane mm, and the boundary length (mm) each point stands for."""
+def boundary_samples(boundary, step_mm: float = SAMPLE_STEP_MM) -> tuple:
+    """``(points, weights)``: points every ``step_mm`` (at most) along a boundary's rings,
+    in-plane mm, and the boundary length (mm) each point stands for."""
     points, weights = [], []
     for line in boundary.geoms:
         ring = np.asarray(line.coords)
         along = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(ring, axis=0), axis=1))])
-        count = max(int(math.ceil(along[-1] / SAMPLE_STEP_MM)), 1)
+        count = max(int(math.ceil(along[-1] / step_mm)), 1)
         positions = (np.arange(count) + 0.5) * along[-1] / count
         points.append(np.column_stack([np.interp(positions, along, ring[:, 0]), np.interp(positions, along, ring[:, 1])]))
         weights.append(np.full(count, along[-1] / count))
     return np.concatenate(points), np.concatenate(weights)
 
 
-def boundary_distances(source, target) -> tuple:
+def boundary_distances(source, target, step_mm: float = SAMPLE_STEP_MM) -> tuple:
     """``(distances, weights)``: distance (mm) from the samples of ``source`` to the nearest sample
-    of ``target`` (off by at most :data:`SAMPLE_STEP_MM` / 2 from the distance to the boundary
-    itself), and the boundary length (mm) each sample stands for."""
+    of ``target`` (off by at most ``step_mm`` / 2 from the distance to the boundary itself), and
+    the boundary length (mm) each sample stands for."""
     from scipy.spatial import cKDTree
 
-    points, weights = boundary_samples(source)
-    distances, _ = cKDTree(boundary_samples(target)[0]).query(points)
+    points, weights = boundary_samples(source, step_mm)
+    distances, _ = cKDTree(boundary_samples(target, step_mm)[0]).query(points)
     return distances, weights
 
 
@@ -120,10 +121,13 @@ def mask_contours(mask, spacing, axis: int) -> list:
 def compute(pair: StructurePair, params: Parameters) -> list:
     """The contour metrics of one pair: on its polygons when both inputs are RT Structure Sets,
     else on the slice contours of its masks."""
+    step = SAMPLE_STEP_MM
     if pair.contours is not None:
         reference, test = pair.contours
     else:
         axis = slice_axis(pair.spacing, params, getattr(pair.image, "direction", None)) if pair.reference.ndim == 3 else 0
+        in_plane = np.delete(pair.spacing, axis) if pair.reference.ndim == 3 else pair.spacing
+        step = max(SAMPLE_STEP_MM, min(in_plane) / 10)
         reference, test = (mask_contours(mask, pair.spacing, axis) for mask in (pair.reference, pair.test))
     status = emptiness_status(bool(reference), bool(test))
     tolerance = {"tolerance_mm": float(params.apl_tolerance_mm)}
@@ -137,8 +141,8 @@ def compute(pair: StructurePair, params: Parameters) -> list:
                "apl_mm": added_path_length(reference_boundary, test_boundary, params.apl_tolerance_mm),
                "hd_mm": math.nan, "mean_distance_mm": math.nan}
         if reference_boundary is not None and test_boundary is not None:
-            both = [boundary_distances(reference_boundary, test_boundary),
-                    boundary_distances(test_boundary, reference_boundary)]
+            both = [boundary_distances(reference_boundary, test_boundary, step),
+                    boundary_distances(test_boundary, reference_boundary, step)]
             plane_distances = np.concatenate([d for d, _ in both])
             plane_weights = np.concatenate([w for _, w in both])
             row["hd_mm"] = float(plane_distances.max())
