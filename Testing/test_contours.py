@@ -50,13 +50,15 @@ def test_shifted_circle_gives_the_shift_as_hausdorff_and_the_analytic_mean(tmp_p
     test = [circle(radius, z, centre=(shift, 0.0), vertices=2000) for z in PLANES]
     result = compare_sets(tmp_path, {"disk": reference}, {"disk": test}, metrics="contours")["disk"]
     assert result.value("contour_hd_mm") == pytest.approx(shift, abs=SAMPLE_STEP_MM)
-    # distance from the point at angle t of one circle to the other circle, averaged over t
-    mean, _ = quad(lambda t: abs(math.sqrt(radius ** 2 + shift ** 2 - 2 * radius * shift * math.cos(t)) - radius),
-                   0, 2 * math.pi)
+
+    def distance(t):
+        """From the point at angle t of one circle to the other circle."""
+        return abs(math.sqrt(radius ** 2 + shift ** 2 - 2 * radius * shift * math.cos(t)) - radius)
+
+    mean, _ = quad(distance, 0, 2 * math.pi)
     assert result.value("contour_mean_distance_mm") == pytest.approx(mean / (2 * math.pi), abs=SAMPLE_STEP_MM)
-    # reference points farther than 1 mm from the shifted circle: |sqrt(r²+d²-2rd cos t) - r| > 1
-    far = quad(lambda t: float(abs(math.sqrt(radius ** 2 + shift ** 2 - 2 * radius * shift * math.cos(t)) - radius) > 1),
-               0, 2 * math.pi, limit=200, points=[1.2, 1.9, 4.4, 5.1])[0]
+    # the reference arc farther than 1 mm from the shifted circle
+    far = quad(lambda t: float(distance(t) > 1), 0, 2 * math.pi, limit=200, points=[1.2, 1.9, 4.4, 5.1])[0]
     assert result.value("apl_mm") == pytest.approx(len(PLANES) * far * radius, rel=0.01)
 
 

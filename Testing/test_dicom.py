@@ -245,8 +245,17 @@ def test_fractional_dicom_seg_is_binarised_at_half_or_at_the_threshold(tmp_path,
     image = load_label_image(tmp_path / "fractional.dcm")
     assert image.names == {1: "soft"}
     ct = sitk.ReadImage([str(path) for path in files])
-    expected = {ct.TransformIndexToPhysicalPoint((column, row, 1)) for row in range(100, 110) for column in range(200, 220)}
+    expected = {ct.TransformIndexToPhysicalPoint((column, row, 1))
+                for row in range(100, 110) for column in range(200, 220)}
     found = image.index_to_physical(np.argwhere(image.mask(1)))
     assert len(found) == len(expected)
     assert np.allclose(sorted(map(tuple, found)), sorted(expected), atol=1e-3)
     assert load_label_image(tmp_path / "fractional.dcm", threshold=0.2).mask(1).sum() == 15 * 20
+
+
+def test_a_bad_contour_resolution_is_one_line(tmp_path, capsys):
+    from test_validation import assert_one_line_error
+
+    write_rtstruct(tmp_path / "rt.dcm", {"a": [rectangle(0, 0, 5, 5, 0)]})
+    assert_one_line_error(capsys, "--contour-resolution", "compare", tmp_path / "rt.dcm", tmp_path / "rt.dcm",
+                          "--contour-resolution", "0")

@@ -140,15 +140,13 @@ def _structure_progress():
 
 def _run_compare(args) -> int:
     from .compare import compare
-    from .dicom import DEFAULT_CONTOUR_RESOLUTION_MM
     from .io import apply_name_map, load_pair, read_name_map
     from .output import write_msi_slices, write_result
     from .structure_names import read_synonyms
 
     policy = _input_policy(args)
     reference, test = load_pair(args.reference, args.test, threshold=args.threshold, input_policy=policy,
-                                image=args.image,
-                                contour_resolution_mm=args.contour_resolution or DEFAULT_CONTOUR_RESOLUTION_MM)
+                                image=args.image, contour_resolution_mm=args.contour_resolution)
     synonyms = read_synonyms(args.synonyms) if args.synonyms else None
     if args.names:
         names = read_name_map(args.names)

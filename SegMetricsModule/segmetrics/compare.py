@@ -243,12 +243,11 @@ def compare(
     array (``msi_axis``, per-slice MSI rows, surface polydata in ``extras``) stays in the stored
     array's indices and index-scaled frame.
     """
-    from .dicom import DEFAULT_CONTOUR_RESOLUTION_MM
     from .io import load_pair
 
     params = params or Parameters()
     reference, test = load_pair(reference, test, spacing, threshold, input_policy=input_policy, image=image,
-                                contour_resolution_mm=contour_resolution_mm or DEFAULT_CONTOUR_RESOLUTION_MM)
+                                contour_resolution_mm=contour_resolution_mm)
     params.check_dimension(reference.ndim)
     notes = getattr(reference, "notes", []) + getattr(test, "notes", [])
     if resample_to == "reference":

@@ -17,7 +17,8 @@ measured in the plane with shapely:
   distance between the two boundaries, over the planes where both have contours (largest / mean
   of both directions pooled, weighted by length). Both boundaries are sampled every
   :data:`SAMPLE_STEP_MM` (masks: a tenth of the smallest in-plane pixel, if larger) and distances
-  taken between samples, so these are exact to within one step. Planes contoured on one side only are in the per-plane table, not here.
+  taken between samples, so these are exact to within one step. Planes contoured on one side
+  only are in the per-plane table, not here.
 
 The per-plane rows go to ``extras["contour_slices"]`` (``plane_mm``: position along the plane
 normal in patient mm for polygons; along the slice axis from the first slice for masks).
@@ -30,7 +31,7 @@ import math
 
 import numpy as np
 
-from .dicom import PLANE_TOLERANCE_MM, plane_axes
+from .dicom import distinct_planes, plane_axes
 from .mesh import contours_2d
 from .msi import slice_axis
 from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
@@ -59,13 +60,10 @@ def boundaries_by_plane(reference, test) -> dict:
     polygons = list(reference) + list(test)
     axes = plane_axes(polygons)
     offsets = np.array([float(np.mean(p @ axes[2])) for p in polygons])
-    planes: list = []
-    for offset in np.sort(offsets):
-        if not planes or offset - planes[-1] > PLANE_TOLERANCE_MM:
-            planes.append(offset)
+    planes = distinct_planes(offsets)
     rings: dict = {}
     for index, polygon in enumerate(polygons):
-        plane = planes[int(np.argmin(np.abs(np.asarray(planes) - offsets[index])))]
+        plane = float(planes[np.argmin(np.abs(planes - offsets[index]))])
         flat = polygon @ axes[:2].T
         rings.setdefault(plane, ([], []))[index >= len(reference)].append(np.vstack([flat, flat[:1]]))
     return {plane: tuple(shapely.MultiLineString(side) if side else None for side in sides)
@@ -91,7 +89,7 @@ def boundary_samples(boundary, step_mm: float = SAMPLE_STEP_MM) -> tuple:
         along = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(ring, axis=0), axis=1))])
         count = max(int(math.ceil(along[-1] / step_mm)), 1)
         positions = (np.arange(count) + 0.5) * along[-1] / count
-        points.append(np.column_stack([np.interp(positions, along, ring[:, 0]), np.interp(positions, along, ring[:, 1])]))
+        points.append(np.column_stack([np.interp(positions, along, ring[:, axis]) for axis in (0, 1)]))
         weights.append(np.full(count, along[-1] / count))
     return np.concatenate(points), np.concatenate(weights)
 
@@ -125,8 +123,9 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     if pair.contours is not None:
         reference, test = pair.contours
     else:
-        axis = slice_axis(pair.spacing, params, getattr(pair.image, "direction", None)) if pair.reference.ndim == 3 else 0
-        in_plane = np.delete(pair.spacing, axis) if pair.reference.ndim == 3 else pair.spacing
+        volume = pair.reference.ndim == 3
+        axis = slice_axis(pair.spacing, params, getattr(pair.image, "direction", None)) if volume else 0
+        in_plane = np.delete(pair.spacing, axis) if volume else pair.spacing
         step = max(SAMPLE_STEP_MM, min(in_plane) / 10)
         reference, test = (mask_contours(mask, pair.spacing, axis) for mask in (pair.reference, pair.test))
     status = emptiness_status(bool(reference), bool(test))

@@ -74,14 +74,20 @@ class StructureSet:
 
 
 def dicom_kind(path) -> str | None:
-    """``"rtstruct"``, ``"seg"`` or None (not DICOM, or another DICOM object), from the SOP class."""
+    """``"rtstruct"``, ``"seg"`` or None (not DICOM, or another DICOM object), from the SOP class.
+
+    Only files named ``.dcm``/``.dicom`` or starting with the DICOM preamble are opened."""
     import pydicom
-    from pydicom.errors import InvalidDicomError
     from pydicom.uid import RTStructureSetStorage, SegmentationStorage
 
+    path = Path(path)
     try:
+        with open(path, "rb") as handle:
+            preamble = handle.read(132)[128:]
+        if preamble != b"DICM" and path.suffix.lower() not in (".dcm", ".dicom"):
+            return None
         dataset = pydicom.dcmread(path, stop_before_pixels=True, force=True, specific_tags=["SOPClassUID"])
-    except (InvalidDicomError, OSError, ValueError, AttributeError):
+    except Exception:  # unreadable: segmetrics.validation reports it in one line
         return None
     sop_class = str(dataset.get("SOPClassUID", ""))
     return {RTStructureSetStorage: "rtstruct", SegmentationStorage: "seg"}.get(sop_class)
@@ -171,13 +177,14 @@ def contour_grid(structure_sets, resolution_mm: float = DEFAULT_CONTOUR_RESOLUTI
     margin. The slice spacing is the smallest gap between planes (``resolution_mm`` for a single
     plane); planes that do not fall on that lattice are refused (give the image series instead)."""
     if not (isinstance(resolution_mm, (int, float)) and 0 < resolution_mm < float("inf")):
-        raise ReadError(f"contour resolution must be a positive number of mm, got {resolution_mm!r}")
+        raise ReadError(f"contour resolution must be a positive number of mm (CLI: --contour-resolution), "
+                        f"got {resolution_mm!r}")
     polygons = [p for s in structure_sets for p in s.polygons()]
     if not polygons:
         return LabelImage(np.zeros((1, 1, 1), np.uint8), (resolution_mm,) * 3)
     axes = plane_axes(polygons)
     local = np.concatenate(polygons) @ axes.T  # (u, v, n) coordinates, mm
-    planes = _distinct(local[:, 2])
+    planes = distinct_planes(local[:, 2])
     step = float(np.min(np.diff(planes))) if len(planes) > 1 else resolution_mm
     offsets = (planes - planes[0]) / step
     if np.any(np.abs(offsets - np.round(offsets)) > 0.05):
@@ -192,8 +199,8 @@ def contour_grid(structure_sets, resolution_mm: float = DEFAULT_CONTOUR_RESOLUTI
     return LabelImage(np.zeros(shape, np.uint8), (step, resolution_mm, resolution_mm), origin, axes.T.ravel())
 
 
-def _distinct(values) -> np.ndarray:
-    """Sorted values with neighbours closer than :data:`PLANE_TOLERANCE_MM` merged."""
+def distinct_planes(values) -> np.ndarray:
+    """Sorted plane positions (mm) with neighbours closer than :data:`PLANE_TOLERANCE_MM` merged."""
     values = np.sort(values)
     return values[np.concatenate([[True], np.diff(values) > PLANE_TOLERANCE_MM])]
 

@@ -107,12 +107,12 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold
 
 
 def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
-              input_policy: InputPolicy | None = None, image=None,
-              contour_resolution_mm: float = dicom.DEFAULT_CONTOUR_RESOLUTION_MM):
+              input_policy: InputPolicy | None = None, image=None, contour_resolution_mm: float | None = None):
     """``(reference, test)`` as :func:`load_label_image` reads them, with RT Structure Sets
     rasterised on one shared grid: the image series ``image`` (a DICOM folder or an image file)
     when given, else the other input's grid (an RTSTRUCT against a label map), else a grid built
-    from the contour planes of both structure sets with ``contour_resolution_mm`` pixels."""
+    from the contour planes of both structure sets with ``contour_resolution_mm`` pixels (default
+    :data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`)."""
     sources = {"reference": reference, "test": test}
     structure_sets = {side: dicom.read_structure_set(source) for side, source in sources.items()
                       if isinstance(source, (str, Path)) and Path(source).is_file()
@@ -125,7 +125,8 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
         elif loaded:
             grid = next(iter(loaded.values()))
         else:
-            grid = dicom.contour_grid(structure_sets.values(), contour_resolution_mm)
+            resolution = dicom.DEFAULT_CONTOUR_RESOLUTION_MM if contour_resolution_mm is None else contour_resolution_mm
+            grid = dicom.contour_grid(structure_sets.values(), resolution)
         for side, structures in structure_sets.items():
             loaded[side] = load_label_image(dicom.rasterise(structures, grid), input_policy=input_policy,
                                             name=structures.source)
