@@ -259,3 +259,12 @@ def test_a_bad_contour_resolution_is_one_line(tmp_path, capsys):
     write_rtstruct(tmp_path / "rt.dcm", {"a": [rectangle(0, 0, 5, 5, 0)]})
     assert_one_line_error(capsys, "--contour-resolution", "compare", tmp_path / "rt.dcm", tmp_path / "rt.dcm",
                           "--contour-resolution", "0")
+
+
+def test_overlapping_segments_survive_resampling(data_dir):
+    folder = data_dir / "dcmqi"
+    orange = load_label_image(folder / "partial_overlaps-2.nrrd")  # segment 2 alone, on a flipped grid
+    apply_name_map(orange, {2: "ORANGE"})
+    result = compare(orange, folder / "partial_overlaps.dcm", resample_to="reference", metrics="dice",
+                     labels=["ORANGE"])
+    assert result["ORANGE"].value("dice") == 1.0  # segment 2 overlaps segment 1: kept in segment_masks
