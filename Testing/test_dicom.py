@@ -268,3 +268,20 @@ def test_overlapping_segments_survive_resampling(data_dir):
     result = compare(orange, folder / "partial_overlaps.dcm", resample_to="reference", metrics="dice",
                      labels=["ORANGE"])
     assert result["ORANGE"].value("dice") == 1.0  # segment 2 overlaps segment 1: kept in segment_masks
+
+
+def test_a_dicom_series_folder_as_the_resampling_grid(tmp_path, data_dir):
+    series = data_dir / "dcmqi/ct-3slice"
+    from segmetrics.dicom import read_image_grid
+    from segmetrics.geometry import LabelImage
+
+    ct = read_image_grid(series)
+    # the same box on a coarse and on a fine grid covering the CT, both with their own geometry
+    box = np.zeros(ct.array.shape, np.uint8)
+    box[:, 100:200, 150:300] = 1
+    fine = ct.with_array(box)
+    coarse = LabelImage(box[:, ::2, ::2], (ct.spacing[0], ct.spacing[1] * 2, ct.spacing[2] * 2),
+                        np.asarray(ct.origin) + np.r_[ct.spacing[2], ct.spacing[1], 0] / 2, ct.direction)
+    result = compare(fine, coarse, resample_to=str(series), metrics="dice")
+    assert result["1"].value("dice") == pytest.approx(1.0, abs=0.02)
+    assert any("resampled onto the grid of" in note for note in result.notes)

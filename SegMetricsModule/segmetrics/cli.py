@@ -117,7 +117,8 @@ def _add_compare_parser(subparsers) -> None:
     _add_parameter_arguments(p)
     _add_input_arguments(p)
     p.add_argument("--msi-slices", metavar="CSV", help="write the per-slice MSI table to this CSV")
-    p.add_argument("--resample-to", choices=["reference"], help="resample the test onto the reference grid (nearest)")
+    p.add_argument("--resample-to", metavar="reference|DIR", help="resample the test onto the reference grid, or both "
+                   "onto the grid of a DICOM series folder or image file (nearest neighbour)")
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.set_defaults(run=_run_compare)

@@ -214,9 +214,10 @@ def compare(
         Metric or group names (see :func:`segmetrics.registry.metric_specs`); default all.
     params : Parameters, optional
         Metric parameters (HD percentile, NSD tolerance in mm, MSI levels, ...).
-    resample_to : {None, "reference"}
-        ``"reference"`` resamples the test onto the reference grid (nearest neighbour);
-        otherwise a grid mismatch raises :class:`~segmetrics.geometry.GeometryMismatchError`.
+    resample_to : {None, "reference"} or path
+        ``"reference"`` resamples the test onto the reference grid (nearest neighbour); a path to
+        a DICOM image series folder (or an image file) resamples both onto its grid; otherwise a
+        grid mismatch raises :class:`~segmetrics.geometry.GeometryMismatchError`.
     threshold : float, optional
         Binarise both inputs at ``value >= threshold`` (probability maps); default: integer labels.
     progress : callable, optional
@@ -255,8 +256,12 @@ def compare(
         if differences:
             notes.append("test resampled onto the reference grid (nearest neighbour): " + "; ".join(differences))
         test = resample_nearest(test, reference)
-    elif resample_to is not None:
-        raise ValueError(f"resample_to must be None or 'reference', got {resample_to!r}")
+    elif resample_to is not None:  # an image (e.g. a DICOM series folder) whose grid both go onto
+        from .dicom import read_image_grid
+
+        grid = read_image_grid(resample_to)
+        notes.append(f"reference and test resampled onto the grid of {resample_to} (nearest neighbour)")
+        reference, test = resample_nearest(reference, grid), resample_nearest(test, grid)
     check_same_geometry(reference, test)
     orientation = canonical(reference)  # metrics must not depend on how the grid is stored
     grid = orientation.image(reference)
