@@ -285,3 +285,26 @@ def test_a_dicom_series_folder_as_the_resampling_grid(tmp_path, data_dir):
     result = compare(fine, coarse, resample_to=str(series), metrics="dice")
     assert result["1"].value("dice") == pytest.approx(1.0, abs=0.02)
     assert any("resampled onto the grid of" in note for note in result.notes)
+
+
+def test_slicer_segmentations_with_planar_contour_source(tmp_path):
+    """What SlicerRT makes of an RTSTRUCT: segments whose source is planar contours (no converter
+    in slicer-core), rasterised by this package on the working copies only."""
+    pytest.importorskip("slicer", reason="slicer-core (MRML Python wrapping) is not installed")
+    from segmetrics import mrml
+
+    radius, shift = 10.0, 2.0
+    write_rtstruct(tmp_path / "ref.dcm", {"disk": [circle(radius, z) for z in (0.0, 2.0, 4.0)], "empty": []})
+    write_rtstruct(tmp_path / "test.dcm", {"disk": [circle(radius, z, centre=(shift, 0)) for z in (0.0, 2.0, 4.0)],
+                                           "empty": []})
+    reference, test = load_pair(tmp_path / "ref.dcm", tmp_path / "test.dcm")
+    scene = mrml.create_headless_scene().scene
+    nodes = [mrml.add_segmentation_from_contours(scene, image, name) for image, name in ((reference, "r"), (test, "t"))]
+    result, _ = mrml.compare_segmentations(*nodes, metrics=["dice", "hd_mm", "apl_mm"])
+    lens = 2 * radius ** 2 * math.acos(shift / (2 * radius)) - shift / 2 * math.sqrt(4 * radius ** 2 - shift ** 2)
+    assert result["disk"].value("dice") == pytest.approx(lens / (math.pi * radius ** 2), rel=0.01)
+    assert result["disk"].value("hd_mm") == pytest.approx(shift, abs=1.0)  # one 1 mm pixel
+    assert result["empty"].status == "both_empty"
+    assert any("planar contour (rasterised by segmetrics.dicom" in note for note in result.notes)
+    assert [n.GetSegmentation().GetSourceRepresentationName() for n in nodes] == ["Planar contour"] * 2
+    assert nodes[0].GetSegmentation().GetNumberOfSegments() == 2  # the inputs are left as they were
