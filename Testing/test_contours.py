@@ -122,3 +122,18 @@ def test_mask_apl_of_a_square_missing_a_strip():
     # marching squares cuts each corner by half a pixel diagonal: within one pixel of the polygon value
     assert result.value("apl_mm") == pytest.approx(side + 2 * (strip - 1.0), abs=1.0)
     assert result.value("contour_hd_mm") == pytest.approx(strip, abs=SAMPLE_STEP_MM)
+
+
+def test_real_contours_with_dropped_planes_add_their_reference_length(tmp_path, data_dir):
+    from segmetrics.dicom import read_structure_set
+
+    real = read_structure_set(data_dir / "dicompyler_core/rtss.dcm")
+    heart = real.contours[next(n for n, name in real.names.items() if name == "Heart")]
+    planes = sorted({round(float(p[0, 2]), 2) for p in heart})
+    dropped = set(planes[::3])
+    kept = [p for p in heart if round(float(p[0, 2]), 2) not in dropped]
+    result = compare_sets(tmp_path, {"Heart": heart}, {"Heart": kept}, metrics="contours")["Heart"]
+    expected = sum(perimeter(p) for p in heart if round(float(p[0, 2]), 2) in dropped)
+    assert result.value("apl_mm") == pytest.approx(expected, rel=1e-6)
+    assert result.value("contour_hd_mm") == pytest.approx(0.0, abs=1e-6)
+    assert result.value("apl_fraction") == pytest.approx(expected / sum(perimeter(p) for p in heart), rel=1e-6)

@@ -227,7 +227,7 @@ def test_fractional_dicom_seg_is_binarised_at_half_or_at_the_threshold(tmp_path,
     files = sorted((data_dir / "dcmqi/ct-3slice").iterdir())
     sources = [pydicom.dcmread(path) for path in files]
     for source in sources:
-        source.SpecificCharacterSet = "ISO_IR 100"
+        source.SpecificCharacterSet, source.PatientName = "ISO_IR 100", "Test^CT"
     sources.sort(key=lambda source: float(source.ImagePositionPatient[2]))
     fractions = np.zeros((len(sources), sources[0].Rows, sources[0].Columns), np.float32)
     fractions[1, 100:110, 200:220] = 0.7
