@@ -107,7 +107,7 @@ def test_process_fills_the_table_and_the_parameter_node(module):
 def test_requirements_hold_only_what_the_module_imports():
     """The Slicer requirements are the module's own imports that Slicer does not bundle."""
     lines = (MODULE_DIR / "Resources" / "requirements.txt").read_text().split()
-    assert sorted(re.split(r"[<>=!~]", line)[0] for line in lines) == ["numba", "scikit-image"]
+    assert sorted(re.split(r"[<>=!~]", line)[0] for line in lines) == ["numba", "scikit-image", "shapely"]
 
 
 def test_missing_requirements_checks_names_and_versions(module, tmp_path, monkeypatch):
@@ -451,4 +451,4 @@ def test_a_full_run_needs_nothing_beyond_the_slicer_requirements():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[-2] == "['distance', 'msi', 'overlap', 'roughness'] True ['box']"
+    assert done.stdout.split("\n")[-2] == "['contours', 'distance', 'msi', 'overlap', 'roughness'] True ['box']"

@@ -421,14 +421,20 @@ def test_labels_follow_a_new_array():
 
 
 # --------------------------------------------------------------------------------- 10: DICOM
-@pytest.mark.parametrize("name, kind", [("dcmqi/partial_overlaps.dcm", "Segmentation Storage"),
-                                        ("dcmqi/liver.dcm", "Segmentation Storage"),
-                                        ("dicompyler_core/rtss.dcm", "RT Structure Set Storage")])
-def test_dicom_objects_that_are_not_images_are_refused(data_dir, capsys, name, kind):
-    path = data_dir / name
-    with pytest.raises(ReadError, match=f"DICOM {kind}"):
+def test_dicom_objects_that_are_not_images_are_refused(tmp_path, capsys):
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.uid import BasicTextSRStorage, ExplicitVRLittleEndian, generate_uid
+
+    report = Dataset()
+    report.file_meta = FileMetaDataset()
+    report.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    report.file_meta.MediaStorageSOPClassUID = BasicTextSRStorage
+    report.SOPClassUID, report.SOPInstanceUID, report.Modality = BasicTextSRStorage, generate_uid(), "SR"
+    path = tmp_path / "report.dcm"
+    report.save_as(path, enforce_file_format=True)
+    with pytest.raises(ReadError, match="DICOM Basic Text SR Storage"):
         load_label_image(path)
-    assert_one_line_error(capsys, kind, "compare", path, path)
+    assert_one_line_error(capsys, "Basic Text SR Storage", "compare", path, path)
 
 
 def test_dicom_rt_dose_is_refused_and_ct_image_passes_the_dicom_check(tmp_path, data_dir):

@@ -180,10 +180,10 @@ def load_case(case: Case, threshold: float | None = None, input_policy=None):
     ``threshold`` binarises both (``value >= threshold``), e.g. 0.5 for probability maps;
     ``input_policy`` (:class:`segmetrics.io.InputPolicy`) overrides the input checks.
     """
-    from .io import apply_name_map, load_label_image, read_name_map
+    from .io import apply_name_map, load_pair, read_name_map
 
-    reference = load_label_image(case.reference, threshold=threshold, input_policy=input_policy)
-    test = load_label_image(case.test, threshold=threshold, input_policy=input_policy)
+    # RT structure sets: rasterised on the other input's grid, or both on one contour grid
+    reference, test = load_pair(case.reference, case.test, threshold=threshold, input_policy=input_policy)
     if case.names:  # as `segmetrics compare --names`: each image names the labels it holds
         names = read_name_map(case.names)
         for image in (reference, test):

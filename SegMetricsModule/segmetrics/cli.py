@@ -30,6 +30,7 @@ PARAMETER_FLAGS = {
     "msi_align": "msi_align",
     "roughness_window": "roughness_window_mm",
     "roughness_convention": "roughness_convention",
+    "apl_tolerance": "apl_tolerance_mm",
 }
 
 
@@ -56,6 +57,8 @@ def _add_parameter_arguments(p) -> None:
     p.add_argument("--roughness-window", type=float, metavar="MM",
                    help="roughness window radius in mm (tile side in voxels with --roughness-convention paper)")
     p.add_argument("--roughness-convention", choices=["default", "paper"])
+    p.add_argument("--apl-tolerance", type=float, metavar="MM",
+                   help="added path length: reference contour farther than this from the test counts (default 1)")
 
 
 def _add_input_arguments(p) -> None:
@@ -102,8 +105,15 @@ def _parameters(args):
 
 def _add_compare_parser(subparsers) -> None:
     p = subparsers.add_parser("compare", help="compare a test segmentation with a reference, per structure")
-    p.add_argument("reference", help="reference label map or mask (NRRD, NIfTI, MHA, .seg.nrrd, PNG)")
-    p.add_argument("test", help="test label map or mask, same grid as the reference")
+    p.add_argument("reference", help="reference label map or mask (NRRD, NIfTI, MHA, .seg.nrrd, PNG, DICOM RTSTRUCT "
+                   "or SEG)")
+    p.add_argument("test", help="test label map or mask, same grid as the reference (or an RTSTRUCT)")
+    p.add_argument("--image", metavar="DIR", help="DICOM image series folder (or image file) to rasterise RT "
+                   "structure sets on (default: the other input's grid, else a grid from the contour planes)")
+    p.add_argument("--contour-resolution", type=float, metavar="MM",
+                   help="pixel size of a grid built from contour planes (default 1 mm)")
+    p.add_argument("--synonyms", metavar="JSON", help='structure name synonyms, e.g. {"Lung_L": ["Lt Lung"]}; names '
+                   "also match ignoring case and separators")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
     p.add_argument("--threshold", type=float, help="binarise both inputs at value >= THRESHOLD (probability maps)")
     p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"}')
@@ -111,9 +121,8 @@ def _add_compare_parser(subparsers) -> None:
     _add_parameter_arguments(p)
     _add_input_arguments(p)
     p.add_argument("--msi-slices", metavar="CSV", help="write the per-slice MSI table to this CSV")
-    p.add_argument("--resample-to", choices=["reference"],
-                   help="resample the test onto the reference grid (nearest); warns when test foreground falls "
-                        "outside the reference field of view")
+    p.add_argument("--resample-to", metavar="reference|DIR", help="resample the test onto the reference grid, or both "
+                   "onto the grid of a DICOM series folder or image file (nearest neighbour)")
     p.add_argument("--format", default="table", choices=["table", "csv", "wide-csv", "json"],
                    help="table (terminal, rounded for display), csv (full precision; with -o the provenance goes "
                         "to FILE.provenance.json), wide-csv (= csv --layout wide) or json (with provenance)")
@@ -144,12 +153,14 @@ def _structure_progress():
 
 def _run_compare(args) -> int:
     from .compare import compare
-    from .io import apply_name_map, load_label_image, read_name_map
+    from .io import apply_name_map, load_pair, read_name_map
     from .output import write_msi_slices, write_result
+    from .structure_names import read_synonyms
 
     policy = _input_policy(args)
-    reference = load_label_image(args.reference, threshold=args.threshold, input_policy=policy)
-    test = load_label_image(args.test, threshold=args.threshold, input_policy=policy)
+    reference, test = load_pair(args.reference, args.test, threshold=args.threshold, input_policy=policy,
+                                image=args.image, contour_resolution_mm=args.contour_resolution)
+    synonyms = read_synonyms(args.synonyms) if args.synonyms else None
     if args.names:
         names = read_name_map(args.names)
         for image in (reference, test):
@@ -157,7 +168,7 @@ def _run_compare(args) -> int:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
-                         resample_to=args.resample_to, progress=progress, input_policy=policy)
+                         resample_to=args.resample_to, progress=progress, input_policy=policy, synonyms=synonyms)
     result.provenance.update(command=args.command_line, inputs=_input_files(
         reference=args.reference, test=args.test, names=args.names))
     fmt, layout = ("csv", "wide") if args.format == "wide-csv" else (args.format, args.layout)

@@ -10,6 +10,7 @@ from .geometry import (LabelImage, check_same_geometry, foreground_outside_note,
                        resample_nearest, union_box)
 from .orientation import Reorientation, canonical
 from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, resolve_selection
+from .structure_names import match_names
 from .validation import NothingToCompareError
 
 
@@ -139,11 +140,13 @@ def _structures(image: LabelImage) -> dict:
     return entries
 
 
-def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None):
+def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synonyms=None):
     """Return ``([(name, reference_label, test_label), ...], notes)`` for the structures to compare.
 
     Structures are paired by name (a label without a name is named by its value, so unnamed
-    label maps pair by value). Two single-structure masks with different foreground values
+    label maps pair by value), named structures also ignoring case and separators and by
+    ``synonyms`` (:mod:`segmetrics.structure_names`); structures left unpaired are listed in a note
+    and compared with an empty mask. Two single-structure masks with different foreground values
     (e.g. 0/255 vs 0/1 pictures) are paired as one structure, with a note. ``labels`` selects
     structures by name or label value; an unknown name raises ``ValueError``.
     """
@@ -155,6 +158,13 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None):
         notes.append(f"binary masks with different foreground values ({ref_label} vs {test_label}) compared as one structure")
         pairs = [("foreground", ref_label, test_label)]
     else:
+        renamed = match_names(ref_entries, test_entries, synonyms)
+        test_entries = {renamed.get(name, name): label for name, label in test_entries.items()}
+        notes += [f"test structure {t!r} paired with reference {r!r}" for t, r in renamed.items()]
+        if reference.names and test.names:
+            notes += [f"{side} only: {', '.join(map(repr, only))}" for side, only in (
+                ("unmatched structures, reference", [n for n in ref_entries if n not in test_entries]),
+                ("unmatched structures, test", [n for n in test_entries if n not in ref_entries])) if only]
         names = list(ref_entries) + [name for name in test_entries if name not in ref_entries]
         if unnamed:
             names.sort(key=lambda name: _as_number(name))
@@ -195,6 +205,13 @@ def _as_number(text):
     return int(value) if value.is_integer() else value
 
 
+def _contours(reference: LabelImage, reference_label, test: LabelImage, test_label):
+    """``(reference polygons, test polygons)`` when both inputs are RT Structure Sets, else None."""
+    if not (hasattr(reference, "contours") and hasattr(test, "contours")):
+        return None
+    return reference.contours.get(reference_label, []), test.contours.get(test_label, [])
+
+
 def _pair_box(reference: LabelImage, test: LabelImage, ref_label, test_label, whole_image: bool) -> tuple:
     """The stored bounding box (tuple of slices) of a structure pair's voxels in both images (the
     first voxel when both are empty), or the whole image when a selected group depends on its
@@ -226,6 +243,9 @@ def compare(
     threshold: float | None = None,
     progress=None,
     input_policy=None,
+    synonyms: dict | None = None,
+    image=None,
+    contour_resolution_mm: float | None = None,
 ) -> ComparisonResult:
     """Compare a test segmentation with a reference, structure by structure.
 
@@ -241,9 +261,10 @@ def compare(
         Metric or group names (see :func:`segmetrics.registry.metric_specs`); default all.
     params : Parameters, optional
         Metric parameters (HD percentile, NSD tolerance in mm, MSI levels, ...).
-    resample_to : {None, "reference"}
-        ``"reference"`` resamples the test onto the reference grid (nearest neighbour);
-        otherwise a grid mismatch raises :class:`~segmetrics.geometry.GeometryMismatchError`.
+    resample_to : {None, "reference"} or path
+        ``"reference"`` resamples the test onto the reference grid (nearest neighbour); a path to
+        a DICOM image series folder (or an image file) resamples both onto its grid; otherwise a
+        grid mismatch raises :class:`~segmetrics.geometry.GeometryMismatchError`.
     threshold : float, optional
         Binarise both inputs at ``value >= threshold`` (probability maps); default: integer labels.
     progress : callable, optional
@@ -252,6 +273,15 @@ def compare(
         Overrides of the input checks of :mod:`segmetrics.validation` (lossy pictures, many
         labels, external data files); by default inputs that cannot be trusted are refused with
         :class:`segmetrics.io.ReadError`.
+    synonyms : dict, optional
+        ``{normalised synonym: canonical name}`` (:func:`segmetrics.structure_names.read_synonyms`)
+        for pairing differently named structures.
+    image : path, optional
+        DICOM series folder (or image file) whose grid RT Structure Sets are rasterised on; see
+        :func:`segmetrics.io.load_pair` for the default grids.
+    contour_resolution_mm : float, optional
+        Pixel size of a grid built from contour planes (default
+        :data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
 
     Raises :class:`NothingToCompareError` when neither image holds a structure and no ``labels``
     were given, and ``ValueError`` for parameters that do not fit the images (e.g. ``msi_axis``).
@@ -262,30 +292,34 @@ def compare(
     refers to the array (``msi_axis``, per-slice MSI rows, surface polydata in ``extras``) stays in
     the stored array's indices and index-scaled frame.
     """
-    from .io import load_label_image
+    from .io import load_pair
     from .provenance import describe_input, grid_info, provenance
 
     params = params or Parameters()
     inputs = {"reference": describe_input(reference), "test": describe_input(test)}
-    reference = load_label_image(reference, spacing, threshold, input_policy=input_policy, name="reference")
-    test = load_label_image(test, spacing, threshold, input_policy=input_policy, name="test")
+    reference, test = load_pair(reference, test, spacing, threshold, input_policy=input_policy, image=image,
+                                contour_resolution_mm=contour_resolution_mm)
     params.check_dimension(reference.ndim)
-    notes = []
+    notes = getattr(reference, "notes", []) + getattr(test, "notes", [])
     if resample_to == "reference":
         differences = geometry_differences(reference, test)
         if differences:
             notes.append("test resampled onto the reference grid (nearest neighbour): " + "; ".join(differences))
             notes += foreground_outside_note(test, reference)
         test = resample_nearest(test, reference)
-    elif resample_to is not None:
-        raise ValueError(f"resample_to must be None or 'reference', got {resample_to!r}")
+    elif resample_to is not None:  # an image (e.g. a DICOM series folder) whose grid both go onto
+        from .dicom import read_image_grid
+
+        grid = read_image_grid(resample_to)
+        notes.append(f"reference and test resampled onto the grid of {resample_to} (nearest neighbour)")
+        reference, test = resample_nearest(reference, grid), resample_nearest(test, grid)
     check_same_geometry(reference, test)
     orientation = canonical(reference)  # metrics must not depend on how the grid is stored
 
     selection = resolve_selection(metrics)
     groups = all_groups()
     whole_image = any(groups[name].whole_image(params) for name in selection)
-    pairs, pairing_notes = _structure_pairs(reference, test, labels)
+    pairs, pairing_notes = _structure_pairs(reference, test, labels, synonyms)
     if not pairs:
         raise NothingToCompareError("nothing to compare: neither image holds a structure (every voxel is 0 and no "
                                     "segment is named); pass labels (CLI: --labels 1) to report them as both_empty")
@@ -301,6 +335,7 @@ def compare(
             spacing=grid.spacing,
             image=grid,
             orientation=view,
+            contours=_contours(reference, ref_label, test, test_label),
         )
         values = []
         for group_name, wanted in selection.items():

@@ -410,7 +410,8 @@ def _ml(volume_mm3: float) -> str:
 def resample_nearest(moving: LabelImage, target: LabelImage) -> LabelImage:
     """Resample ``moving`` onto ``target``'s grid with nearest-neighbour interpolation (labels kept).
 
-    Voxels of the target grid outside ``moving``'s extent become 0.
+    Voxels of the target grid outside ``moving``'s extent become 0. Overlapping structures held in
+    ``segment_masks`` are resampled too.
     """
     import SimpleITK as sitk
 
@@ -418,4 +419,7 @@ def resample_nearest(moving: LabelImage, target: LabelImage) -> LabelImage:
         moving.to_sitk(), target.to_sitk(), sitk.Transform(), sitk.sitkNearestNeighbor, 0,
         sitk.GetImageFromArray(moving.array).GetPixelID(),
     )
-    return LabelImage.from_sitk(resampled, moving.names)
+    image = LabelImage.from_sitk(resampled, moving.names)
+    image.segment_masks = {label: resample_nearest(moving.with_array(np.asarray(mask, np.uint8)), target).array > 0
+                           for label, mask in moving.segment_masks.items()}
+    return image

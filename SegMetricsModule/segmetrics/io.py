@@ -1,4 +1,5 @@
-"""Read label maps and masks with their geometry: NRRD, NIfTI, MHA/MHD, ``.seg.nrrd``, PNG/JPEG.
+"""Read label maps and masks with their geometry: NRRD, NIfTI, MHA/MHD, ``.seg.nrrd``, PNG/JPEG,
+DICOM RT Structure Sets and DICOM SEG (:mod:`segmetrics.dicom`).
 
 Everything returns a :class:`~segmetrics.geometry.LabelImage` (array in ``(z, y, x)`` order,
 spacing in mm in the same order). 2-D pictures (PNG, BMP, TIFF) carry no spacing and get
@@ -14,13 +15,15 @@ from pathlib import Path
 import numpy as np
 import SimpleITK as sitk
 
+from . import dicom
 from .geometry import LabelImage, as_label_image
 from .validation import (InputPolicy, ReadError, check_file, check_label_map, check_picture, check_structure_names,
                          check_threshold, check_unique_names)
 
 PICTURE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
 
-__all__ = ["InputPolicy", "ReadError", "apply_name_map", "load_label_image", "read_label_image", "read_name_map"]
+__all__ = ["InputPolicy", "ReadError", "apply_name_map", "load_label_image", "load_pair", "read_label_image",
+           "read_name_map"]
 
 
 def load_label_image(source, spacing=None, threshold: float | None = None, *,
@@ -34,7 +37,8 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
         Voxel size in mm in array-axis order; required for NumPy arrays, ignored otherwise.
     threshold : float, optional
         Binarise (``value >= threshold`` → 1) instead of requiring integer labels, e.g. 0.5 for
-        probability maps.
+        probability maps. For a DICOM SEG it binarises FRACTIONAL segments (fraction in [0, 1],
+        default 0.5) and keeps the segments apart.
     input_policy : InputPolicy, optional
         Overrides of the input checks (default: none).
     name : str, optional
@@ -48,9 +52,11 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
     from_file = isinstance(source, (str, Path))
     label = str(source) if from_file else name or "array"
     if from_file:
-        image = read_label_image(source, input_policy=policy)
+        image = read_label_image(source, input_policy=policy, threshold=threshold)
         if Path(source).suffix.lower() in PICTURE_SUFFIXES:
             check_picture(Path(source), image, policy, threshold)
+        if dicom.dicom_kind(source) is not None:  # binary segments already (threshold applied to a SEG)
+            threshold = None
     else:
         try:
             image = as_label_image(source, spacing)
@@ -64,17 +70,24 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
     return image
 
 
-def read_label_image(path, *, input_policy: InputPolicy | None = None) -> LabelImage:
+def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold: float | None = None) -> LabelImage:
     """Read one file into a :class:`LabelImage` (labels unchanged; see :func:`load_label_image`).
 
     The file-level checks of :func:`segmetrics.validation.check_file` run first (DICOM class,
-    external data files, header spacing, compressed-stream integrity).
+    external data files, header spacing, compressed-stream integrity). An RT Structure Set is
+    rasterised on its own contour grid (:func:`segmetrics.dicom.contour_grid`; see
+    :func:`load_pair` for other grids); ``threshold`` binarises a FRACTIONAL DICOM SEG (default 0.5).
     """
     path = Path(path)
     if not path.is_file():
         raise ReadError(f"{path}: no such file")
     check_file(path, input_policy or InputPolicy())
     name = path.name.lower()
+    kind = dicom.dicom_kind(path)
+    if kind == "rtstruct":
+        return dicom.read_rtstruct(path)
+    if kind == "seg":
+        return dicom.read_dicom_seg(path, threshold)
     try:
         if name.endswith(".seg.nrrd"):
             return _read_seg_nrrd(path)
@@ -91,6 +104,33 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None) -> LabelI
         return LabelImage.from_sitk(image)
     except ValueError as error:  # geometry refused (spacing, origin, direction)
         raise ReadError(f"{path}: {error}") from error
+
+
+def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
+              input_policy: InputPolicy | None = None, image=None, contour_resolution_mm: float | None = None):
+    """``(reference, test)`` as :func:`load_label_image` reads them, with RT Structure Sets
+    rasterised on one shared grid: the image series ``image`` (a DICOM folder or an image file)
+    when given, else the other input's grid (an RTSTRUCT against a label map), else a grid built
+    from the contour planes of both structure sets with ``contour_resolution_mm`` pixels (default
+    :data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`)."""
+    sources = {"reference": reference, "test": test}
+    structure_sets = {side: dicom.read_structure_set(source) for side, source in sources.items()
+                      if isinstance(source, (str, Path)) and Path(source).is_file()
+                      and dicom.dicom_kind(source) == "rtstruct"}
+    loaded = {side: load_label_image(source, spacing, threshold, input_policy=input_policy, name=side)
+              for side, source in sources.items() if side not in structure_sets}
+    if structure_sets:
+        if image is not None:
+            grid = dicom.read_image_grid(image)
+        elif loaded:
+            grid = next(iter(loaded.values()))
+        else:
+            resolution = dicom.DEFAULT_CONTOUR_RESOLUTION_MM if contour_resolution_mm is None else contour_resolution_mm
+            grid = dicom.contour_grid(structure_sets.values(), resolution)
+        for side, structures in structure_sets.items():
+            loaded[side] = load_label_image(dicom.rasterise(structures, grid), input_policy=input_policy,
+                                            name=structures.source)
+    return loaded["reference"], loaded["test"]
 
 
 def apply_name_map(image: LabelImage, names: dict) -> None:

@@ -38,6 +38,8 @@ CONTOUR_WIDTHS = {"test": 4, "reference": 2}
 #: printf format of the colour-legend labels (distances in mm of a few tenths, MSI 0..1).
 LEGEND_LABEL_FORMAT = "%.3g"
 _LABELMAP = "Binary labelmap"
+#: SlicerRT's representation of RT structure set contours (closed polylines, one per contour).
+PLANAR_CONTOUR = "Planar contour"
 #: Colour legend width and height as fractions of the view (Slicer's default 0.15 x 0.5 let a long
 #: title reach over tall models in the middle of the view).
 LEGEND_SIZE = (0.08, 0.4)
@@ -264,9 +266,92 @@ def _working_copy(temporary: _TemporaryNodes, node, role: str, notes: list):
     source = segmentation.GetSourceRepresentationName()
     if source != _LABELMAP and segmentation.GetNumberOfSegments():
         if not segmentation.CreateRepresentation(_LABELMAP):
-            raise RuntimeError(f"could not create a binary labelmap of {role} segmentation {node.GetName()!r}")
+            if source != PLANAR_CONTOUR:
+                raise RuntimeError(f"could not create a binary labelmap of {role} segmentation {node.GetName()!r}")
+            _rasterise_planar_contours(segmentation, node.GetName())
+            source += " (rasterised by segmetrics.dicom: pixel centres inside, even-odd)"
         notes.append(f"{role} binary labelmap created from its {source.lower()} source")
     return copy
+
+
+def _rasterise_planar_contours(segmentation, name: str) -> None:
+    """Give every segment of a planar-contour segmentation a binary labelmap, rasterised by
+    :func:`segmetrics.dicom.rasterise` on a grid built from its contour planes (when no
+    converter, such as SlicerRT's, is installed)."""
+    from .dicom import StructureSet, contour_grid, rasterise
+
+    segments = dict(enumerate((segmentation.GetNthSegment(i) for i in range(segmentation.GetNumberOfSegments())),
+                              start=1))  # label value -> segment
+    structures = StructureSet(name, {label: segment.GetName() for label, segment in segments.items()},
+                              {label: contour_polygons(segment.GetRepresentation(PLANAR_CONTOUR))
+                               for label, segment in segments.items()})
+    grid = contour_grid([structures])
+    image = rasterise(structures, grid)
+    for label, segment in segments.items():
+        if not structures.contours[label]:  # Slicer cannot export an empty rasterised segment
+            segmentation.RemoveSegment(segment)
+            continue
+        labelmap = _oriented_image(grid)
+        labelmap.AllocateScalars(vtk.VTK_UNSIGNED_CHAR, 1)
+        vtk_to_numpy(labelmap.GetPointData().GetScalars())[:] = image.mask(label).ravel()
+        segment.AddRepresentation(_LABELMAP, labelmap)
+    segmentation.SetConversionParameter(slicer.vtkSegmentationConverter.GetReferenceImageGeometryParameterName(),
+                                        slicer.vtkSegmentationConverter.SerializeImageGeometry(_oriented_image(grid)))
+    segmentation.SetSourceRepresentationName(_LABELMAP)  # the working copy's contours are done with
+
+
+def _oriented_image(grid: LabelImage):
+    """An empty ``vtkOrientedImageData`` with the dimensions and RAS placement of ``grid``."""
+    image = slicer.vtkOrientedImageData()
+    image.SetDimensions(grid.array.shape[::-1])
+    image.SetImageToWorldMatrix(ras_matrix(grid))
+    return image
+
+
+def contour_polygons(polydata) -> list:
+    """``(N, 3)`` LPS polygons (mm) of the closed polylines of planar-contour polydata (RAS)."""
+    if polydata is None or polydata.GetNumberOfPoints() == 0:
+        return []
+    points = vtk_to_numpy(polydata.GetPoints().GetData()) * np.diag(LPS_TO_RAS)[:3]
+    polygons = []
+    for index in range(polydata.GetNumberOfCells()):
+        cell = polydata.GetCell(index)
+        ring = points[[cell.GetPointId(j) for j in range(cell.GetNumberOfPoints())]]
+        if len(ring) > 1 and np.allclose(ring[0], ring[-1]):
+            ring = ring[:-1]  # a closed polyline repeats its first point
+        if len(ring) >= 3:
+            polygons.append(ring)
+    return polygons
+
+
+def contour_polydata(polygons) -> vtk.vtkPolyData:
+    """Planar-contour polydata (RAS, one closed polyline per polygon) of ``(N, 3)`` LPS polygons."""
+    points, lines = vtk.vtkPoints(), vtk.vtkCellArray()
+    for polygon in polygons:
+        start = points.GetNumberOfPoints()
+        for point in np.asarray(polygon, float) * np.diag(LPS_TO_RAS)[:3]:
+            points.InsertNextPoint(*point)
+        lines.InsertNextCell(len(polygon) + 1)
+        for offset in [*range(len(polygon)), 0]:
+            lines.InsertCellPoint(start + offset)
+    polydata = vtk.vtkPolyData()
+    polydata.SetPoints(points)
+    polydata.SetLines(lines)
+    return polydata
+
+
+def add_segmentation_from_contours(scene, image, name: str):
+    """Add a segmentation node whose source representation is planar contours (as SlicerRT makes
+    from an RT structure set), one segment per structure of a :class:`segmetrics.dicom.ContourImage`."""
+    node = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", name)
+    segmentation = node.GetSegmentation()
+    segmentation.SetSourceRepresentationName(PLANAR_CONTOUR)
+    for label, polygons in image.contours.items():
+        segment = slicer.vtkSegment()
+        segment.SetName(image.names.get(label, str(label)))
+        segment.AddRepresentation(PLANAR_CONTOUR, contour_polydata(polygons))
+        segmentation.AddSegment(segment)
+    return node
 
 
 def _export(temporary: _TemporaryNodes, segmentation_node, segment_ids: list, grid_node):
@@ -282,8 +367,9 @@ def _export(temporary: _TemporaryNodes, segmentation_node, segment_ids: list, gr
 
 
 def _mask(temporary: _TemporaryNodes, segmentation_node, segment_id, grid_node, grid: LabelImage) -> np.ndarray:
-    """Boolean mask (array order) of one segment on the grid; all False for ``None``."""
-    if segment_id is None:
+    """Boolean mask (array order) of one segment on the grid; all False for ``None`` and for
+    segments the working copy dropped (empty planar contours)."""
+    if segment_id is None or segmentation_node.GetSegmentation().GetSegment(segment_id) is None:
         return np.zeros(grid.array.shape, dtype=bool)
     return label_image_from_volume(_export(temporary, segmentation_node, [segment_id], grid_node)).array > 0
 

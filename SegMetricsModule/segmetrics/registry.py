@@ -75,7 +75,8 @@ class Parameters:
     Values are checked at construction and a wrong one raises :class:`ParameterError` naming it:
     numbers must be real numbers (not text, not booleans) and finite; ``hd_percentile`` in
     (0, 100]; ``nsd_tolerance_mm``, ``msi_il``, ``msi_ol`` (the MSI penalty levels, Gaussian width
-    10 / level) and ``roughness_window_mm`` > 0; ``msi_axis`` 0, 1 or 2; text fields one of
+    10 / level), ``roughness_window_mm`` and ``apl_tolerance_mm`` (added path length tolerance,
+    default 1 mm: about one CT pixel, the voxel-level agreement of Vaassen et al. 2020) > 0; ``msi_axis`` 0, 1 or 2; text fields one of
     :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
     """
 
@@ -91,12 +92,14 @@ class Parameters:
     msi_align: str = "none"  # or "com"
     roughness_window_mm: float | None = None  # None = the convention's default
     roughness_convention: str = "default"  # or "paper"
+    apl_tolerance_mm: float = 1.0
 
     def __post_init__(self):
         self.hd_percentile = positive_number("hd_percentile", self.hd_percentile, maximum=100.0)
         self.nsd_tolerance_mm = positive_number("nsd_tolerance_mm", self.nsd_tolerance_mm)
         self.msi_il = positive_number("msi_il", self.msi_il)
         self.msi_ol = positive_number("msi_ol", self.msi_ol)
+        self.apl_tolerance_mm = positive_number("apl_tolerance_mm", self.apl_tolerance_mm)
         if self.roughness_window_mm is not None:
             self.roughness_window_mm = positive_number("roughness_window_mm", self.roughness_window_mm)
         if self.msi_axis is not None:
@@ -138,7 +141,9 @@ class StructurePair:
     :class:`~segmetrics.orientation.Reorientation` from the user's stored array to these masks
     (``None``: stored as is), for outputs that refer to the stored array (slice indices, axes);
     ``cache`` lets groups share expensive intermediates; ``extras`` collects non-scalar outputs
-    (per-slice tables, VTK polydata) by name.
+    (per-slice tables, VTK polydata) by name. ``contours`` is ``(reference polygons, test
+    polygons)`` when both inputs are RT Structure Sets: lists of ``(N, 3)`` closed planar polygons
+    in patient mm (LPS), else None.
     """
 
     name: str
@@ -149,6 +154,7 @@ class StructurePair:
     orientation: object = None
     cache: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
+    contours: tuple | None = None
 
     @property
     def emptiness(self) -> str:
@@ -192,6 +198,7 @@ _GROUP_MODULES = (
     "segmetrics.distance",
     "segmetrics.msi",
     "segmetrics.roughness",
+    "segmetrics.contours",
 )
 #: Metric names of the built-in groups, listed here so that the CLI's help need not import the
 #: groups' modules (vtk, numba, scikit-image); a test checks it against :func:`all_groups`.

@@ -4,7 +4,7 @@
 runs, frame folders and the Slicer logic refuse the same things with the same one-line
 :class:`ReadError`:
 
-- files: DICOM objects that are not images (recognised by SOP class), header-only formats whose
+- files: DICOM objects that are neither images, RT Structure Sets nor Segmentations (by SOP class), header-only formats whose
   data file lies outside the header's folder, spacings that ITK would silently replace by 1 mm
   (read from the header itself), gzip streams cut short or damaged, NIfTI data shorter than its
   header declares (MetaImage too, whose ITK error would say "No such file or directory");
@@ -139,23 +139,23 @@ def _lossy_format(path: Path) -> str | None:
 
 
 def _check_dicom(path: Path) -> None:
-    """Refuse DICOM objects that are not images (SEG, RT Structure Set, RT Dose/Plan, SR, ...)."""
+    """Refuse DICOM objects that are neither images nor structures (RT Dose/Plan, SR, ...); RT
+    Structure Sets and Segmentations are read by :mod:`segmetrics.dicom`."""
     import pydicom
     from pydicom.errors import InvalidDicomError
-    from pydicom.uid import UID
+    from pydicom.uid import UID, RTStructureSetStorage, SegmentationStorage
 
     try:
-        dataset = pydicom.dcmread(path, stop_before_pixels=True, specific_tags=["SOPClassUID", "Modality"])
+        dataset = pydicom.dcmread(path, stop_before_pixels=True, force=True, specific_tags=["SOPClassUID", "Modality"])
     except (InvalidDicomError, OSError, ValueError) as error:
         raise ReadError(f"{path}: not a readable DICOM file ({error})") from error
     sop_class = UID(str(dataset.get("SOPClassUID", "")))
     kind = sop_class.name if sop_class else "object without SOP Class UID"
-    if not kind.endswith("Image Storage"):
+    if not kind.endswith("Image Storage") and sop_class not in (RTStructureSetStorage, SegmentationStorage):
         modality = dataset.get("Modality")
         raise ReadError(
-            f"{path}: is a DICOM {kind}{f' ({modality})' if modality else ''}, not an image label map; DICOM "
-            "segmentations and structure sets cannot be read yet: export them as a label map (NRRD, NIfTI), "
-            "e.g. from 3D Slicer"
+            f"{path}: is a DICOM {kind}{f' ({modality})' if modality else ''}, not a segmentation; SegMetrics reads "
+            "DICOM RT Structure Sets, DICOM SEG and image label maps"
         )
 
 

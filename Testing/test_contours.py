@@ -1,0 +1,139 @@
+"""Contour-level metrics on RT Structure Set polygons: added path length, in-plane HD and mean.
+
+Second observers are made by perturbing contours at polygon level (shift, scale about the
+centre, dropped planes, a cut strip) so that the expected values follow from the perturbation.
+"""
+import math
+
+import numpy as np
+import pytest
+from scipy.integrate import quad
+
+from segmetrics import compare
+from segmetrics.contours import SAMPLE_STEP_MM
+from segmetrics.registry import Parameters
+from test_dicom import circle, rectangle, write_rtstruct
+
+PLANES = (0.0, 3.0, 6.0)
+
+
+def perimeter(polygon) -> float:
+    return float(np.sum(np.linalg.norm(np.roll(polygon, -1, axis=0) - polygon, axis=1)))
+
+
+def compare_sets(tmp_path, reference: dict, test: dict, **kwargs):
+    write_rtstruct(tmp_path / "reference.dcm", reference)
+    write_rtstruct(tmp_path / "test.dcm", test)
+    return compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", **kwargs)
+
+
+def test_apl_of_a_square_missing_a_strip_on_one_side(tmp_path):
+    side, strip, tolerance = 40.0, 5.0, 1.0
+    reference = [rectangle(0, 0, side, side, z) for z in PLANES]
+    test = [rectangle(0, 0, side - strip, side, z) for z in PLANES]
+    result = compare_sets(tmp_path, {"box": reference}, {"box": test}, metrics="contours",
+                          params=Parameters(apl_tolerance_mm=tolerance))["box"]
+    # per plane: the cut side, plus the ends of the two adjacent sides farther than the tolerance
+    expected_per_plane = side + 2 * (strip - tolerance)
+    assert result.value("apl_mm") == pytest.approx(len(PLANES) * expected_per_plane, rel=1e-6)
+    assert result.value("apl_fraction") == pytest.approx(expected_per_plane / (4 * side), rel=1e-6)
+    assert result.get("apl_mm").params == {"tolerance_mm": tolerance}
+    assert result.value("contour_hd_mm") == pytest.approx(strip, abs=SAMPLE_STEP_MM)
+    rows = result.extras["contour_slices"]
+    assert [row["plane_mm"] for row in rows] == pytest.approx(list(PLANES))
+    assert all(row["apl_mm"] == pytest.approx(expected_per_plane) for row in rows)
+
+
+def test_shifted_circle_gives_the_shift_as_hausdorff_and_the_analytic_mean(tmp_path):
+    radius, shift = 20.0, 3.0
+    reference = [circle(radius, z, vertices=2000) for z in PLANES]
+    test = [circle(radius, z, centre=(shift, 0.0), vertices=2000) for z in PLANES]
+    result = compare_sets(tmp_path, {"disk": reference}, {"disk": test}, metrics="contours")["disk"]
+    assert result.value("contour_hd_mm") == pytest.approx(shift, abs=SAMPLE_STEP_MM)
+
+    def distance(t):
+        """From the point at angle t of one circle to the other circle."""
+        return abs(math.sqrt(radius ** 2 + shift ** 2 - 2 * radius * shift * math.cos(t)) - radius)
+
+    mean, _ = quad(distance, 0, 2 * math.pi)
+    assert result.value("contour_mean_distance_mm") == pytest.approx(mean / (2 * math.pi), abs=SAMPLE_STEP_MM)
+    # the reference arc farther than 1 mm from the shifted circle
+    far = quad(lambda t: float(distance(t) > 1), 0, 2 * math.pi, limit=200, points=[1.2, 1.9, 4.4, 5.1])[0]
+    assert result.value("apl_mm") == pytest.approx(len(PLANES) * far * radius, rel=0.01)
+
+
+def test_scaled_circle_and_dropped_planes(tmp_path):
+    radius, scale = 20.0, 1.1
+    reference = [circle(radius, z) for z in PLANES]
+    test = [circle(radius * scale, z) for z in PLANES[:1]]  # planes 3 and 6 not contoured by the test
+    result = compare_sets(tmp_path, {"disk": reference}, {"disk": test}, metrics="contours")["disk"]
+    # every reference point is r (s - 1) = 2 mm > 1 mm away: the whole reference length is added
+    assert result.value("apl_mm") == pytest.approx(len(PLANES) * perimeter(reference[0]), rel=1e-6)
+    assert result.value("apl_fraction") == pytest.approx(1.0)
+    assert result.value("contour_hd_mm") == pytest.approx(radius * (scale - 1), abs=SAMPLE_STEP_MM)
+    rows = result.extras["contour_slices"]
+    assert [row["test_length_mm"] == 0 for row in rows] == [False, True, True]
+    assert math.isnan(rows[1]["hd_mm"])
+
+
+def test_extra_test_planes_add_nothing_and_empty_sides_have_statuses(tmp_path):
+    square = [rectangle(0, 0, 10, 10, z) for z in PLANES]
+    result = compare_sets(tmp_path, {"a": square[:1], "b": square, "c": []},
+                          {"a": square, "b": [], "c": []}, metrics="contours")
+    assert result["a"].value("apl_mm") == 0.0
+    assert result["b"].value("apl_mm") == pytest.approx(3 * 40.0)
+    assert result["b"].get("contour_hd_mm").status == "test_empty"
+    assert result["b"].value("contour_hd_mm") == math.inf
+    assert result["c"].get("apl_mm").status == "both_empty"
+
+
+@pytest.mark.parametrize("shift", [(2.2, 1.3), (3.0, 1.0), (5.0, 1.0)])
+def test_polygon_and_rasterised_results_agree_within_one_pixel(tmp_path, shift):
+    """The boundary of a rasterised polygon moves by less than a pixel: distances agree within a
+    pixel, and the raster APL lies between the polygon APLs at tolerances one pixel apart."""
+    from segmetrics.geometry import LabelImage
+    from segmetrics.io import load_pair
+
+    resolution, tolerance = 0.5, 1.0
+    write_rtstruct(tmp_path / "reference.dcm", {"disk": [circle(15.0, z) for z in PLANES]})
+    write_rtstruct(tmp_path / "test.dcm", {"disk": [circle(15.0, z, centre=shift) for z in PLANES]})
+    polygons = {t: compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="contours,hd_mm",
+                           contour_resolution_mm=resolution, params=Parameters(apl_tolerance_mm=t))["disk"]
+                for t in (tolerance - resolution, tolerance, tolerance + resolution)}
+    rasters = load_pair(tmp_path / "reference.dcm", tmp_path / "test.dcm", contour_resolution_mm=resolution)
+    masks = compare(*(LabelImage(r.array, r.spacing, r.origin, r.direction, r.names) for r in rasters),
+                    metrics="contours")["disk"]  # plain label maps: the masks' slice contours
+    exact = polygons[tolerance]
+    assert exact.value("contour_hd_mm") == pytest.approx(math.hypot(*shift), abs=SAMPLE_STEP_MM)
+    assert abs(exact.value("hd_mm") - exact.value("contour_hd_mm")) <= resolution
+    for metric in ("contour_hd_mm", "contour_mean_distance_mm"):
+        assert abs(masks.value(metric) - exact.value(metric)) <= resolution
+    low, high = polygons[tolerance + resolution].value("apl_mm"), polygons[tolerance - resolution].value("apl_mm")
+    assert low <= masks.value("apl_mm") <= high
+
+
+def test_mask_apl_of_a_square_missing_a_strip():
+    side, strip = 20, 5
+    reference = np.zeros((30, 30), np.uint8)
+    reference[5:5 + side, 5:5 + side] = 1
+    test = reference.copy()
+    test[:, 5 + side - strip:] = 0
+    result = compare(reference, test, spacing=(1.0, 1.0), metrics="contours")["1"]
+    # marching squares cuts each corner by half a pixel diagonal: within one pixel of the polygon value
+    assert result.value("apl_mm") == pytest.approx(side + 2 * (strip - 1.0), abs=1.0)
+    assert result.value("contour_hd_mm") == pytest.approx(strip, abs=SAMPLE_STEP_MM)
+
+
+def test_real_contours_with_dropped_planes_add_their_reference_length(tmp_path, data_dir):
+    from segmetrics.dicom import read_structure_set
+
+    real = read_structure_set(data_dir / "dicompyler_core/rtss.dcm")
+    heart = real.contours[next(n for n, name in real.names.items() if name == "Heart")]
+    planes = sorted({round(float(p[0, 2]), 2) for p in heart})
+    dropped = set(planes[::3])
+    kept = [p for p in heart if round(float(p[0, 2]), 2) not in dropped]
+    result = compare_sets(tmp_path, {"Heart": heart}, {"Heart": kept}, metrics="contours")["Heart"]
+    expected = sum(perimeter(p) for p in heart if round(float(p[0, 2]), 2) in dropped)
+    assert result.value("apl_mm") == pytest.approx(expected, rel=1e-6)
+    assert result.value("contour_hd_mm") == pytest.approx(0.0, abs=1e-6)
+    assert result.value("apl_fraction") == pytest.approx(expected / sum(perimeter(p) for p in heart), rel=1e-6)

@@ -1,0 +1,310 @@
+"""DICOM SEG and RT Structure Set inputs: geometry, rasterisation rule, structure matching."""
+import json
+import math
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+
+from segmetrics import compare
+from segmetrics.dicom import DEFAULT_CONTOUR_RESOLUTION_MM, fill_even_odd, read_structure_set
+from segmetrics.geometry import resample_nearest
+from segmetrics.io import ReadError, apply_name_map, load_label_image, load_pair
+from segmetrics.structure_names import match_key, normalise_name
+
+
+def write_rtstruct(path, rois: dict) -> None:
+    """An RT Structure Set ``{name: [polygon (N, 3) patient mm, ...]}`` (ROI numbers 1, 2, ...)."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.sequence import Sequence
+    from pydicom.uid import ExplicitVRLittleEndian, RTStructureSetStorage, generate_uid
+
+    dataset = Dataset()
+    dataset.file_meta = FileMetaDataset()
+    dataset.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    dataset.file_meta.MediaStorageSOPClassUID = RTStructureSetStorage
+    dataset.SOPClassUID, dataset.SOPInstanceUID, dataset.Modality = RTStructureSetStorage, generate_uid(), "RTSTRUCT"
+    dataset.StructureSetROISequence, dataset.ROIContourSequence = Sequence(), Sequence()
+    for number, (name, polygons) in enumerate(rois.items(), start=1):
+        roi = Dataset()
+        roi.ROINumber, roi.ROIName = number, name
+        dataset.StructureSetROISequence.append(roi)
+        contours = Dataset()
+        contours.ReferencedROINumber = number
+        contours.ContourSequence = Sequence()
+        for polygon in polygons:
+            contour = Dataset()
+            contour.ContourGeometricType = "CLOSED_PLANAR"
+            contour.NumberOfContourPoints = len(polygon)
+            contour.ContourData = [f"{v:.6f}" for v in np.asarray(polygon, float).ravel()]
+            contours.ContourSequence.append(contour)
+        dataset.ROIContourSequence.append(contours)
+    dataset.save_as(path, enforce_file_format=True)
+
+
+def circle(radius, z, centre=(0.0, 0.0), vertices=720):
+    angles = np.linspace(0, 2 * np.pi, vertices, endpoint=False)
+    return np.column_stack([centre[0] + radius * np.cos(angles), centre[1] + radius * np.sin(angles),
+                            np.full(vertices, float(z))])
+
+
+def rectangle(x0, y0, x1, y1, z):
+    return np.array([[x0, y0, z], [x1, y0, z], [x1, y1, z], [x0, y1, z]], float)
+
+
+# --------------------------------------------------------------------------------- DICOM SEG
+def test_dicom_seg_matches_the_label_maps_it_was_made_from(data_dir):
+    folder = data_dir / "dcmqi"
+    seg = load_label_image(folder / "partial_overlaps.dcm")
+    assert seg.names == {1: "GREEN", 2: "ORANGE", 3: "PURPLE", 4: "LIGHT_BLUE", 5: "DARK_BLUE"}
+    assert set(seg.segment_masks) == {2, 3}  # segments 2 and 3 overlap segment 1
+    checked = 0
+    for number in (1, 2, 3):
+        labels = load_label_image(folder / f"partial_overlaps-{number}.nrrd")  # pixel value = segment number
+        for label in labels.labels():
+            on_nrrd_grid = resample_nearest(seg.with_array(seg.mask(label).astype(np.uint8)), labels)
+            assert np.array_equal(on_nrrd_grid.array.astype(bool), labels.mask(label))
+            checked += 1
+    assert checked == 5
+
+
+def test_dicom_seg_compares_with_dice_one_and_hd_zero_to_its_label_map(data_dir):
+    folder = data_dir / "dcmqi"
+    seg = load_label_image(folder / "liver.dcm")
+    assert seg.names == {1: "Liver"}
+    labels = load_label_image(folder / "liver_seg.nrrd")
+    apply_name_map(labels, {1: "Liver"})
+    result = compare(folder / "liver.dcm", labels, resample_to="reference", metrics="dice,hd")
+    liver = result["Liver"]
+    assert liver.value("dice") == 1.0 and liver.value("hd_mm") == 0.0
+
+
+# --------------------------------------------------------------------- rasterisation rule
+def test_even_odd_fill_agrees_with_scikit_image_on_random_polygons():
+    from skimage.draw import polygon
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        points = rng.uniform(-5, 35, (int(rng.integers(3, 10)), 2))
+        rows, columns = polygon(points[:, 0], points[:, 1], (30, 30))
+        expected = np.zeros((30, 30), bool)
+        expected[rows, columns] = True
+        assert np.array_equal(fill_even_odd([points], (30, 30)), expected)
+
+
+def test_square_with_a_hole_by_separate_contours_and_by_keyhole(tmp_path):
+    # pixel centres of the 1 mm contour grid lie on whole mm; edges at .5 mm leave no ties
+    outer, inner = rectangle(0.5, 0.5, 20.5, 20.5, 0), rectangle(5.5, 5.5, 15.5, 15.5, 0)[::-1]
+    keyhole = np.array([[0.5, 0.5], [20.5, 0.5], [20.5, 20.5], [10.5, 20.5], [10.5, 15.5], [15.5, 15.5],
+                        [15.5, 5.5], [5.5, 5.5], [5.5, 15.5], [10.5, 15.5], [10.5, 20.5], [0.5, 20.5]])
+    keyhole = np.column_stack([keyhole, np.zeros(len(keyhole))])
+    write_rtstruct(tmp_path / "rt.dcm", {"ring": [outer, inner], "keyhole": [keyhole], "empty": []})
+    image = load_label_image(tmp_path / "rt.dcm")
+    assert image.spacing == (DEFAULT_CONTOUR_RESOLUTION_MM,) * 3  # a single plane
+    for label, name in ((1, "ring"), (2, "keyhole")):
+        assert image.names[label] == name
+        assert image.mask(label).sum() == 400 - 100  # mm², exactly
+    assert image.names[3] == "empty" and not image.mask(3).any()
+
+
+def test_rasterised_circle_area_and_dice_against_the_exact_disk(tmp_path):
+    radius, resolution = 12.3, 0.5
+    write_rtstruct(tmp_path / "rt.dcm", {"disk": [circle(radius, z) for z in (0.0, 2.0, 4.0)]})
+    reference, _ = load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm", contour_resolution_mm=resolution)
+    assert reference.spacing == (2.0, resolution, resolution)
+    mask = reference.mask(1)
+    assert mask.shape[0] == 3
+    centres = reference.index_to_physical(np.argwhere(np.ones(mask.shape, bool)))
+    exact = (np.hypot(centres[:, 0], centres[:, 1]) < radius).reshape(mask.shape)  # pixel centres in the disk
+    dice = 2 * np.sum(mask & exact) / (mask.sum() + exact.sum())
+    assert dice > 0.998
+    area = mask[1].sum() * resolution ** 2
+    assert area == pytest.approx(math.pi * radius ** 2, rel=0.01)
+    assert np.array_equal(np.sort(reference.index_to_physical(np.argwhere(mask))[:, 2].round(6).tolist()
+                                  )[[0, -1]], [0.0, 4.0])  # slices at the contour planes
+
+
+def test_contours_are_rasterised_on_an_image_series_grid(tmp_path, data_dir):
+    series = data_dir / "dcmqi/ct-3slice"
+    grid = sitk.ReadImage(sorted(str(p) for p in series.iterdir()))
+    spacing, origin = grid.GetSpacing(), np.asarray(grid.GetOrigin())
+    # pixel columns 10..29 and rows 5..14 on the middle slice (edges half a pixel outside the centres)
+    x0, y0 = origin[:2] + (np.array([10, 5]) - 0.5) * spacing[:2]
+    x1, y1 = origin[:2] + (np.array([29, 14]) + 0.5) * spacing[:2]
+    z = float(grid.TransformIndexToPhysicalPoint((0, 0, 1))[2])
+    write_rtstruct(tmp_path / "rt.dcm", {"box": [rectangle(x0, y0, x1, y1, z)]})
+    image, _ = load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm", image=series)
+    expected = np.zeros(sitk.GetArrayFromImage(grid).shape, bool)
+    expected[1, 5:15, 10:30] = True
+    assert np.array_equal(image.mask(1), expected)
+    assert image.spacing == pytest.approx(tuple(reversed(spacing)))
+
+
+def test_a_structure_set_against_a_label_map_is_rasterised_on_the_label_map_grid(tmp_path):
+    array = np.zeros((2, 30, 40), np.uint8)
+    array[:, 5:15, 10:30] = 1  # x 10..29 mm, y 5..14 mm with 1 mm pixels at the origin
+    labels = sitk.GetImageFromArray(array)
+    sitk.WriteImage(labels, str(tmp_path / "box.nii.gz"))
+    write_rtstruct(tmp_path / "rt.dcm", {"1": [rectangle(9.5, 4.5, 29.5, 14.5, z) for z in (0.0, 1.0)]})
+    result = compare(tmp_path / "rt.dcm", tmp_path / "box.nii.gz", metrics="dice,hd")
+    assert result["1"].value("dice") == 1.0 and result["1"].value("hd_mm") == 0.0
+
+
+def test_real_structure_set_keeps_every_roi_and_reports_the_empty_one(data_dir):
+    result = compare(data_dir / "dicompyler_core/rtss.dcm", data_dir / "dicompyler_core/rtss.dcm",
+                     metrics="dice,apl_mm")
+    names = [s.structure for s in result.structures]
+    assert names == ["BODY", "Areola", "Borders", "Breast", "Heart", "Lt Lung", "Nodes", "Scar", "Tumor Bed",
+                     "Tumor Bed Block"]
+    assert result["Areola"].status == "both_empty"
+    assert all(result[n].value("dice") == 1.0 and result[n].value("apl_mm") == 0.0 for n in names if n != "Areola")
+
+
+def test_markers_are_not_structures(data_dir):
+    from pydicom.data import get_testdata_file
+
+    structures = read_structure_set(get_testdata_file("rtstruct.dcm"))
+    assert structures.names == {1: "patient"}  # the two POINT isocentres are left out
+    assert len(structures.contours[1]) == 3
+
+
+def test_irregular_contour_planes_ask_for_the_image_series(tmp_path):
+    write_rtstruct(tmp_path / "rt.dcm", {"a": [rectangle(0, 0, 5, 5, z) for z in (0.0, 2.0, 3.5)]})
+    with pytest.raises(ReadError, match="--image"):
+        load_label_image(tmp_path / "rt.dcm")
+
+
+# ----------------------------------------------------------------------- structure matching
+def test_names_match_ignoring_case_and_separators_and_by_synonyms(tmp_path):
+    from segmetrics.structure_names import read_synonyms
+
+    assert normalise_name("Lung_L") == normalise_name("lung l") == normalise_name("LUNG-L") == "lung l"
+    square = [rectangle(0.5, 0.5, 10.5, 10.5, 0)]
+    write_rtstruct(tmp_path / "ref.dcm", {"Lung_L": square, "Heart": square, "SpinalCord": square})
+    write_rtstruct(tmp_path / "test.dcm", {"lung l": square, "Coeur": square, "Cord": square})
+    (tmp_path / "synonyms.json").write_text(json.dumps({"Heart": ["coeur"]}))
+    synonyms = read_synonyms(tmp_path / "synonyms.json")
+    assert match_key("COEUR", synonyms) == match_key("heart")
+    result = compare(tmp_path / "ref.dcm", tmp_path / "test.dcm", metrics="dice", synonyms=synonyms)
+    assert result["Lung_L"].value("dice") == 1.0 and result["Heart"].value("dice") == 1.0
+    assert result["SpinalCord"].status == "test_empty" and result["Cord"].status == "reference_empty"
+    assert "unmatched structures, reference only: 'SpinalCord'" in result.notes
+    assert "unmatched structures, test only: 'Cord'" in result.notes
+    assert "test structure 'lung l' paired with reference 'Lung_L'" in result.notes
+
+
+def test_cli_compares_two_structure_sets(tmp_path, capsys):
+    from segmetrics.cli import main
+
+    write_rtstruct(tmp_path / "ref.dcm", {"Heart": [circle(10, 0, vertices=90)]})
+    write_rtstruct(tmp_path / "test.dcm", {"HEART": [circle(10, 0, centre=(3, 0), vertices=90)]})
+    assert main(["compare", str(tmp_path / "ref.dcm"), str(tmp_path / "test.dcm"), "--metrics", "contours",
+                 "--contour-resolution", "0.5", "--format", "json", "-o", str(tmp_path / "out.json")]) == 0
+    records = json.loads((tmp_path / "out.json").read_text())
+    text = json.dumps(records)
+    assert "Heart" in text and "contour_hd_mm" in text
+
+
+def test_batch_manifest_accepts_structure_sets(tmp_path):
+    from segmetrics.batch import Case, evaluate_case
+
+    write_rtstruct(tmp_path / "ref.dcm", {"Heart": [circle(10, z) for z in (0.0, 2.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"heart": [circle(10, z, centre=(0.5, 0)) for z in (0.0, 2.0, 4.0)]})
+    outcome = evaluate_case(Case("c1", str(tmp_path / "ref.dcm"), str(tmp_path / "test.dcm")), metrics="dice")
+    dice = [r for r in outcome.records if r["metric"] == "dice"]
+    assert [r["structure"] for r in dice] == ["Heart"]
+    # on one shared grid: two slices of overlapping disks (lens area), a third slice in the test only
+    radius, shift = 10.0, 0.5
+    lens = 2 * radius ** 2 * math.acos(shift / (2 * radius)) - shift / 2 * math.sqrt(4 * radius ** 2 - shift ** 2)
+    assert dice[0]["value"] == pytest.approx(2 * 2 * lens / (5 * math.pi * radius ** 2), rel=0.02)
+
+
+def test_fractional_dicom_seg_is_binarised_at_half_or_at_the_threshold(tmp_path, data_dir):
+    import highdicom
+    import pydicom
+    from pydicom.sr.codedict import codes
+
+    files = sorted((data_dir / "dcmqi/ct-3slice").iterdir())
+    sources = [pydicom.dcmread(path) for path in files]
+    for source in sources:
+        source.SpecificCharacterSet, source.PatientName = "ISO_IR 100", "Test^CT"
+    sources.sort(key=lambda source: float(source.ImagePositionPatient[2]))
+    fractions = np.zeros((len(sources), sources[0].Rows, sources[0].Columns), np.float32)
+    fractions[1, 100:110, 200:220] = 0.7
+    fractions[1, 110:115, 200:220] = 0.3
+    description = highdicom.seg.SegmentDescription(
+        segment_number=1, segment_label="soft", segmented_property_category=codes.SCT.Tissue,
+        segmented_property_type=codes.SCT.Tissue, algorithm_type=highdicom.seg.SegmentAlgorithmTypeValues.MANUAL)
+    seg = highdicom.seg.Segmentation(
+        source_images=sources, pixel_array=fractions, segmentation_type=highdicom.seg.SegmentationTypeValues.FRACTIONAL,
+        segment_descriptions=[description], series_instance_uid=highdicom.UID(), series_number=2,
+        sop_instance_uid=highdicom.UID(), instance_number=1, manufacturer="test", manufacturer_model_name="test",
+        software_versions="0", device_serial_number="0", max_fractional_value=100)
+    seg.save_as(tmp_path / "fractional.dcm")
+
+    image = load_label_image(tmp_path / "fractional.dcm")
+    assert image.names == {1: "soft"}
+    ct = sitk.ReadImage([str(path) for path in files])
+    expected = {ct.TransformIndexToPhysicalPoint((column, row, 1))
+                for row in range(100, 110) for column in range(200, 220)}
+    found = image.index_to_physical(np.argwhere(image.mask(1)))
+    assert len(found) == len(expected)
+    assert np.allclose(sorted(map(tuple, found)), sorted(expected), atol=1e-3)
+    assert load_label_image(tmp_path / "fractional.dcm", threshold=0.2).mask(1).sum() == 15 * 20
+
+
+def test_a_bad_contour_resolution_is_one_line(tmp_path, capsys):
+    from test_validation import assert_one_line_error
+
+    write_rtstruct(tmp_path / "rt.dcm", {"a": [rectangle(0, 0, 5, 5, 0)]})
+    assert_one_line_error(capsys, "--contour-resolution", "compare", tmp_path / "rt.dcm", tmp_path / "rt.dcm",
+                          "--contour-resolution", "0")
+
+
+def test_overlapping_segments_survive_resampling(data_dir):
+    folder = data_dir / "dcmqi"
+    orange = load_label_image(folder / "partial_overlaps-2.nrrd")  # segment 2 alone, on a flipped grid
+    apply_name_map(orange, {2: "ORANGE"})
+    result = compare(orange, folder / "partial_overlaps.dcm", resample_to="reference", metrics="dice",
+                     labels=["ORANGE"])
+    assert result["ORANGE"].value("dice") == 1.0  # segment 2 overlaps segment 1: kept in segment_masks
+
+
+def test_a_dicom_series_folder_as_the_resampling_grid(tmp_path, data_dir):
+    series = data_dir / "dcmqi/ct-3slice"
+    from segmetrics.dicom import read_image_grid
+    from segmetrics.geometry import LabelImage
+
+    ct = read_image_grid(series)
+    # the same box on a coarse and on a fine grid covering the CT, both with their own geometry
+    box = np.zeros(ct.array.shape, np.uint8)
+    box[:, 100:200, 150:300] = 1
+    fine = ct.with_array(box)
+    coarse = LabelImage(box[:, ::2, ::2], (ct.spacing[0], ct.spacing[1] * 2, ct.spacing[2] * 2),
+                        np.asarray(ct.origin) + np.r_[ct.spacing[2], ct.spacing[1], 0] / 2, ct.direction)
+    result = compare(fine, coarse, resample_to=str(series), metrics="dice")
+    assert result["1"].value("dice") == pytest.approx(1.0, abs=0.02)
+    assert any("resampled onto the grid of" in note for note in result.notes)
+
+
+def test_slicer_segmentations_with_planar_contour_source(tmp_path):
+    """What SlicerRT makes of an RTSTRUCT: segments whose source is planar contours (no converter
+    in slicer-core), rasterised by this package on the working copies only."""
+    pytest.importorskip("slicer", reason="slicer-core (MRML Python wrapping) is not installed")
+    from segmetrics import mrml
+
+    radius, shift = 10.0, 2.0
+    write_rtstruct(tmp_path / "ref.dcm", {"disk": [circle(radius, z) for z in (0.0, 2.0, 4.0)], "empty": []})
+    write_rtstruct(tmp_path / "test.dcm", {"disk": [circle(radius, z, centre=(shift, 0)) for z in (0.0, 2.0, 4.0)],
+                                           "empty": []})
+    reference, test = load_pair(tmp_path / "ref.dcm", tmp_path / "test.dcm")
+    scene = mrml.create_headless_scene().scene
+    nodes = [mrml.add_segmentation_from_contours(scene, image, name) for image, name in ((reference, "r"), (test, "t"))]
+    result, _ = mrml.compare_segmentations(*nodes, metrics=["dice", "hd_mm", "apl_mm"])
+    lens = 2 * radius ** 2 * math.acos(shift / (2 * radius)) - shift / 2 * math.sqrt(4 * radius ** 2 - shift ** 2)
+    assert result["disk"].value("dice") == pytest.approx(lens / (math.pi * radius ** 2), rel=0.01)
+    assert result["disk"].value("hd_mm") == pytest.approx(shift, abs=1.0)  # one 1 mm pixel
+    assert result["empty"].status == "both_empty"
+    assert any("planar contour (rasterised by segmetrics.dicom" in note for note in result.notes)
+    assert [n.GetSegmentation().GetSourceRepresentationName() for n in nodes] == ["Planar contour"] * 2
+    assert nodes[0].GetSegmentation().GetNumberOfSegments() == 2  # the inputs are left as they were
