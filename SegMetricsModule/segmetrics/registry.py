@@ -209,6 +209,7 @@ BUILTIN_METRIC_NAMES = {
                  "mean_distance_test_to_reference_mm", "nsd"),
     "msi": ("msi", "msi_3d"),
     "roughness": ("ri_reference_mm", "ri_test_mm", "rr", "ard_mm"),
+    "contours": ("apl_mm", "apl_fraction", "contour_hd_mm", "contour_mean_distance_mm"),
 }
 #: Short names accepted on input besides the exact metric names; ``NAME`` also matches ``NAME_mm``.
 ALIASES = {"ri": ("ri_reference_mm", "ri_test_mm")}
