@@ -36,7 +36,8 @@ BUNDLED_PACKAGES = ("numpy", "scipy")
 MINIMUM_SLICER_VERSION = "5.10"
 DOCUMENTATION_URL = "https://github.com/SegMetrics/SlicerSegMetrics#the-3d-slicer-extension"
 #: Columns of the per-slice review table: (title, key of a per-slice row).
-SLICE_COLUMNS = ((_("Slice"), "slice"), (_("Position (mm)"), "position_mm"), (_("MSI"), "msi"), (_("Status"), "status"))
+SLICE_COLUMNS = ((_("Slice"), "slice"), (_("Position (mm)"), "position_mm"), (_("MSI"), "msi"),
+                 (_("Added length (mm)"), "apl_mm"), (_("Status"), "status"))
 
 
 class SegMetrics(ScriptedLoadableModule):

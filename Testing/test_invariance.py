@@ -246,7 +246,7 @@ def test_msi_axis_and_slice_indices_refer_to_the_stored_array(order, flips):
     stored = [restored(image, order, flips) for image in _boxes()]
     reference, test = (sitk.GetArrayFromImage(image) for image in stored)
     x_axis = 2 - order.index(0)  # array axis of the stored image along the original x
-    (structure,) = compare(*stored, metrics="msi", params=Parameters(msi_axis=x_axis)).structures
+    (structure,) = compare(*stored, metrics=["msi", "contours"], params=Parameters(msi_axis=x_axis)).structures
     msi = structure.get("msi")
     assert msi.params["axis"] == x_axis
     rows = structure.extras["msi_slices"]
@@ -257,6 +257,10 @@ def test_msi_axis_and_slice_indices_refer_to_the_stored_array(order, flips):
     assert [row.slice for row in rows if row.status == Status.TEST_EMPTY] == missed.tolist()
     assert [row.position_mm for row in rows] == pytest.approx(union * stored[0].GetSpacing()[2 - x_axis])
     assert set(msi.params["worst_slices"][:3]) == set(missed.tolist())  # the missed slices score 0
+    # the contour rows are cut along the same stored axis and numbered alike
+    planes = structure.extras["contour_slices"]
+    assert [row["slice"] for row in planes] == union.tolist()
+    assert [row["slice"] for row in planes if row["test_length_mm"] == 0] == missed.tolist()
     # the default axis is the thickest one (original z, 2 mm), reported as an axis of the stored array
     (structure,) = compare(*stored, metrics="msi").structures
     assert structure.get("msi").params["axis"] == 2 - order.index(2)

@@ -363,7 +363,7 @@ class FakeWidget(SimpleNamespace):
         self.currentText = self.items[0] if self.items else ""
 
     def setRowCount(self, count):
-        self.rows = [[None] * 4 for _ in range(count)]
+        self.rows = [{} for _ in range(count)]  # column -> item
 
     def setItem(self, row, column, item):
         self.rows[row][column] = item
@@ -452,3 +452,23 @@ def test_a_full_run_needs_nothing_beyond_the_slicer_requirements():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[-2] == "['contours', 'distance', 'msi', 'overlap', 'roughness'] True ['box']"
+
+
+def test_slice_rows_carry_the_added_path_length_of_each_slice(module):
+    """The test misses the ball's voxels at x >= 28 mm; the contours meet x = 27.5 mm (test) and
+    half a voxel beyond the last reference voxel, so a slice needs a contour added (beyond the 1 mm
+    tolerance) exactly when the reference reaches x = 29, none when it stops before x = 28; on the
+    middle slice about the arc of the 12 mm circle beyond 8..9.5 mm from its centre (2 r arccos(d / r))."""
+    if "contours" not in all_groups():
+        pytest.skip("the contours group is not registered")
+    scene = mrml.create_headless_scene().scene
+    nodes, reference, _test = ball_pair(scene)
+    outputs = module.SegMetricsLogic().run(*nodes, metrics=["msi", "contours"])
+    rows = {r["slice"]: r for r in mrml.slice_rows(outputs.result["ball"])}
+    assert sorted(rows) == list(np.flatnonzero(reference.any(axis=(1, 2))))
+    missed = [z for z in rows if reference[z, :, 29:].any()]
+    untouched = [z for z in rows if not reference[z, :, 28:].any()]
+    assert len(missed) > 10 and len(untouched) > 6
+    assert all(rows[z]["apl_mm"] > 1 for z in missed)
+    assert all(rows[z]["apl_mm"] == 0 for z in untouched)
+    assert 2 * 12 * np.arccos(9.5 / 12) - 1 < rows[16]["apl_mm"] < 2 * 12 * np.arccos(7.5 / 12)

@@ -3,7 +3,7 @@
 When both inputs are RT Structure Sets, their closed planar polygons (patient mm) are measured
 themselves, without rasterising. For masks the contours are those of slice-wise MSI: marching
 squares boundaries (:func:`segmetrics.mesh.contours_2d`) of each slice along the MSI slice axis
-(:func:`segmetrics.msi.slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Contours
+(:func:`segmetrics.msi.pair_slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Contours
 are grouped by plane (planes closer than :data:`segmetrics.dicom.PLANE_TOLERANCE_MM` are one) and
 measured in the plane with shapely:
 
@@ -21,7 +21,8 @@ measured in the plane with shapely:
   only are in the per-plane table, not here.
 
 The per-plane rows go to ``extras["contour_slices"]`` (``plane_mm``: position along the plane
-normal in patient mm for polygons; along the slice axis from the first slice for masks).
+normal in patient mm for polygons; for masks ``slice``, the slice index of the user's stored
+array as in the per-slice MSI rows, and ``plane_mm`` = slice × spacing).
 Rasterised, the same polygons give the same values within one pixel (tested): the mask boundary
 runs half-way between pixel centres, within a pixel of the polygon.
 """
@@ -33,7 +34,8 @@ import numpy as np
 
 from .dicom import distinct_planes, plane_axes
 from .mesh import contours_2d
-from .msi import slice_axis
+from .msi import pair_slice_axis
+from .orientation import Reorientation
 from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
                        register_group, undefined)
 
@@ -116,6 +118,18 @@ def mask_contours(mask, spacing, axis: int) -> list:
             for k in np.flatnonzero(slices.any(axis=(1, 2))) for contour in contours_2d(slices[k], in_plane)]
 
 
+def _stored_slices(rows: list, pair: StructurePair, axis: int) -> list:
+    """Per-plane rows of a pair's masks numbered as slices of the user's stored array (``slice``,
+    and ``plane_mm`` = slice × spacing, as the per-slice MSI rows), in increasing slice order."""
+    spacing = pair.spacing[axis] if pair.reference.ndim == 3 else 1.0
+    orientation = pair.orientation or Reorientation.identity(pair.reference.shape)
+    for row in rows:
+        canonical_index = int(round(row["plane_mm"] / spacing))
+        row["slice"] = orientation.stored_index(axis, canonical_index) if pair.reference.ndim == 3 else 0
+        row["plane_mm"] = row["slice"] * spacing
+    return sorted(rows, key=lambda row: row["slice"])
+
+
 def compute(pair: StructurePair, params: Parameters) -> list:
     """The contour metrics of one pair: on its polygons when both inputs are RT Structure Sets,
     else on the slice contours of its masks."""
@@ -124,7 +138,7 @@ def compute(pair: StructurePair, params: Parameters) -> list:
         reference, test = pair.contours
     else:
         volume = pair.reference.ndim == 3
-        axis = slice_axis(pair.spacing, params, getattr(pair.image, "direction", None)) if volume else 0
+        axis = pair_slice_axis(pair, params) if volume else 0
         in_plane = np.delete(pair.spacing, axis) if volume else pair.spacing
         step = max(SAMPLE_STEP_MM, min(in_plane) / 10)
         reference, test = (mask_contours(mask, pair.spacing, axis) for mask in (pair.reference, pair.test))
@@ -149,6 +163,8 @@ def compute(pair: StructurePair, params: Parameters) -> list:
             distances.append(plane_distances)
             weights.append(plane_weights)
         rows.append(row)
+    if pair.contours is None:
+        rows = _stored_slices(rows, pair, axis)
     pair.extras["contour_slices"] = rows
     apl = sum(row["apl_mm"] for row in rows)
     reference_length = sum(row["reference_length_mm"] for row in rows)

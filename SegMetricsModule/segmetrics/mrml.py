@@ -576,8 +576,11 @@ def fill_results_table(table_node, result: ComparisonResult) -> None:
 
 
 def slice_rows(structure) -> list:
-    """Per-slice MSI rows of a structure as dicts (empty when MSI was not computed)."""
-    return [dict(r) if isinstance(r, dict) else vars(r) for r in structure.extras.get("msi_slices", [])]
+    """Per-slice MSI rows of a structure as dicts (empty when MSI was not computed), each with the
+    slice's added path length ``apl_mm`` (mm; NaN when the contours group was not computed)."""
+    added = {int(r["slice"]): r["apl_mm"] for r in structure.extras.get("contour_slices", []) if "slice" in r}
+    rows = (dict(r) if isinstance(r, dict) else vars(r) for r in structure.extras.get("msi_slices", []))
+    return [{**row, "apl_mm": added.get(int(row["slice"]), math.nan)} for row in rows]
 
 
 def review_order(structure) -> list:

@@ -408,6 +408,15 @@ def _slice_fda(ref2d, test2d, il, ol):
 # ---------------------------------------------------------------- slice-wise driver
 
 
+def pair_slice_axis(pair: StructurePair, params: Parameters) -> int:
+    """The axis of a 3-D pair's (canonical) masks cut into slices: ``params.msi_axis``, an axis of
+    the user's stored array, mapped through ``pair.orientation``; else the through-plane axis."""
+    if params.msi_axis is None:
+        return slice_axis(pair.spacing, params, pair.image.direction if pair.image is not None else None)
+    orientation = pair.orientation or Reorientation.identity(pair.reference.shape)
+    return orientation.canonical_axis(params.msi_axis % 3)
+
+
 def slice_axis(spacing, params: Parameters, direction=None) -> int:
     """The array axis cut into MSI slices: ``params.msi_axis``, or when ``None`` the through-plane
     axis (:func:`segmetrics.geometry.through_plane_axis`, axial on isotropic data given a ``direction``)."""
@@ -547,7 +556,7 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     direction = pair.image.direction if pair.image is not None else None
     axis = None  # array axis of the masks cut into slices
     if pair.reference.ndim == 3:
-        axis = slice_axis(pair.spacing, params, direction) if params.msi_axis is None else orientation.canonical_axis(params.msi_axis % 3)
+        axis = pair_slice_axis(pair, params)
         params = replace(params, msi_axis=axis)
     used = dict(il=params.msi_il, ol=params.msi_ol, axis=None if axis is None else orientation.stored_axis(axis),
                 convention=params.msi_convention, units="pixel" if params.msi_convention == "fda" else params.msi_units,
