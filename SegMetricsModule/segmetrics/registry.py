@@ -75,7 +75,7 @@ class Parameters:
     Values are checked at construction and a wrong one raises :class:`ParameterError` naming it:
     numbers must be real numbers (not text, not booleans) and finite; ``hd_percentile`` in
     (0, 100]; ``nsd_tolerance_mm``, ``msi_il``, ``msi_ol`` (the MSI penalty levels, Gaussian width
-    10 / level) and ``roughness_window_mm`` > 0; ``msi_axis`` 0, 1 or 2; text fields one of
+    10 / level) and ``roughness_window_mm`` > 0; ``lesion_iou`` (the IoU a lesion match needs) in (0, 1]; ``msi_axis`` 0, 1 or 2; text fields one of
     :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
     """
 
@@ -91,12 +91,14 @@ class Parameters:
     msi_align: str = "none"  # or "com"
     roughness_window_mm: float | None = None  # None = the convention's default
     roughness_convention: str = "default"  # or "paper"
+    lesion_iou: float = 0.5
 
     def __post_init__(self):
         self.hd_percentile = positive_number("hd_percentile", self.hd_percentile, maximum=100.0)
         self.nsd_tolerance_mm = positive_number("nsd_tolerance_mm", self.nsd_tolerance_mm)
         self.msi_il = positive_number("msi_il", self.msi_il)
         self.msi_ol = positive_number("msi_ol", self.msi_ol)
+        self.lesion_iou = positive_number("lesion_iou", self.lesion_iou, maximum=1.0)
         if self.roughness_window_mm is not None:
             self.roughness_window_mm = positive_number("roughness_window_mm", self.roughness_window_mm)
         if self.msi_axis is not None:
@@ -192,6 +194,7 @@ _GROUP_MODULES = (
     "segmetrics.distance",
     "segmetrics.msi",
     "segmetrics.roughness",
+    "segmetrics.lesions",
 )
 #: Metric names of the built-in groups, listed here so that the CLI's help need not import the
 #: groups' modules (vtk, numba, scikit-image); a test checks it against :func:`all_groups`.
@@ -202,6 +205,7 @@ BUILTIN_METRIC_NAMES = {
                  "mean_distance_test_to_reference_mm", "nsd"),
     "msi": ("msi", "msi_3d"),
     "roughness": ("ri_reference_mm", "ri_test_mm", "rr", "ard_mm"),
+    "lesions": ("lesion_f1", "lesion_precision", "lesion_recall", "lesion_tp", "lesion_fp", "lesion_fn"),
 }
 #: Short names accepted on input besides the exact metric names; ``NAME`` also matches ``NAME_mm``.
 ALIASES = {"ri": ("ri_reference_mm", "ri_test_mm")}
