@@ -451,4 +451,4 @@ def test_a_full_run_needs_nothing_beyond_the_slicer_requirements():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[-2] == "['distance', 'msi', 'overlap', 'roughness'] True ['box']"
+    assert done.stdout.split("\n")[-2] == "['distance', 'lesions', 'msi', 'overlap', 'roughness'] True ['box']"

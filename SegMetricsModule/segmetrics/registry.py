@@ -75,8 +75,8 @@ class Parameters:
     Values are checked at construction and a wrong one raises :class:`ParameterError` naming it:
     numbers must be real numbers (not text, not booleans) and finite; ``hd_percentile`` in
     (0, 100]; ``nsd_tolerance_mm``, ``msi_il``, ``msi_ol`` (the MSI penalty levels, Gaussian width
-    10 / level) and ``roughness_window_mm`` > 0; ``lesion_iou`` (the IoU a lesion match needs) in (0, 1]; ``msi_axis`` 0, 1 or 2; text fields one of
-    :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
+    10 / level) and ``roughness_window_mm`` > 0; ``lesion_iou`` (the IoU a lesion match needs) in
+    (0, 1]; ``msi_axis`` 0, 1 or 2; text fields one of :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
     """
 
     hd_percentile: float = 95.0
@@ -91,7 +91,7 @@ class Parameters:
     msi_align: str = "none"  # or "com"
     roughness_window_mm: float | None = None  # None = the convention's default
     roughness_convention: str = "default"  # or "paper"
-    lesion_iou: float = 0.5
+    lesion_iou: float = 0.5  # lesion-wise detection: IoU a component match needs
 
     def __post_init__(self):
         self.hd_percentile = positive_number("hd_percentile", self.hd_percentile, maximum=100.0)
