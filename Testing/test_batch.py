@@ -257,7 +257,8 @@ def test_metric_order_does_not_depend_on_import_order():
     """Worker processes import the metric modules in another order than the caller; records must list alike."""
     from segmetrics.registry import all_groups
 
-    code = "import segmetrics.roughness, segmetrics.msi, segmetrics.distance\n" \
+    code = "import segmetrics.lesions, segmetrics.roughness, segmetrics.msi, segmetrics.distance\n" \
            "from segmetrics.registry import all_groups\nprint(','.join(all_groups()))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip().split(",") == list(all_groups()) == ["overlap", "distance", "msi", "roughness", "contours"]
+    assert done.stdout.strip().split(",") == list(all_groups()) == ["overlap", "distance", "msi", "roughness", "contours",
+                                                                   "lesions"]

@@ -1,4 +1,6 @@
 """Multi-class frame metrics: hand-computed edge rules, 3-D volumes, folders and the CLI."""
+import csv
+import io
 import json
 
 import numpy as np
@@ -79,9 +81,54 @@ def test_absent_class_scores_one():
     assert s["mciou"].value == pytest.approx((2.5 / 4 + 3 / 4) / 2)
 
 
+def test_absent_class_scores_zero_and_averages_every_listed_class():
+    # MISAW-Seg recipe. Class 3 is listed but never present: IoU 0 in every frame.
+    # IoU table (classes 1, 2, 3): A [.5, 0, 0], B [0, 0, 0], C [0, 0, 0], D [0, 1, 0].
+    r = run(EdgeRules(absent_class="zero"), classes={**NAMES, 3: "ND"})
+    np.testing.assert_allclose(r.frame_isi_iou, [0.5 / 3, np.nan, 0.0, 1 / 3])  # B is still a skipped empty frame
+    np.testing.assert_allclose(r.class_iou, [0.5 / 4, 1 / 4, 0.0])
+    s = r.summary()
+    assert s["isi_iou"].value == pytest.approx((0.5 / 3 + 1 / 3) / 3)
+    assert s["mciou"].value == pytest.approx((0.125 + 0.25 + 0) / 3)
+    assert s["mciou"].params["n_classes_used"] == 3
+    # Dice: class 1 (2/3)/4, class 2 1/4, class 3 0.
+    assert s["mdice"].value == pytest.approx((1 / 6 + 1 / 4) / 3)
+    assert s["challenge_iou"].value == pytest.approx(0.75)  # classes in the ground truth only: unchanged
+
+
+def test_pooled_iou_sums_intersections_and_unions_over_the_set():
+    # Class 1: intersections A 2, C 0; unions A 4, C 3 -> 2/7. Class 2: intersections D 2; unions A 1, D 2 -> 2/3.
+    # Class 3 never appears: NaN, left out of the mean. The edge rules do not change it.
+    for rules in (EdgeRules(), EdgeRules(absent_class="zero")):
+        r = run(rules, classes={**NAMES, 3: "ND"})
+        np.testing.assert_allclose(r.class_pooled_iou, [2 / 7, 2 / 3, np.nan])
+        s = r.summary()["pooled_iou"]
+        assert s.value == pytest.approx((2 / 7 + 2 / 3) / 2) and s.params["n_classes_used"] == 2
+    records = {(x["structure"], x["metric"]): x["value"] for x in r.records()}
+    assert records[("LAV", "pooled_iou")] == pytest.approx(2 / 7)
+    assert records[("all classes", "pooled_iou")] == pytest.approx(10 / 21)
+
+
+def test_cli_absent_class_zero_and_pooled_iou(tmp_path, capsys):
+    pred_dir, gt_dir = write_frames(tmp_path)
+    out = tmp_path / "out.json"
+    assert main(["frames", str(gt_dir), str(pred_dir), "--absent-class", "zero", "--format", "json", "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    # Classes 1 and 2: class IoU (.5 + 0 + 0 + 0)/4 and (0 + 0 + 0 + 1)/4.
+    assert data["mciou"] == pytest.approx((0.125 + 0.25) / 2)
+    assert data["edge_rules"]["absent_class"] == "zero"
+    assert data["pooled_iou"] == pytest.approx(10 / 21)
+    assert main(["frames", str(gt_dir), str(pred_dir), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [float(r["value"]) for r in rows if r["structure"] == "2" and r["metric"] == "pooled_iou"] == \
+        pytest.approx([2 / 3])
+    assert main(["frames", str(gt_dir), str(pred_dir)]) == 0
+    assert "pooled_iou" in capsys.readouterr().out
+
+
 def test_unknown_rule_is_rejected():
     with pytest.raises(ValueError, match="absent_class"):
-        EdgeRules(absent_class="zero")
+        EdgeRules(absent_class="half")
 
 
 def test_class_table_pixel_shares_and_statuses():

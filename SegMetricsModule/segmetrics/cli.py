@@ -199,8 +199,9 @@ def _add_frames_parser(subparsers) -> None:
     p.add_argument("--test", metavar="DIR", help="the prediction folder, named (instead of the second positional)")
     p.add_argument("--classes", metavar="JSON", help='JSON {"1": "LAV", ...}: classes to score and their names '
                    "(default: every non-zero label found; 0 is never scored)")
-    p.add_argument("--absent-class", default="ignore", choices=["ignore", "one"],
-                   help="a class absent from both in a frame: ignored (default) or scored 1")
+    p.add_argument("--absent-class", default="ignore", choices=["ignore", "one", "zero"],
+                   help="a class absent from both in a frame: ignored (default, ISINet), scored 1, or scored 0 "
+                        "so every listed class is averaged (MISAW-Seg)")
     p.add_argument("--empty-frame", default="skip", choices=["skip", "one"],
                    help="a frame empty in both: skipped by challenge/ISI IoU (default) or scored 1")
     p.add_argument("--empty-reference", default="skip", choices=["skip", "zero"],

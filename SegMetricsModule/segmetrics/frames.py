@@ -12,11 +12,14 @@ G = ground-truth pixels of c (pixel/voxel counts, no spacing needed)::
   mean over frames.
 - **mcIoU** / **mDice**: per class, mean over the frames where the class is in either; then mean
   over the classes with at least one such frame.
+- **pooled IoU** (ISINet's printed "mIoU"): per class, Σ|P ∩ G| / Σ|P ∪ G| over all frames; then
+  mean over the classes present in at least one frame. No edge rule applies to it.
 
 Edge rules (:class:`EdgeRules`, defaults = ISINet):
 
 - ``absent_class="ignore"``: a class absent from both in a frame is left out for that frame
-  (``"one"``: it scores 1 in ISI-IoU, mcIoU and mDice).
+  (``"one"``: it scores 1 in ISI-IoU, mcIoU and mDice; ``"zero"``: it scores 0 there, so every
+  listed class is averaged, the MISAW-Seg recipe).
 - ``empty_frame="skip"``: a frame without any scored class in either is left out of challenge IoU
   and ISI-IoU (``"one"``: it scores 1 in both).
 - ``empty_reference="skip"``: a frame whose ground truth has no scored class but whose prediction
@@ -44,12 +47,12 @@ SUMMARY = "all classes"
 class EdgeRules:
     """How frames and classes without pixels are treated (see the module docstring)."""
 
-    absent_class: str = "ignore"  # or "one"
+    absent_class: str = "ignore"  # or "one", "zero"
     empty_frame: str = "skip"  # or "one"
     empty_reference: str = "skip"  # or "zero"
 
     def __post_init__(self):
-        allowed = {"absent_class": ("ignore", "one"), "empty_frame": ("skip", "one"), "empty_reference": ("skip", "zero")}
+        allowed = {"absent_class": ("ignore", "one", "zero"), "empty_frame": ("skip", "one"), "empty_reference": ("skip", "zero")}
         for name, choices in allowed.items():
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
@@ -108,13 +111,13 @@ class FrameResult:
 
     def _scores(self, numerator, denominator):
         present = self.predicted + self.reference > 0
-        absent = 1.0 if self.rules.absent_class == "one" else np.nan
+        absent = {"one": 1.0, "zero": 0.0}.get(self.rules.absent_class, np.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(present, numerator / denominator, absent)
 
     @property
     def iou(self) -> np.ndarray:
-        """IoU per frame and class (absent classes NaN, or 1 under ``absent_class="one"``)."""
+        """IoU per frame and class (absent classes NaN, or 1 / 0 under ``absent_class="one"`` / ``"zero"``)."""
         return self._scores(self.intersection, self.predicted + self.reference - self.intersection)
 
     @property
@@ -150,8 +153,16 @@ class FrameResult:
         """Per class: mean Dice over the frames where it counts."""
         return _mean(self.dice, axis=0)
 
+    @property
+    def class_pooled_iou(self) -> np.ndarray:
+        """Per class: Σ|P ∩ G| / Σ|P ∪ G| over all frames (ISINet's pooled IoU; NaN when never present)."""
+        union = (self.predicted + self.reference - self.intersection).sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.intersection.sum(axis=0) / union
+
     def summary(self) -> dict:
-        """``{name: MetricValue}`` for challenge_iou, isi_iou, mciou, mdice (and map50, map95, map50_95)."""
+        """``{name: MetricValue}`` for challenge_iou, isi_iou, mciou, mdice, pooled_iou (and map50, map95,
+        map50_95)."""
         rules = asdict(self.rules)
         values = {}
         for name, per_item, unit_of_mean in (
@@ -159,6 +170,7 @@ class FrameResult:
             ("isi_iou", self.frame_isi_iou, "frames"),
             ("mciou", self.class_iou, "classes"),
             ("mdice", self.class_dice, "classes"),
+            ("pooled_iou", self.class_pooled_iou, "classes"),
         ):
             used = int(np.isfinite(per_item).sum())
             status = Status.OK if used else self._overall_status()
@@ -173,12 +185,13 @@ class FrameResult:
         return emptiness_status(bool(self.reference.sum()), bool(self.predicted.sum()))
 
     def class_values(self, k: int) -> list:
-        """Metric values of class column ``k``: mean IoU and Dice, pixel shares, frame counts (and AP)."""
+        """Metric values of class column ``k``: mean IoU and Dice, pooled IoU, pixel shares, frame counts (and AP)."""
         status = emptiness_status(bool(self.reference[:, k].sum()), bool(self.predicted[:, k].sum()))
         total = float(self.pixels.sum())
         values = [
             MetricValue("iou", float(self.class_iou[k]), "", status, {"n_frames_used": int(np.isfinite(self.iou[:, k]).sum())}),
             MetricValue("dice", float(self.class_dice[k]), "", status),
+            MetricValue("pooled_iou", float(self.class_pooled_iou[k]), "", status),
             MetricValue("reference_pixel_share", self.reference[:, k].sum() / total if total else math.nan, "fraction", status),
             MetricValue("test_pixel_share", self.predicted[:, k].sum() / total if total else math.nan, "fraction", status),
             MetricValue("n_frames_reference", float((self.reference[:, k] > 0).sum()), "count", status),
@@ -217,7 +230,7 @@ def _record(structure, label, value: MetricValue) -> dict:
 
 
 def evaluate_frames(predictions, ground_truths, classes=None, rules: EdgeRules | None = None, frame_names=None) -> FrameResult:
-    """Challenge IoU, ISI-IoU, mcIoU and mDice of paired multi-class frames.
+    """Challenge IoU, ISI-IoU, mcIoU, mDice and pooled IoU of paired multi-class frames.
 
     Parameters
     ----------
@@ -229,7 +242,8 @@ def evaluate_frames(predictions, ground_truths, classes=None, rules: EdgeRules |
         is never scored; labels not listed count as background.
     rules : EdgeRules, optional
         Edge rules (default ISINet: absent classes ignored, empty frames skipped, frames with
-        empty ground truth skipped by challenge IoU).
+        empty ground truth skipped by challenge IoU; ``EdgeRules(absent_class="zero")`` is the
+        MISAW-Seg recipe).
     frame_names : list of str, optional
         Names used in per-frame records (default ``"0"``, ``"1"``, ...).
     """
@@ -463,7 +477,7 @@ def _score_source(scores, names, policy):
 
 def result_json(result: FrameResult) -> dict:
     """JSON-ready dict: the summary values by name (``challenge_iou``, ``isi_iou``, ``mciou``,
-    ``mdice`` and, with instances, ``map50``, ``map95``, ``map50_95``, detection scores), the edge
+    ``mdice``, ``pooled_iou`` and, with instances, ``map50``, ``map95``, ``map50_95``, detection scores), the edge
     rules, the summary and per-class records, the per-frame records and the notes."""
     from .output import json_value
 

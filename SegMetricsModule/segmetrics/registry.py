@@ -76,8 +76,9 @@ class Parameters:
     numbers must be real numbers (not text, not booleans) and finite; ``hd_percentile`` in
     (0, 100]; ``nsd_tolerance_mm``, ``msi_il``, ``msi_ol`` (the MSI penalty levels, Gaussian width
     10 / level), ``roughness_window_mm`` and ``apl_tolerance_mm`` (added path length tolerance,
-    default 1 mm: about one CT pixel, the voxel-level agreement of Vaassen et al. 2020) > 0; ``msi_axis`` 0, 1 or 2; text fields one of
-    :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
+    default 1 mm: about one CT pixel, the voxel-level agreement of Vaassen et al. 2020) > 0;
+    ``lesion_iou`` (the IoU a lesion match needs) in (0, 1]; ``msi_axis`` 0, 1 or 2; text fields one
+    of :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
     """
 
     hd_percentile: float = 95.0
@@ -93,6 +94,7 @@ class Parameters:
     roughness_window_mm: float | None = None  # None = the convention's default
     roughness_convention: str = "default"  # or "paper"
     apl_tolerance_mm: float = 1.0
+    lesion_iou: float = 0.5  # lesion-wise detection: IoU a component match needs
 
     def __post_init__(self):
         self.hd_percentile = positive_number("hd_percentile", self.hd_percentile, maximum=100.0)
@@ -100,6 +102,7 @@ class Parameters:
         self.msi_il = positive_number("msi_il", self.msi_il)
         self.msi_ol = positive_number("msi_ol", self.msi_ol)
         self.apl_tolerance_mm = positive_number("apl_tolerance_mm", self.apl_tolerance_mm)
+        self.lesion_iou = positive_number("lesion_iou", self.lesion_iou, maximum=1.0)
         if self.roughness_window_mm is not None:
             self.roughness_window_mm = positive_number("roughness_window_mm", self.roughness_window_mm)
         if self.msi_axis is not None:
@@ -199,6 +202,7 @@ _GROUP_MODULES = (
     "segmetrics.msi",
     "segmetrics.roughness",
     "segmetrics.contours",
+    "segmetrics.lesions",
 )
 #: Metric names of the built-in groups, listed here so that the CLI's help need not import the
 #: groups' modules (vtk, numba, scikit-image); a test checks it against :func:`all_groups`.
@@ -210,6 +214,7 @@ BUILTIN_METRIC_NAMES = {
     "msi": ("msi", "msi_3d"),
     "roughness": ("ri_reference_mm", "ri_test_mm", "rr", "ard_mm"),
     "contours": ("apl_mm", "apl_fraction", "contour_hd_mm", "contour_mean_distance_mm"),
+    "lesions": ("lesion_f1", "lesion_precision", "lesion_recall", "lesion_tp", "lesion_fp", "lesion_fn"),
 }
 #: Short names accepted on input besides the exact metric names; ``NAME`` also matches ``NAME_mm``.
 ALIASES = {"ri": ("ri_reference_mm", "ri_test_mm")}
