@@ -421,32 +421,33 @@ def test_labels_follow_a_new_array():
 
 
 # --------------------------------------------------------------------------------- 10: DICOM
-def test_dicom_objects_that_are_not_images_are_refused(tmp_path, capsys):
+def write_dicom_object(path, sop_class, modality):
+    """A minimal DICOM file of one SOP class (no pixel data)."""
     from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import BasicTextSRStorage, ExplicitVRLittleEndian, generate_uid
+    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
 
-    report = Dataset()
-    report.file_meta = FileMetaDataset()
-    report.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    report.file_meta.MediaStorageSOPClassUID = BasicTextSRStorage
-    report.SOPClassUID, report.SOPInstanceUID, report.Modality = BasicTextSRStorage, generate_uid(), "SR"
-    path = tmp_path / "report.dcm"
-    report.save_as(path, enforce_file_format=True)
+    dataset = Dataset()
+    dataset.file_meta = FileMetaDataset()
+    dataset.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    dataset.file_meta.MediaStorageSOPClassUID = sop_class
+    dataset.SOPClassUID, dataset.SOPInstanceUID, dataset.Modality = sop_class, generate_uid(), modality
+    dataset.save_as(path, enforce_file_format=True)
+    return path
+
+
+def test_dicom_objects_that_are_not_images_are_refused(tmp_path, capsys):
+    from pydicom.uid import BasicTextSRStorage
+
+    path = write_dicom_object(tmp_path / "report.dcm", BasicTextSRStorage, "SR")
     with pytest.raises(ReadError, match="DICOM Basic Text SR Storage"):
         load_label_image(path)
     assert_one_line_error(capsys, "Basic Text SR Storage", "compare", path, path)
 
 
 def test_dicom_rt_dose_is_refused_and_ct_image_passes_the_dicom_check(tmp_path, data_dir):
-    from pydicom.dataset import Dataset, FileMetaDataset
-    from pydicom.uid import ExplicitVRLittleEndian, RTDoseStorage, generate_uid
+    from pydicom.uid import RTDoseStorage
 
-    dose = Dataset()
-    dose.file_meta = FileMetaDataset()
-    dose.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
-    dose.file_meta.MediaStorageSOPClassUID = RTDoseStorage
-    dose.SOPClassUID, dose.SOPInstanceUID, dose.Modality = RTDoseStorage, generate_uid(), "RTDOSE"
-    dose.save_as(tmp_path / "dose", enforce_file_format=True)  # no .dcm suffix: recognised by content
+    write_dicom_object(tmp_path / "dose", RTDoseStorage, "RTDOSE")  # no .dcm suffix: recognised by content
     with pytest.raises(ReadError, match="DICOM RT Dose Storage \\(RTDOSE\\)"):
         load_label_image(tmp_path / "dose")
     with pytest.raises(ReadError, match="intensity image"):  # an image, refused only as a label map
