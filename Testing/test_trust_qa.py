@@ -29,3 +29,17 @@ def test_multi_page_tiff_is_refused_not_read_as_its_first_page(tmp_path):
     pages[0].save(path, save_all=True, append_images=pages[1:])
     with pytest.raises(ReadError, match=r"stack\.tif: .*3 (pages|frames)"):
         load_label_image(path)
+
+
+@pytest.mark.parametrize("field", ["Offset", "Origin", "Position"])
+@pytest.mark.parametrize("value", ["nan", "inf", "abc"])
+def test_metaimage_origin_not_finite_is_refused(tmp_path, field, value):
+    """ITK read ``Offset = nan 0 0`` as origin (0, 0, 0): a broken header passed as a valid grid."""
+    path = tmp_path / "mask.mha"
+    sitk.WriteImage(sitk.GetImageFromArray(_box()), str(path))
+    text = path.read_bytes()
+    header_end = text.index(b"ElementDataFile")
+    header = re.sub(rb"Offset = [^\n]*", f"{field} = {value} 0 0".encode(), text[:header_end])
+    path.write_bytes(header + text[header_end:])
+    with pytest.raises(ReadError, match=rf"mask\.mha: .*{field}"):
+        load_label_image(path)
