@@ -43,3 +43,11 @@ def test_metaimage_origin_not_finite_is_refused(tmp_path, field, value):
     path.write_bytes(header + text[header_end:])
     with pytest.raises(ReadError, match=rf"mask\.mha: .*{field}"):
         load_label_image(path)
+
+
+@pytest.mark.parametrize("window", [2.5, 3.7, "3"])
+def test_paper_roughness_window_must_be_whole_voxels(window):
+    """The paper convention's window is a tile side in voxels: 2.5 was silently truncated to 2."""
+    with pytest.raises(ParameterError, match="roughness_window_mm"):
+        Parameters(roughness_convention="paper", roughness_window_mm=window)
+    assert Parameters(roughness_convention="paper", roughness_window_mm=3.0).roughness_window_mm == 3

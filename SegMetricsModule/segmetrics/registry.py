@@ -75,7 +75,7 @@ class Parameters:
     Values are checked at construction and a wrong one raises :class:`ParameterError` naming it:
     numbers must be real numbers (not text, not booleans) and finite; ``hd_percentile`` in
     (0, 100]; ``nsd_tolerance_mm``, ``msi_il``, ``msi_ol`` (the MSI penalty levels, Gaussian width
-    10 / level) and ``roughness_window_mm`` > 0; ``msi_axis`` 0, 1 or 2; text fields one of
+    10 / level) and ``roughness_window_mm`` > 0 (a whole number of voxels with the paper convention); ``msi_axis`` 0, 1 or 2; text fields one of
     :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
     """
 
@@ -99,6 +99,9 @@ class Parameters:
         self.msi_ol = positive_number("msi_ol", self.msi_ol)
         if self.roughness_window_mm is not None:
             self.roughness_window_mm = positive_number("roughness_window_mm", self.roughness_window_mm)
+            if self.roughness_convention == "paper" and not self.roughness_window_mm.is_integer():
+                raise ParameterError(f"roughness_window_mm is a tile side in whole voxels with the paper convention, "
+                                     f"got {self.roughness_window_mm!r}")
         if self.msi_axis is not None:
             if isinstance(self.msi_axis, bool) or not isinstance(self.msi_axis, numbers.Integral) \
                     or not 0 <= self.msi_axis <= 2:
