@@ -51,3 +51,27 @@ def test_paper_roughness_window_must_be_whole_voxels(window):
     with pytest.raises(ParameterError, match="roughness_window_mm"):
         Parameters(roughness_convention="paper", roughness_window_mm=window)
     assert Parameters(roughness_convention="paper", roughness_window_mm=3.0).roughness_window_mm == 3
+
+
+@pytest.mark.parametrize("name", ["\tlung", " lung ", "lung\n", "\r=cmd"])
+def test_structure_names_with_outer_whitespace_are_selectable_and_reported(tmp_path, name):
+    """``labels=[name]`` stripped the name, so a structure named with a leading tab / trailing newline
+    could not be selected, and ``--report`` (which recomputes the worst case by name) failed after the
+    whole batch had run."""
+    reference = LabelImage(_box(), (1.0, 1.0, 2.0), names={1: name})
+    test_array = _box()
+    test_array[1, 2, 2] = 0
+    test = LabelImage(test_array, (1.0, 1.0, 2.0), names={1: name})
+    result = compare(reference, test, labels=[name], metrics="dice")
+    voxels = int(_box().sum())
+    assert result[name].value("dice") == pytest.approx(2 * (voxels - 1) / (2 * voxels - 1))
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for side, image in (("ref", reference), ("test", test)):
+        sitk.WriteImage(sitk.GetImageFromArray(image.array), str(folder / f"{side}.nrrd"))
+    (folder / "names.json").write_text(json.dumps({"1": name}))
+    case = Case("case", str(folder / "ref.nrrd"), str(folder / "test.nrrd"), str(folder / "names.json"))
+    run_batch([case], tmp_path / "out", metrics="dice,msi", progress=False)
+    report_batch(tmp_path / "out", [case], tmp_path / "report")
+    assert (tmp_path / "report" / "report.md").is_file()

@@ -128,10 +128,11 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None):
                  for name in names]
     if labels is None:
         return pairs, notes
-    wanted = [str(x).strip() for x in labels]
     chosen, unknown = [], []
-    for item in wanted:
-        match = [p for p in pairs if item in (p[0], str(p[1]), str(p[2]))]
+    for given in map(str, labels):  # exact first: a structure name may begin or end with white space
+        item = given.strip()
+        match = [p for p in pairs if given in (p[0], str(p[1]), str(p[2]))] or \
+            [p for p in pairs if item in (p[0], str(p[1]), str(p[2]))]
         if match:
             chosen += [p for p in match if p not in chosen]
         elif _as_number(item) is not None:
