@@ -75,3 +75,28 @@ def test_structure_names_with_outer_whitespace_are_selectable_and_reported(tmp_p
     run_batch([case], tmp_path / "out", metrics="dice,msi", progress=False)
     report_batch(tmp_path / "out", [case], tmp_path / "report")
     assert (tmp_path / "report" / "report.md").is_file()
+
+
+@pytest.mark.parametrize("params", [{"hd_percentile": "95"}, {"nsd_tolerance_mm": float("nan")}, {"bogus": 1},
+                                    {"msi_axis": 3}, "hd_percentile=95", 5])
+def test_python_api_refuses_wrong_params_with_one_parameter_error(tmp_path, params):
+    """A dict (or anything else) given as ``params`` to ``compare``/``run_batch`` raised AttributeError /
+    TypeError from deep inside; it is checked like ``Parameters`` itself."""
+    image = LabelImage(_box(), (1.0, 1.0, 2.0))
+    with pytest.raises(ParameterError):
+        compare(image, image, params=params, metrics="dice")
+    path = tmp_path / "mask.nrrd"
+    sitk.WriteImage(sitk.GetImageFromArray(_box()), str(path))
+    with pytest.raises(ParameterError):
+        run_batch([Case("a", str(path), str(path))], tmp_path / "out", params=params, metrics="dice", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_python_api_accepts_a_dict_of_parameter_fields():
+    reference = LabelImage(_box(), (1.0, 1.0, 1.0))
+    test_array = np.zeros_like(_box())
+    test_array[1:5, 2:6, 4:9] = 1  # the box moved by 2 voxels along x
+    result = compare(reference, LabelImage(test_array, (1.0, 1.0, 1.0)), params={"nsd_tolerance_mm": 0.5},
+                     metrics="hd_mm,nsd")
+    assert result["1"].value("hd_mm") == pytest.approx(2.0)
+    assert result["1"].get("nsd").params["tolerance_mm"] == 0.5

@@ -8,7 +8,7 @@ import numpy as np
 
 from .geometry import LabelImage, check_same_geometry, geometry_differences, resample_nearest
 from .orientation import canonical
-from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, resolve_selection
+from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, as_parameters, resolve_selection
 from .validation import NothingToCompareError
 
 
@@ -193,8 +193,9 @@ def compare(
         Label values or structure names to evaluate; default all non-zero labels of either image.
     metrics : str or list, optional
         Metric or group names (see :func:`segmetrics.registry.metric_specs`); default all.
-    params : Parameters, optional
-        Metric parameters (HD percentile, NSD tolerance in mm, MSI levels, ...).
+    params : Parameters or dict, optional
+        Metric parameters (HD percentile, NSD tolerance in mm, MSI levels, ...); a dict of
+        :class:`Parameters` fields is checked the same way (:class:`ParameterError` when wrong).
     resample_to : {None, "reference"}
         ``"reference"`` resamples the test onto the reference grid (nearest neighbour);
         otherwise a grid mismatch raises :class:`~segmetrics.geometry.GeometryMismatchError`.
@@ -217,7 +218,7 @@ def compare(
     """
     from .io import load_label_image
 
-    params = params or Parameters()
+    params = as_parameters(params)
     reference = load_label_image(reference, spacing, threshold, input_policy=input_policy, name="reference")
     test = load_label_image(test, spacing, threshold, input_policy=input_policy, name="test")
     params.check_dimension(reference.ndim)

@@ -7,10 +7,12 @@ group modules on first use.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import numbers
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Callable
 
 import numpy as np
@@ -117,6 +119,22 @@ class Parameters:
         if self.msi_axis is not None and self.msi_axis >= ndim:
             raise ParameterError(f"msi_axis {self.msi_axis} does not exist in a {ndim}-D image "
                                  f"(array axes 0..{ndim - 1})")
+
+
+def as_parameters(params) -> Parameters:
+    """``params`` as :class:`Parameters`: ``None`` gives the defaults, a mapping of field names is
+    checked like the constructor; anything else (or an unknown key) raises :class:`ParameterError`."""
+    if params is None:
+        return Parameters()
+    if isinstance(params, Parameters):
+        return params
+    if not isinstance(params, Mapping):
+        raise ParameterError(f"params must be segmetrics.Parameters or a dict of its fields, got {params!r}")
+    fields = {f.name for f in dataclasses.fields(Parameters)}
+    unknown = sorted(map(str, set(params) - fields))
+    if unknown:
+        raise ParameterError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
+    return Parameters(**params)
 
 
 def positive_number(name: str, value, maximum: float = math.inf) -> float:
