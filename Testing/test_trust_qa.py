@@ -100,3 +100,16 @@ def test_python_api_accepts_a_dict_of_parameter_fields():
                      metrics="hd_mm,nsd")
     assert result["1"].value("hd_mm") == pytest.approx(2.0)
     assert result["1"].get("nsd").params["tolerance_mm"] == 0.5
+
+
+@pytest.mark.parametrize("connectivity", [0, 3, -1, 1.5, True])
+def test_frames_connectivity_out_of_range_for_2d_is_one_clear_error(tmp_path, connectivity):
+    """``connectivity`` beyond a 2-D frame's dimension (or not an integer) reached skimage, whose
+    error does not name the option (and 1.5 / True passed without an error)."""
+    from segmetrics.frames import evaluate_folders
+
+    for side in ("pred", "gt"):
+        (tmp_path / side).mkdir()
+        Image.fromarray(_box()[2] * 3).save(tmp_path / side / "frame.png")
+    with pytest.raises(ValueError, match=r"connectivity must be 1 \(faces\) to 2"):
+        evaluate_folders(tmp_path / "pred", tmp_path / "gt", instances=True, connectivity=connectivity)
