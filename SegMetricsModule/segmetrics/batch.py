@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .output import RECORD_FIELDS, csv_row, json_value, record_row
-from .registry import Parameters
+from .registry import Parameters, as_parameters
 from .workers import WorkerDied, run_isolated
 
 #: Columns of ``results.csv`` (the compare record fields, prefixed with the case id).
@@ -578,7 +578,7 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     check_threshold(threshold)
     if workers < 0:
         raise BatchError(f"workers must be 0 (this process) or more, got {workers}")
-    job = {"metrics": metrics, "params": params or Parameters(), "resample_to": resample_to, "labels": labels,
+    job = {"metrics": metrics, "params": as_parameters(params), "resample_to": resample_to, "labels": labels,
            "threshold": threshold, "input_policy": input_policy or InputPolicy()}
     settings = _settings(job)
     fingerprints = {case.case_id: _fingerprint(case, settings) for case in cases}

@@ -9,7 +9,8 @@ import numpy as np
 from .geometry import (LabelImage, check_same_geometry, foreground_outside_note, geometry_differences,
                        resample_nearest, union_box)
 from .orientation import Reorientation, canonical
-from .registry import MetricValue, Parameters, Status, StructurePair, all_groups, resolve_selection
+from .registry import (MetricValue, Parameters, Status, StructurePair, all_groups, as_parameters,
+                       resolve_selection)
 from .structure_names import match_names
 from .validation import NothingToCompareError
 
@@ -172,10 +173,11 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
                  for name in names]
     if labels is None:
         return pairs, notes
-    wanted = [str(x).strip() for x in labels]
     chosen, unknown = [], []
-    for item in wanted:
-        match = [p for p in pairs if item in (p[0], str(p[1]), str(p[2]))]
+    for given in map(str, labels):  # exact first: a structure name may begin or end with white space
+        item = given.strip()
+        match = [p for p in pairs if given in (p[0], str(p[1]), str(p[2]))] or \
+            [p for p in pairs if item in (p[0], str(p[1]), str(p[2]))]
         if match:
             chosen += [p for p in match if p not in chosen]
         elif _as_number(item) is not None:
@@ -259,8 +261,9 @@ def compare(
         Label values or structure names to evaluate; default all non-zero labels of either image.
     metrics : str or list, optional
         Metric or group names (see :func:`segmetrics.registry.metric_specs`); default all.
-    params : Parameters, optional
-        Metric parameters (HD percentile, NSD tolerance in mm, MSI levels, ...).
+    params : Parameters or dict, optional
+        Metric parameters (HD percentile, NSD tolerance in mm, MSI levels, ...); a dict of
+        :class:`Parameters` fields is checked the same way (:class:`ParameterError` when wrong).
     resample_to : {None, "reference"} or path
         ``"reference"`` resamples the test onto the reference grid (nearest neighbour); a path to
         a DICOM image series folder (or an image file) resamples both onto its grid; otherwise a
@@ -295,7 +298,7 @@ def compare(
     from .io import load_pair
     from .provenance import describe_input, grid_info, provenance
 
-    params = params or Parameters()
+    params = as_parameters(params)
     inputs = {"reference": describe_input(reference), "test": describe_input(test)}
     reference, test = load_pair(reference, test, spacing, threshold, input_policy=input_policy, image=image,
                                 contour_resolution_mm=contour_resolution_mm)

@@ -22,6 +22,7 @@ COCO conventions reproduced exactly (pycocotools ``COCOeval``, ``iouType="segm"`
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,6 +88,10 @@ def instances_from_semantic(label_map, connectivity: int | None = None, class_id
     Components are numbered in raster order; ``ids`` are these numbers and scores are 1.
     """
     label_map = np.asarray(label_map)
+    if connectivity is not None and (isinstance(connectivity, bool) or not isinstance(connectivity, numbers.Integral)
+                                     or not 1 <= connectivity <= label_map.ndim):
+        raise ValueError(f"connectivity must be 1 (faces) to {label_map.ndim} (corners) for a {label_map.ndim}-D "
+                         f"label map, got {connectivity!r}")
     if class_ids is not None:
         label_map = np.where(np.isin(label_map, list(class_ids)), label_map, 0)
     components, count = connected_components(label_map, background=0, return_num=True, connectivity=connectivity)

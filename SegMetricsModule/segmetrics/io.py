@@ -198,6 +198,10 @@ def _read_picture(path: Path) -> LabelImage:
     from PIL import Image
 
     with Image.open(path) as picture:
+        pages = getattr(picture, "n_frames", 1)
+        if pages > 1:
+            raise ReadError(f"{path}: holds {pages} pages (a stack); only single-page pictures are read: save a "
+                            "3-D mask as NRRD, NIfTI or MHA")
         if picture.mode in ("RGB", "RGBA", "LA", "CMYK", "YCbCr", "HSV"):
             rgb = np.asarray(picture.convert("RGB"))
             if not (np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 0], rgb[..., 2])):

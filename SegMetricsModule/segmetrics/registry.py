@@ -7,10 +7,12 @@ group modules on first use.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import numbers
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Callable
 
 import numpy as np
@@ -75,7 +77,8 @@ class Parameters:
     Values are checked at construction and a wrong one raises :class:`ParameterError` naming it:
     numbers must be real numbers (not text, not booleans) and finite; ``hd_percentile`` in
     (0, 100]; ``nsd_tolerance_mm``, ``msi_il``, ``msi_ol`` (the MSI penalty levels, Gaussian width
-    10 / level), ``roughness_window_mm`` and ``apl_tolerance_mm`` (added path length tolerance,
+    10 / level), ``roughness_window_mm`` (a whole number of voxels with the paper
+    convention) and ``apl_tolerance_mm`` (added path length tolerance,
     default 1 mm: about one CT pixel, the voxel-level agreement of Vaassen et al. 2020) > 0;
     ``lesion_iou`` (the IoU a lesion match needs) in (0, 1]; ``msi_axis`` 0, 1 or 2; text fields one
     of :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
@@ -105,6 +108,9 @@ class Parameters:
         self.lesion_iou = positive_number("lesion_iou", self.lesion_iou, maximum=1.0)
         if self.roughness_window_mm is not None:
             self.roughness_window_mm = positive_number("roughness_window_mm", self.roughness_window_mm)
+            if self.roughness_convention == "paper" and not self.roughness_window_mm.is_integer():
+                raise ParameterError(f"roughness_window_mm is a tile side in whole voxels with the paper convention, "
+                                     f"got {self.roughness_window_mm!r}")
         if self.msi_axis is not None:
             if isinstance(self.msi_axis, bool) or not isinstance(self.msi_axis, numbers.Integral) \
                     or not 0 <= self.msi_axis <= 2:
@@ -120,6 +126,22 @@ class Parameters:
         if self.msi_axis is not None and self.msi_axis >= ndim:
             raise ParameterError(f"msi_axis {self.msi_axis} does not exist in a {ndim}-D image "
                                  f"(array axes 0..{ndim - 1})")
+
+
+def as_parameters(params) -> Parameters:
+    """``params`` as :class:`Parameters`: ``None`` gives the defaults, a mapping of field names is
+    checked like the constructor; anything else (or an unknown key) raises :class:`ParameterError`."""
+    if params is None:
+        return Parameters()
+    if isinstance(params, Parameters):
+        return params
+    if not isinstance(params, Mapping):
+        raise ParameterError(f"params must be segmetrics.Parameters or a dict of its fields, got {params!r}")
+    fields = {f.name for f in dataclasses.fields(Parameters)}
+    unknown = sorted(map(str, set(params) - fields))
+    if unknown:
+        raise ParameterError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
+    return Parameters(**params)
 
 
 def positive_number(name: str, value, maximum: float = math.inf) -> float:

@@ -245,7 +245,7 @@ def _check_nrrd_spacing(path: Path) -> None:
 
 
 def _check_meta(path: Path) -> None:
-    """MetaImage voxel sizes (``ElementSpacing``, else ``ElementSize``) and data length.
+    """MetaImage voxel sizes (``ElementSpacing``, else ``ElementSize``), origin and data length.
 
     The data length is checked for data stored ``LOCAL`` or in one file, raw (element count ×
     element size) or compressed (``CompressedDataSize``): ITK reports data cut short only as
@@ -255,6 +255,9 @@ def _check_meta(path: Path) -> None:
     spacing = fields.get("ElementSpacing", fields.get("ElementSize"))
     if spacing:
         _check_header_spacing(path, "MetaImage ElementSpacing", _floats(spacing.split()))
+    for field in ("Offset", "Origin", "Position"):  # synonyms; ITK reads a value it cannot parse as 0
+        if field in fields and not all(math.isfinite(x) for x in _floats(fields[field].split())):
+            raise ReadError(f"{path}: MetaImage {field} ({fields[field]}) is not a finite position in mm")
     source = fields.get("ElementDataFile", "")
     if not source or source.split()[0] == "LIST" or "%" in source:
         return
