@@ -4,7 +4,6 @@ Small synthetic cases (balls in 14³ volumes) keep every run quick; values are c
 :func:`segmetrics.compare` run in this process and against the analytic voxel count where cheap.
 """
 import csv
-import json
 import os
 import random
 import signal

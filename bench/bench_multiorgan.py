@@ -58,7 +58,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         seconds = cli_seconds("compare", *files, "--format", "csv", "-o", Path(tmp) / "out.csv")
     print(f"CLI end to end (segmetrics compare, all groups, new process): {seconds:.2f} s")
-    print(f"ratio: ours(distance set) / DeepMind per-label loop, printed above as 'vs DeepMind' (> 1 = faster)")
+    print("ratio: ours(distance set) / DeepMind per-label loop, printed above as 'vs DeepMind' (> 1 = faster)")
 
 
 if __name__ == "__main__":

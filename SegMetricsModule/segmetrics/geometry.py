@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # SimpleITK is imported where it is used (a light `import segmetrics`)
+    import SimpleITK as sitk
 
 #: Relative/absolute tolerance used when comparing spacing, origin and direction.
 GEOMETRY_TOLERANCE = 1e-4
