@@ -120,6 +120,11 @@ def _shown_metrics(agg: Aggregate) -> list:
 
 
 # ---------------------------------------------------------------------------------- figures
+def _plot_text(text) -> str:
+    """A name as figure text: control characters (tab, line breaks), which fonts cannot draw, as spaces."""
+    return "".join(" " if not character.isprintable() else character for character in str(text))
+
+
 def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
     """Box plot of one metric, one box per class, over the defined values only: penalised or infinite
     values of missed structures do not stretch the axis; their count is written at the right."""
@@ -134,7 +139,7 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
     fig = Figure(figsize=(7, 1.2 + 0.28 * len(classes)))
     ax = fig.subplots()
     ax.boxplot([d or [math.nan] for d in data], orientation="horizontal", showmeans=True)  # matplotlib >= 3.10
-    ax.set_yticks(range(1, len(classes) + 1), classes, fontsize=8)
+    ax.set_yticks(range(1, len(classes) + 1), [_plot_text(c) for c in classes], fontsize=8)
     for row, c in enumerate(classes, start=1):
         missed = sum(x["status"] in ("test_empty", "reference_empty") for x in members[c])
         if missed:
@@ -169,7 +174,7 @@ def _msi_curve(rows, title: str, path: Path) -> bool:
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("slice index (MSI axis)")
     ax.set_ylabel("MSI")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(_plot_text(title), fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
