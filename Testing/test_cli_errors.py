@@ -154,6 +154,9 @@ def test_seg_nrrd_pair_without_segments_says_nothing_to_compare(tmp_path, capsys
 # Defect 6 (CLI side): invalid options refused in one line before any input is read or case runs.
 INVALID_OPTIONS = [
     (["compare", "missing.nrrd", "missing.nrrd", "--threshold", "nan"], "--threshold"),
+    (["compare", "missing.nrrd", "missing.nrrd", "--labels", ""], "--labels"),
+    (["compare", "missing.nrrd", "missing.nrrd", "--labels", "1,,2"], "--labels"),
+    (["batch", "--manifest", "missing.csv", "-o", "{out}", "--labels", " "], "--labels"),
     (["compare", "missing.nrrd", "missing.nrrd", "--nsd-tolerance", "inf"], "--nsd-tolerance"),
     (["compare", "missing.nrrd", "missing.nrrd", "--msi-il", "nan"], "--msi-il"),
     (["frames", "missing", "missing", "--detection-iou", "0"], "--detection-iou"),

@@ -165,7 +165,7 @@ def _run_compare(args) -> int:
         names = read_name_map(args.names)
         for image in (reference, test):
             apply_name_map(image, names)
-    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    labels = _labels(args)
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
                          resample_to=args.resample_to, progress=progress, input_policy=policy, synonyms=synonyms)
@@ -307,7 +307,7 @@ def _run_batch(args) -> int:
         raise UserError("--scheduler needs dask.distributed: pip install 'segmetrics[distributed]'")
     penalty = _penalty(args.penalty)
     params = _parameters(args)
-    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    labels = _labels(args)
     job = {"metrics": args.metrics, "params": params, "resample_to": args.resample_to, "threshold": args.threshold,
            "input_policy": _input_policy(args)}
     summary = run_batch(cases, args.output, labels=labels, workers=args.workers, scheduler=args.scheduler,
@@ -408,6 +408,18 @@ def _penalty(text: str):
     return value
 
 
+def _labels(args):
+    """``--labels`` as a list of label values or structure names (``None``: all structures); an empty
+    list or an empty item (``--labels ''``, ``--labels 1,,2``) is refused instead of meaning all."""
+    if args.labels is None:
+        return None
+    labels = [item.strip() for item in args.labels.split(",")]
+    if not all(labels):
+        raise UserError(f"--labels {args.labels!r}: an empty label; give comma-separated label values or "
+                        "structure names, or leave the option out to compare every structure")
+    return labels
+
+
 def check_options(args) -> None:
     """Refuse invalid option values in one line before any work: every number finite, bounded options
     in range, ``--penalty`` valid, metric parameters accepted by ``Parameters``."""
@@ -418,6 +430,8 @@ def check_options(args) -> None:
             raise UserError(f"{_flag(option)} {value}: expected a value {OPTION_RANGES[option][1]}")
     if getattr(args, "penalty", None) is not None:
         _penalty(args.penalty)
+    if hasattr(args, "labels"):
+        _labels(args)
     if hasattr(args, "params"):  # compare and batch: Parameters validates the metric parameters
         _parameters(args)
     if hasattr(args, "metrics"):
