@@ -411,10 +411,11 @@ def _slice_fda(ref2d, test2d, il, ol):
 def pair_slice_axis(pair: StructurePair, params: Parameters) -> int:
     """The axis of a 3-D pair's (canonical) masks cut into slices: ``params.msi_axis``, an axis of
     the user's stored array, mapped through ``pair.orientation``; else the through-plane axis."""
+    axis = slice_axis(pair.spacing, params, pair.image.direction if pair.image is not None else None)
     if params.msi_axis is None:
-        return slice_axis(pair.spacing, params, pair.image.direction if pair.image is not None else None)
+        return axis
     orientation = pair.orientation or Reorientation.identity(pair.reference.shape)
-    return orientation.canonical_axis(params.msi_axis % 3)
+    return orientation.canonical_axis(axis)
 
 
 def slice_axis(spacing, params: Parameters, direction=None) -> int:
