@@ -148,11 +148,10 @@ def read_structure_set(path) -> StructureSet:
     return StructureSet(str(path), names, contours)
 
 
-def read_rtstruct(path, grid: LabelImage | None = None,
-                  resolution_mm: float = DEFAULT_CONTOUR_RESOLUTION_MM) -> ContourImage:
-    """An RTSTRUCT rasterised on ``grid``, or on its own :func:`contour_grid`."""
+def read_rtstruct(path) -> ContourImage:
+    """An RTSTRUCT rasterised on its own :func:`contour_grid` (see :func:`rasterise` for other grids)."""
     structures = read_structure_set(path)
-    return rasterise(structures, grid if grid is not None else contour_grid([structures], resolution_mm))
+    return rasterise(structures, contour_grid([structures]))
 
 
 def plane_axes(polygons) -> np.ndarray:

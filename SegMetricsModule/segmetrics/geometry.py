@@ -69,7 +69,7 @@ class LabelImage:
     direction: tuple = None
     names: dict = field(default_factory=dict)
     segment_masks: dict = field(default_factory=dict)
-    _array_labels: tuple = field(default=None, init=False, repr=False, compare=False)  # (array, labels, boxes)
+    _array_labels: tuple = field(default=None, init=False, repr=False, compare=False)  # see _index
 
     def __post_init__(self):
         self.array = np.asarray(self.array)
@@ -115,19 +115,22 @@ class LabelImage:
         """
         if label in self.segment_masks:
             return bounding_box(self.segment_masks[label])
-        _, labels, boxes = self._index()
+        _, labels, boxes, outer = self._index()
         if boxes is not None or label not in labels:
             return (boxes or {}).get(label)
-        outer = bounding_box(self.array)
         return shift_box(bounding_box(self.array[outer] == label), outer)
 
     def _index(self) -> tuple:
-        """``(array, labels, {label: box} or None)``, computed once per array object."""
+        """``(array, labels, {label: box} or None, foreground box)``, computed once per array object."""
         if self._array_labels is None or self._array_labels[0] is not self.array:
-            boxes = label_boxes(self.array)
-            labels = tuple(boxes) if boxes is not None else tuple(
-                v.item() for v in distinct_values(_foreground(self.array)) if v != 0)
-            self._array_labels = (self.array, labels, boxes)
+            outer = bounding_box(self.array)
+            boxes = _label_boxes_within(self.array, outer)
+            if boxes is not None:
+                labels = tuple(boxes)
+            else:
+                foreground = self.array[outer] if outer is not None else self.array.reshape(-1)[:0]
+                labels = tuple(v.item() for v in distinct_values(foreground) if v != 0)
+            self._array_labels = (self.array, labels, boxes, outer)
         return self._array_labels
 
     @property
@@ -199,7 +202,13 @@ def label_boxes(array: np.ndarray):
     """
     if array.dtype.kind not in "biu":
         return None
-    outer = bounding_box(array)
+    return _label_boxes_within(array, bounding_box(array))
+
+
+def _label_boxes_within(array: np.ndarray, outer):
+    """:func:`label_boxes` given the foreground's bounding box ``outer`` (``None``: no foreground)."""
+    if array.dtype.kind not in "biu":
+        return None
     if outer is None:
         return {}
     crop = array[outer]
@@ -211,12 +220,6 @@ def label_boxes(array: np.ndarray):
 
     found = ndimage.find_objects(crop)
     return {label: shift_box(box, outer) for label, box in enumerate(found, start=1) if box is not None}
-
-
-def _foreground(array: np.ndarray) -> np.ndarray:
-    """The array within the bounding box of its non-zero values (a view; empty when all are 0)."""
-    outer = bounding_box(array)
-    return array[outer] if outer is not None else array.reshape(-1)[:0]
 
 
 def shift_box(box, outer):
