@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from .geometry import LabelImage
-from .validation import ReadError, check_unique_names
+from .validation import ReadError, check_unique_names, dicom_class, looks_like_dicom
 
 #: In-plane pixel size (mm) of grids built from contour planes: about the pixel size of the
 #: planning CTs contours are drawn on (0.9-1.3 mm), so the half-pixel rasterisation error stays at
@@ -77,19 +77,15 @@ def dicom_kind(path) -> str | None:
     """``"rtstruct"``, ``"seg"`` or None (not DICOM, or another DICOM object), from the SOP class.
 
     Only files named ``.dcm``/``.dicom`` or starting with the DICOM preamble are opened."""
-    import pydicom
     from pydicom.uid import RTStructureSetStorage, SegmentationStorage
 
     path = Path(path)
     try:
-        with open(path, "rb") as handle:
-            preamble = handle.read(132)[128:]
-        if preamble != b"DICM" and path.suffix.lower() not in (".dcm", ".dicom"):
+        if not looks_like_dicom(path):
             return None
-        dataset = pydicom.dcmread(path, stop_before_pixels=True, force=True, specific_tags=["SOPClassUID"])
+        sop_class, _modality = dicom_class(path)
     except Exception:  # unreadable: segmetrics.validation reports it in one line
         return None
-    sop_class = str(dataset.get("SOPClassUID", ""))
     return {RTStructureSetStorage: "rtstruct", SegmentationStorage: "seg"}.get(sop_class)
 
 

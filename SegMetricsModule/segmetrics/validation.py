@@ -87,7 +87,7 @@ def check_file(path: Path, policy: InputPolicy) -> None:
             head = handle.read(132)
     except OSError as error:
         raise ReadError(f"{path}: cannot be read ({error.strerror or error})") from error
-    if name.endswith(_DICOM_SUFFIXES) or head[128:132] == b"DICM":
+    if looks_like_dicom(path, head):
         _check_dicom(path)
     if name.endswith(_DETACHED_SUFFIXES) and not policy.allow_external_data:
         _check_data_files(path)
@@ -138,21 +138,39 @@ def _lossy_format(path: Path) -> str | None:
     return None
 
 
-def _check_dicom(path: Path) -> None:
-    """Refuse DICOM objects that are neither images nor structures (RT Dose/Plan, SR, ...); RT
-    Structure Sets and Segmentations are read by :mod:`segmetrics.dicom`."""
+def looks_like_dicom(path: Path, head: bytes | None = None) -> bool:
+    """Whether a file is to be read as DICOM: named ``.dcm``/``.dicom`` or starting with the DICOM
+    preamble (``head``: its first 132 bytes, read here when not given)."""
+    if path.name.lower().endswith(_DICOM_SUFFIXES):
+        return True
+    if head is None:
+        with open(path, "rb") as handle:
+            head = handle.read(132)
+    return head[128:132] == b"DICM"
+
+
+def dicom_class(path: Path) -> tuple:
+    """``(SOP Class UID, Modality or None)`` of a DICOM file (pixel data not read); ReadError when
+    it cannot be read as DICOM."""
     import pydicom
     from pydicom.errors import InvalidDicomError
-    from pydicom.uid import UID, RTStructureSetStorage, SegmentationStorage
+    from pydicom.uid import UID
 
     try:
         dataset = pydicom.dcmread(path, stop_before_pixels=True, force=True, specific_tags=["SOPClassUID", "Modality"])
     except (InvalidDicomError, OSError, ValueError) as error:
         raise ReadError(f"{path}: not a readable DICOM file ({error})") from error
-    sop_class = UID(str(dataset.get("SOPClassUID", "")))
+    return UID(str(dataset.get("SOPClassUID", ""))), dataset.get("Modality")
+
+
+def _check_dicom(path: Path) -> None:
+    """Refuse DICOM objects that are neither images nor structures (RT Dose/Plan, SR, ...); RT
+    Structure Sets and Segmentations are read by :mod:`segmetrics.dicom`."""
+    from pydicom.uid import RTStructureSetStorage, SegmentationStorage
+
+    sop_class, modality = dicom_class(path)
     kind = sop_class.name if sop_class else "object without SOP Class UID"
     if not kind.endswith("Image Storage") and sop_class not in (RTStructureSetStorage, SegmentationStorage):
-        modality = dataset.get("Modality")
         raise ReadError(
             f"{path}: is a DICOM {kind}{f' ({modality})' if modality else ''}, not a segmentation; SegMetrics reads "
             "DICOM RT Structure Sets, DICOM SEG and image label maps"
