@@ -75,12 +75,6 @@ class Outputs:
     reference_models: dict = field(default_factory=dict)
     marker: object = None
 
-    def nodes(self) -> list:
-        """Every output node still in a scene (removed nodes, e.g. after a scene close, are left out)."""
-        candidates = [self.table, self.chart, self.marker, *self.slice_tables.values(), *self.models.values(),
-                      *self.reference_models.values()]
-        return [n for n in candidates if n is not None and n.GetScene() is not None]
-
 
 @dataclass
 class HeadlessScene:
