@@ -22,7 +22,7 @@ from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 from .compare import ComparisonResult, compare
 from .geometry import LabelImage, geometry_differences
 from .registry import metric_specs
-from .render import ARRAY_STYLES, colour_range, lookup_table
+from .render import array_style, colour_range, lookup_table
 
 #: Flip of the first two axes: maps LPS to RAS and back (it is its own inverse).
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
@@ -753,7 +753,7 @@ def show_array(model_node, array_name: str, value_range=None, legend: bool = Tru
         if existing is not None:
             existing.SetVisibility(False)
         return False
-    colormap, rule, title = ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))
+    colormap, rule, title = array_style(array_name)
     display.SetActiveScalar(array_name, vtk.vtkAssignAttribute.POINT_DATA)
     display.SetAndObserveColorNodeID(color_node(model_node.GetScene(), colormap).GetID())
     display.SetScalarRangeFlag(slicer.vtkMRMLDisplayNode.UseManualScalarRange)
@@ -774,12 +774,13 @@ def show_array(model_node, array_name: str, value_range=None, legend: bool = Tru
 
 def shared_range(models, array_name: str):
     """One colour range of ``array_name`` over several models (by the array's rule in
-    :data:`ARRAY_STYLES`), so that a colour means the same value on each; None without the array."""
+    :data:`segmetrics.render.ARRAY_STYLES`), so that a colour means the same value on each; None
+    without the array."""
     polydata = [m.GetPolyData() for m in models if _usable(m) and m.GetPolyData() is not None]
     polydata = [p for p in polydata if p.GetPointData().GetArray(array_name) is not None]
     if not polydata:
         return None
-    rule = ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))[1]
+    rule = array_style(array_name)[1]
     ranges = np.array([colour_range(p, array_name, rule) for p in polydata])
     return float(ranges[:, 0].min()), float(ranges[:, 1].max())
 
