@@ -221,7 +221,7 @@ class _TemporaryNodes:
     def __init__(self, scene):
         self.scene = scene
         self.nodes = []
-        self._before = {scene.GetNthNode(i).GetID() for i in range(scene.GetNumberOfNodes())}
+        self._before = _node_ids(scene)
 
     def add(self, class_name: str, name: str = ""):
         node = self.scene.AddNewNodeByClass(class_name, name)
