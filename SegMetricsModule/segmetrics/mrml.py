@@ -852,8 +852,8 @@ def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=
                       _write_models(scene, result, grid, "reference"), marker)
     for name in set(outputs.models) | set(outputs.reference_models):
         pair = (outputs.models.get(name), outputs.reference_models.get(name))
-        available = [a for a in (color_array, *SURFACE_ARRAYS) if shared_range(pair, a) is not None]
-        show_pair_array(*pair, available[0] if available else color_array)
+        shown = next((a for a in (color_array, *SURFACE_ARRAYS) if shared_range(pair, a) is not None), color_array)
+        show_pair_array(*pair, shown)
     return outputs
 
 
