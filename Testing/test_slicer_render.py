@@ -14,20 +14,27 @@ from segmetrics.registry import all_groups  # noqa: E402
 from segmetrics.render import rendering_available  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def render(tmp_path_factory):
+def ball_scene(reference, test):
+    """A headless scene with ``reference`` and ``test`` (1 mm voxels, label 1 named "ball") as
+    segmentation nodes; skips when MSI or offscreen rendering is unavailable."""
     if "msi" not in all_groups():
         pytest.skip("the MSI group is not registered yet")
     available, reason = rendering_available()
     if not available:
         pytest.skip(reason)
+    headless = mrml.create_headless_scene()
+    nodes = [mrml.add_segmentation_from_label_image(headless.scene, LabelImage(a, (1, 1, 1), names={1: "ball"}), n)
+             for a, n in ((reference, "reference"), (test, "test"))]
+    return headless, nodes
+
+
+@pytest.fixture(scope="module")
+def render(tmp_path_factory):
     z, y, x = np.mgrid[:40, :48, :48]
     reference = ((z - 20) ** 2 + (y - 24) ** 2 + (x - 24) ** 2 <= 14**2).astype(np.uint8)
     test = reference.copy()
     test[14:26, 4:16, 18:30] = 1  # a 6 mm bump towards anterior (low LPS y), facing the camera
-    headless = mrml.create_headless_scene()
-    nodes = [mrml.add_segmentation_from_label_image(headless.scene, LabelImage(a, (1, 1, 1), names={1: "ball"}), n)
-             for a, n in ((reference, "reference"), (test, "test"))]
+    headless, nodes = ball_scene(reference, test)
     # severity level 5: weight width 10/5 = 2 mm, so the 6 mm bump scores MSI near 0
     outputs = mrml.run(*nodes, metrics=["msi"], params=Parameters(msi_il=5.0, msi_ol=5.0), color_array="MSI")
     path = tmp_path_factory.mktemp("render") / "msi.png"
@@ -73,18 +80,11 @@ CUT = 28  # the test misses the cap x >= 28 (1 mm voxels); the ball has radius 1
 
 @pytest.fixture(scope="module")
 def missed_cap(tmp_path_factory):
-    if "msi" not in all_groups():
-        pytest.skip("the MSI group is not registered yet")
-    available, reason = rendering_available()
-    if not available:
-        pytest.skip(reason)
     z, y, x = np.mgrid[:32, :40, :40]
     reference = ((z - 16) ** 2 + (y - 20) ** 2 + (x - 20) ** 2 <= 12**2).astype(np.uint8)
     test = reference.copy()
     test[:, :, CUT:] = 0
-    headless = mrml.create_headless_scene()
-    nodes = [mrml.add_segmentation_from_label_image(headless.scene, LabelImage(a, (1, 1, 1), names={1: "ball"}), n)
-             for a, n in ((reference, "reference"), (test, "test"))]
+    headless, nodes = ball_scene(reference, test)
     outputs = mrml.run(*nodes, metrics=["overlap", "msi"])  # coloured by signed distance (the default)
     folder = tmp_path_factory.mktemp("review")
     ras = mrml.worst_slice_ras(outputs, "ball")

@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import io
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "Testing"))
 
+from common import best_time  # noqa: E402
 from test_instances import coco_evaluator, perturbed_prediction  # noqa: E402
 
 from segmetrics import average_precision, instances_from_semantic  # noqa: E402  (the public API)
@@ -29,15 +29,6 @@ from segmetrics.instances import Instances  # noqa: E402
 from segmetrics.io import load_label_image  # noqa: E402
 
 AXONS = HERE.parent.parent / "shared" / "data" / "ivadomed_axondeepseg_sem" / "sub-rat3_ses-01_sample-data9_SEM_seg-axon-manual.png"
-
-
-def best_time(function, repeat):
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        value = function()
-        times.append(time.perf_counter() - start)
-    return min(times), value
 
 
 def bench(semantic, repeat, label):

@@ -22,7 +22,7 @@ from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 from .compare import ComparisonResult, compare
 from .geometry import LabelImage, geometry_differences
 from .registry import metric_specs
-from .render import ARRAY_STYLES, colour_range, lookup_table
+from .render import array_style, colour_range, lookup_table
 
 #: Flip of the first two axes: maps LPS to RAS and back (it is its own inverse).
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
@@ -74,12 +74,6 @@ class Outputs:
     models: dict = field(default_factory=dict)
     reference_models: dict = field(default_factory=dict)
     marker: object = None
-
-    def nodes(self) -> list:
-        """Every output node still in a scene (removed nodes, e.g. after a scene close, are left out)."""
-        candidates = [self.table, self.chart, self.marker, *self.slice_tables.values(), *self.models.values(),
-                      *self.reference_models.values()]
-        return [n for n in candidates if n is not None and n.GetScene() is not None]
 
 
 @dataclass
@@ -227,7 +221,7 @@ class _TemporaryNodes:
     def __init__(self, scene):
         self.scene = scene
         self.nodes = []
-        self._before = {scene.GetNthNode(i).GetID() for i in range(scene.GetNumberOfNodes())}
+        self._before = _node_ids(scene)
 
     def add(self, class_name: str, name: str = ""):
         node = self.scene.AddNewNodeByClass(class_name, name)
@@ -759,7 +753,7 @@ def show_array(model_node, array_name: str, value_range=None, legend: bool = Tru
         if existing is not None:
             existing.SetVisibility(False)
         return False
-    colormap, rule, title = ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))
+    colormap, rule, title = array_style(array_name)
     display.SetActiveScalar(array_name, vtk.vtkAssignAttribute.POINT_DATA)
     display.SetAndObserveColorNodeID(color_node(model_node.GetScene(), colormap).GetID())
     display.SetScalarRangeFlag(slicer.vtkMRMLDisplayNode.UseManualScalarRange)
@@ -780,12 +774,13 @@ def show_array(model_node, array_name: str, value_range=None, legend: bool = Tru
 
 def shared_range(models, array_name: str):
     """One colour range of ``array_name`` over several models (by the array's rule in
-    :data:`ARRAY_STYLES`), so that a colour means the same value on each; None without the array."""
+    :data:`segmetrics.render.ARRAY_STYLES`), so that a colour means the same value on each; None
+    without the array."""
     polydata = [m.GetPolyData() for m in models if _usable(m) and m.GetPolyData() is not None]
     polydata = [p for p in polydata if p.GetPointData().GetArray(array_name) is not None]
     if not polydata:
         return None
-    rule = ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))[1]
+    rule = array_style(array_name)[1]
     ranges = np.array([colour_range(p, array_name, rule) for p in polydata])
     return float(ranges[:, 0].min()), float(ranges[:, 1].max())
 
@@ -857,8 +852,8 @@ def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=
                       _write_models(scene, result, grid, "reference"), marker)
     for name in set(outputs.models) | set(outputs.reference_models):
         pair = (outputs.models.get(name), outputs.reference_models.get(name))
-        available = [a for a in (color_array, *SURFACE_ARRAYS) if shared_range(pair, a) is not None]
-        show_pair_array(*pair, available[0] if available else color_array)
+        shown = next((a for a in (color_array, *SURFACE_ARRAYS) if shared_range(pair, a) is not None), color_array)
+        show_pair_array(*pair, shown)
     return outputs
 
 

@@ -22,6 +22,13 @@ ARRAY_STYLES = {
     "Roughness_mm": ("viridis", "data", "roughness (mm)"),
 }
 
+
+def array_style(array_name: str) -> tuple:
+    """``(colour map, range rule, legend title)`` of a point array: its :data:`ARRAY_STYLES` entry,
+    else viridis over the data range titled by the array's name."""
+    return ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))
+
+
 def prefer_headless_window() -> None:
     """On Linux without a display, make VTK create EGL windows directly instead of trying X first
     (which only prints a "bad X server connection" warning before falling back)."""
@@ -136,7 +143,7 @@ def render_surface(polydata, array_name: str, path, *, title: str = "", size=(64
 
     if polydata.GetPointData().GetArray(array_name) is None:
         raise KeyError(f"surface has no point array {array_name!r}")
-    colormap, rule, bar_title = ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))
+    colormap, rule, bar_title = array_style(array_name)
     table = lookup_table(colormap, value_range or colour_range(polydata, array_name, rule))
 
     mapper = vtk.vtkPolyDataMapper()
