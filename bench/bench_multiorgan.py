@@ -31,7 +31,7 @@ def main() -> None:
     images = [sitk.ReadImage(str(f)) for f in files]
     reference, test = (sitk.GetArrayFromImage(i) for i in images)
     spacing = images[0].GetSpacing()[::-1]
-    labels = sorted(set(np.unique(reference)) | set(np.unique(test)) - {0})
+    labels = sorted((set(np.unique(reference)) | set(np.unique(test))) - {0})
     common = [int(x) for x in sorted(set(np.unique(reference)) & set(np.unique(test)) - {0})]
     print(f"{files[0].name} vs {files[1].name}: {reference.shape} (z, y, x) at {spacing} mm, "
           f"{len(labels)} labels ({len(common)} in both)")
