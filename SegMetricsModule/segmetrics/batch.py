@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .output import RECORD_FIELDS, csv_row, json_value, record_row
+from .output import RECORD_FIELDS, csv_row, json_value, record_row, records_to_csv
 from .registry import Parameters, as_parameters
 from .workers import WorkerDied, run_isolated
 
@@ -359,12 +359,7 @@ def _write_records(path: Path, records: list) -> None:
 
 
 def _write_csv(path: Path, records: list) -> None:
-    def write(handle):
-        writer = csv.DictWriter(handle, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(csv_row(r) for r in records)
-
-    _write_atomic(path, write)
+    _write_atomic(path, lambda handle: handle.write(records_to_csv(records, BATCH_FIELDS)))
 
 
 def _rewrite_results(output: Path, records: list) -> None:
