@@ -139,8 +139,9 @@ def read_manifest(path) -> list:
         names = row.get("names") or row.get("labels") or row.get("label_map") or None
         cases.append(Case(row["case_id"], str(path.parent / row["reference"]), str(path.parent / row["test"]),
                           str(path.parent / names) if names else None))
-    if _duplicate_ids(cases):
-        raise BatchError(f"manifest {path}: duplicate case ids {_duplicate_ids(cases)}")
+    duplicates = _duplicate_ids(cases)
+    if duplicates:
+        raise BatchError(f"manifest {path}: duplicate case ids {duplicates}")
     return cases
 
 
