@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .output import RECORD_FIELDS, csv_row, json_value, record_row, records_to_csv
+from .output import RECORD_FIELDS, csv_row, json_record, json_value, record_row, records_to_csv
 from .registry import Parameters, as_parameters
 from .workers import WorkerDied, run_isolated
 
@@ -356,7 +356,7 @@ def _write_jsonl(path: Path, objects) -> None:
 
 
 def _write_records(path: Path, records: list) -> None:
-    _write_jsonl(path, ({**r, "value": json_value(r["value"])} for r in records))
+    _write_jsonl(path, (json_record(r) for r in records))
 
 
 def _write_csv(path: Path, records: list) -> None:
@@ -397,7 +397,7 @@ class _ResultWriter:
         """Write the case's records, then its log line (a case counts as done only once that exists)."""
         for record in outcome.records:
             self.table.writerow(csv_row(record))
-            self.jsonl.write(_json_line({**record, "value": json_value(record["value"])}))
+            self.jsonl.write(_json_line(json_record(record)))
         self._sync(self.csv, self.jsonl)
         entry = {k: v for k, v in asdict(outcome).items() if k != "records"}
         entry["diagonal_mm"] = json_value(entry["diagonal_mm"])
