@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .output import RECORD_FIELDS, csv_row, json_value, record_row
+from .output import RECORD_FIELDS, csv_row, json_record, json_value, record_row, records_to_csv
 from .registry import Parameters, as_parameters
 from .workers import WorkerDied, run_isolated
 
@@ -139,8 +139,9 @@ def read_manifest(path) -> list:
         names = row.get("names") or row.get("labels") or row.get("label_map") or None
         cases.append(Case(row["case_id"], str(path.parent / row["reference"]), str(path.parent / row["test"]),
                           str(path.parent / names) if names else None))
-    if _duplicate_ids(cases):
-        raise BatchError(f"manifest {path}: duplicate case ids {_duplicate_ids(cases)}")
+    duplicates = _duplicate_ids(cases)
+    if duplicates:
+        raise BatchError(f"manifest {path}: duplicate case ids {duplicates}")
     return cases
 
 
@@ -355,16 +356,11 @@ def _write_jsonl(path: Path, objects) -> None:
 
 
 def _write_records(path: Path, records: list) -> None:
-    _write_jsonl(path, ({**r, "value": json_value(r["value"])} for r in records))
+    _write_jsonl(path, (json_record(r) for r in records))
 
 
 def _write_csv(path: Path, records: list) -> None:
-    def write(handle):
-        writer = csv.DictWriter(handle, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(csv_row(r) for r in records)
-
-    _write_atomic(path, write)
+    _write_atomic(path, lambda handle: handle.write(records_to_csv(records, BATCH_FIELDS)))
 
 
 def _rewrite_results(output: Path, records: list) -> None:
@@ -401,7 +397,7 @@ class _ResultWriter:
         """Write the case's records, then its log line (a case counts as done only once that exists)."""
         for record in outcome.records:
             self.table.writerow(csv_row(record))
-            self.jsonl.write(_json_line({**record, "value": json_value(record["value"])}))
+            self.jsonl.write(_json_line(json_record(record)))
         self._sync(self.csv, self.jsonl)
         entry = {k: v for k, v in asdict(outcome).items() if k != "records"}
         entry["diagonal_mm"] = json_value(entry["diagonal_mm"])

@@ -479,17 +479,14 @@ def result_json(result: FrameResult) -> dict:
     """JSON-ready dict: the summary values by name (``challenge_iou``, ``isi_iou``, ``mciou``,
     ``mdice``, ``pooled_iou`` and, with instances, ``map50``, ``map95``, ``map50_95``, detection scores), the edge
     rules, the summary and per-class records, the per-frame records and the notes."""
-    from .output import json_value
-
-    def safe(records):
-        return [{**r, "value": json_value(r["value"])} for r in records]
+    from .output import json_record, json_value
 
     return {
         **{name: json_value(v.value) for name, v in result.summary().items()},
         "edge_rules": asdict(result.rules),
         "n_frames": len(result.frame_names),
-        "records": safe(result.records()),
-        "frames": safe(result.frame_records()),
+        "records": [json_record(r) for r in result.records()],
+        "frames": [json_record(r) for r in result.frame_records()],
         "notes": list(result.notes),
     }
 

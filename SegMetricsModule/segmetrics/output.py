@@ -30,9 +30,14 @@ def json_value(value):
     return value
 
 
+def json_record(record: dict) -> dict:
+    """``record`` with its ``value`` made JSON-safe (:func:`json_value`)."""
+    return {**record, "value": json_value(record["value"])}
+
+
 def records_to_json(records) -> str:
     """JSON list of records with JSON-safe values."""
-    return json.dumps([{**r, "value": json_value(r["value"])} for r in records], indent=2, default=str)
+    return json.dumps([json_record(r) for r in records], indent=2, default=str)
 
 
 def _is_number(text: str) -> bool:
@@ -296,7 +301,7 @@ def result_tables(result, console, sort: str | None = None, wide: bool = False) 
 
 def result_json(result) -> str:
     """JSON object ``{"provenance", "notes", "records"}`` (records as :func:`records_to_json`)."""
-    records = [{**r, "value": json_value(r["value"])} for r in result.records()]
+    records = [json_record(r) for r in result.records()]
     return json.dumps({"provenance": result.provenance, "notes": list(result.notes), "records": records},
                       indent=2, default=str)
 

@@ -20,7 +20,7 @@ import math
 import re
 from pathlib import Path
 
-from .aggregate import OVERALL, Aggregate
+from .aggregate import OVERALL, PENALISED_STATUSES, Aggregate
 from .output import csv_text, format_value, write_text
 
 #: Metrics whose worst pair is shown in detail (each once).
@@ -141,7 +141,7 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
     ax.boxplot([d or [math.nan] for d in data], orientation="horizontal", showmeans=True)  # matplotlib >= 3.10
     ax.set_yticks(range(1, len(classes) + 1), [_plot_text(c) for c in classes], fontsize=8)
     for row, c in enumerate(classes, start=1):
-        missed = sum(x["status"] in ("test_empty", "reference_empty") for x in members[c])
+        missed = sum(x["status"] in PENALISED_STATUSES for x in members[c])
         if missed:
             ax.annotate(f"✕ {missed} missed", (1.01, row), xycoords=("axes fraction", "data"), color="crimson",
                         fontsize=8, va="center")
