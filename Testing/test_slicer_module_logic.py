@@ -346,6 +346,13 @@ def test_series_have_one_colour_per_pair(module):
     assert all(max(c) > 0.2 for c in colours), "no black series"
 
 
+def test_series_colours_stay_bright_and_distinct_for_many_pairs():
+    colours = [mrml.series_colour(index) for index in range(20)]
+    assert len(set(colours)) == 20 and all(max(c) > 0.2 for c in colours)
+    # neighbours differ clearly: at least 0.2 apart in some channel
+    assert all(max(abs(a - b) for a, b in zip(c, d)) > 0.2 for c, d in zip(colours, colours[1:]))
+
+
 # --- the widget's glue, with stand-ins for its Qt widgets ----------------------------------------
 
 

@@ -653,6 +653,16 @@ def jump_to(scene, ras) -> None:
     slicer.vtkMRMLSliceNode.JumpAllSlices(scene, *ras, slicer.vtkMRMLSliceNode.CenteredJumpSlice)
 
 
+def series_colour(index: int) -> tuple:
+    """RGB (0–1) of the ``index``-th pair's chart series: hues a golden-ratio turn apart, so
+    neighbours differ clearly, at a fixed saturation and brightness, so none is dark like the black
+    current-slice marker. (Slicer's ``SetUniqueColor`` draws from the Random colour table, whose
+    colours can be almost black.)"""
+    import colorsys
+
+    return colorsys.hsv_to_rgb((index * 0.618034) % 1.0, 0.75, 0.85)
+
+
 def _write_marker(scene):
     """The chart's current-slice marker: a black diamond series over a one-row table."""
     table = _output_node(scene, "vtkMRMLTableNode", "marker", "SegMetrics current slice")
@@ -675,9 +685,9 @@ def _write_slice_tables(scene, result, chart_node=None):
             for prefix in ("chart", "marker", "series:", "slices:"):
                 _remove_stale(scene, class_name, prefix, [])
         return {}, None, None
-    marker = _write_marker(scene)  # first: its black is then taken, so no pair's series gets it
+    marker = _write_marker(scene)
     tables, series = {}, []
-    for structure in reviewed:
+    for index, structure in enumerate(reviewed):
         rows = slice_rows(structure)
         key = f"slices:{structure.structure}"
         table = _output_node(scene, "vtkMRMLTableNode", key, f"SegMetrics MSI per slice {structure.structure}")
@@ -688,7 +698,7 @@ def _write_slice_tables(scene, result, chart_node=None):
         plot.SetXColumnName("slice")
         plot.SetYColumnName("msi")
         plot.SetPlotType(slicer.vtkMRMLPlotSeriesNode.PlotTypeScatter)
-        plot.SetUniqueColor()  # a colour no other series has: one per pair
+        plot.SetColor(*series_colour(index))  # one colour per pair, never dark like the marker
         series.append(plot)
     _remove_stale(scene, "vtkMRMLTableNode", "slices:", tables.values())
     _remove_stale(scene, "vtkMRMLPlotSeriesNode", "series:", series)
