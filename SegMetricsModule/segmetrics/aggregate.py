@@ -147,9 +147,24 @@ class Aggregate:
         raise KeyError(f"no aggregate row for structure {structure!r} and metric {metric!r}")
 
 
+def _statistics(frame, keys, better: dict, options) -> list:
+    """One row of :func:`summarize` statistics per group of ``frame`` by the columns ``keys`` (which
+    include ``metric``), in the order of first appearance, with the group's unit, better direction
+    (``better[metric]``), penalised values and misses counted."""
+    rows = []
+    for key, group in frame.groupby(keys, sort=False):
+        row = dict(zip(keys, key))
+        row.update(unit=group["unit"].iloc[0], better=better[row["metric"]], n_penalised=int(group["penalised"].sum()),
+               **summarize(group["value"], group["case_id"], group["status"], **options))
+        row.update(n_test_empty=row["statuses"].get(Status.TEST_EMPTY, 0),
+                   n_reference_empty=row["statuses"].get(Status.REFERENCE_EMPTY, 0))
+        rows.append(row)
+    return rows
+
+
 def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boot=2000, seed=0,
               n_worst=3, failed=None) -> Aggregate:
-    """Summarise batch records per class and overall (see :func:`summarize`).
+    """Summarise batch records per class and overall (see :func:`summarize`), grouped with pandas.
 
     Parameters
     ----------
@@ -165,40 +180,28 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
     failed : dict, optional
         ``{case_id: error}`` of failed cases, carried into the report.
     """
+    import pandas as pd
+
     info = _metric_info()
     records = apply_penalty(records, penalty, diagonals, info)
-    misses = list({(r["case_id"], r["structure"]): {"case_id": r["case_id"], "structure": r["structure"],
-                                                     "status": r["status"]}
-                   for r in records if r["status"] in PENALISED_STATUSES}.values())
+    columns = ["case_id", "structure", "metric", "value", "unit", "status", "penalised"]
+    frame = pd.DataFrame([{k: r[k] for k in columns} for r in records], columns=columns)
+    frame["value"] = frame["value"].astype(float)
+    better = {metric: info.get(metric, (None, None))[1] for metric in frame["metric"].unique()}
     options = {"confidence": confidence, "n_boot": n_boot, "seed": seed}
-    groups: dict = {}
-    for r in records:
-        groups.setdefault((r["structure"], r["metric"]), []).append(r)
-    rows, by_metric = [], {}
-    for (structure, metric), members in groups.items():
-        row = {"structure": structure, "metric": metric, "unit": members[0]["unit"],
-               "better": info.get(metric, (None, None))[1],
-               "n_penalised": sum(m["penalised"] for m in members),
-               **summarize([m["value"] for m in members], [m["case_id"] for m in members],
-                           [m["status"] for m in members], **options)}
-        rows.append(row)
-        by_metric.setdefault(metric, []).append((row, members))
+    per_class = _statistics(frame, ["structure", "metric"], better, options)
+    class_means = pd.DataFrame(per_class, columns=["metric", "mean"]).groupby("metric")["mean"].agg(
+        lambda means: float(np.mean(means[np.isfinite(means)])) if np.isfinite(means).any() else math.nan)
+    in_class_order = frame.iloc[np.argsort(pd.factorize(frame["structure"])[0], kind="stable")]
+    overall = [{"structure": OVERALL, **row, "class_mean": class_means[row["metric"]]}
+               for row in _statistics(in_class_order, ["metric"], better, options)]
     worst = {}
-    for metric, entries in by_metric.items():
-        members = [m for _, m_list in entries for m in m_list]
-        first = entries[0][0]
-        class_means = [row["mean"] for row, _ in entries if math.isfinite(row["mean"])]
-        rows.append({"structure": OVERALL, "metric": metric, "unit": first["unit"], "better": first["better"],
-                     "n_penalised": sum(m["penalised"] for m in members),
-                     **summarize([m["value"] for m in members], [m["case_id"] for m in members],
-                                 [m["status"] for m in members], **options),
-                     "class_mean": float(np.mean(class_means)) if class_means else math.nan})
-        if first["better"] in ("higher", "lower"):  # e.g. volumes have no worse direction
-            ranked = [m for m in members if not math.isnan(m["value"])]
-            ranked.sort(key=lambda m: m["value"], reverse=first["better"] == "lower")
-            worst[metric] = ranked[:n_worst]
-    for row in rows:
-        row.update(n_test_empty=row["statuses"].get(Status.TEST_EMPTY, 0),
-                   n_reference_empty=row["statuses"].get(Status.REFERENCE_EMPTY, 0))
-    return Aggregate(rows, worst, describe_penalty(penalty), confidence,
-                     len({r["case_id"] for r in records}), dict(failed or {}), records, misses)
+    for metric, direction in better.items():
+        if direction in ("higher", "lower"):  # e.g. volumes have no worse direction
+            ranked = frame[(frame["metric"] == metric) & frame["value"].notna()]
+            order = ranked["value"].sort_values(ascending=direction == "higher", kind="stable").index[:n_worst]
+            worst[metric] = [records[i] for i in order]
+    missed = frame[frame["status"].isin(PENALISED_STATUSES)].drop_duplicates(["case_id", "structure"])
+    misses = missed[["case_id", "structure", "status"]].to_dict("records")
+    return Aggregate(per_class + overall, worst, describe_penalty(penalty), confidence, int(frame["case_id"].nunique()),
+                     dict(failed or {}), records, misses)
