@@ -174,7 +174,7 @@ def test_report_leads_with_the_summary_and_failures_and_ends_with_settings(tmp_p
     page = (tmp_path / "report.html").read_text()
     order = [page.index(text) for text in ("id='summary'", "id='failed-cases'", "id='contents'", "id='overall'",
                                            "id='cases-and-structures'", "id='worst-cases-in-detail'",
-                                           "id='settings-and-provenance'", "&quot;provenance&quot;")]
+                                           "id='settings-and-provenance'", "&#34;provenance&#34;")]
     assert order == sorted(order)  # summary first, failures next, raw settings last
     summary = page[page.index("id='summary'"):page.index("id='failed-cases'")]
     assert "c1 / lobe (test_empty)" in summary  # the miss is named
@@ -303,3 +303,28 @@ def test_per_slice_msi_ticks_are_whole_slices(tmp_path, saved_figures):
     axes = saved_figures[-1].axes[0]
     ticks = [t for t in axes.get_xticks() if axes.get_xlim()[0] <= t <= axes.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_templates_are_package_data_of_a_built_package(tmp_path):
+    """``pip install .`` (not only editable) ships the report templates: setuptools' build_py, which
+    builds the wheel's contents, copies every file of segmetrics/templates."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import segmetrics
+
+    pytest.importorskip("setuptools")
+    root = Path(__file__).resolve().parents[1]
+    source = tmp_path / "source"
+    shutil.copytree(root / "SegMetricsModule" / "segmetrics", source / "SegMetricsModule" / "segmetrics",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    done = subprocess.run([sys.executable, "-c", "from setuptools import setup; setup()", "build_py", "-d",
+                           str(tmp_path / "built")], cwd=source, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    templates = Path(segmetrics.__file__).parent / "templates"
+    shipped = {p.name for p in (tmp_path / "built" / "segmetrics" / "templates").iterdir()}
+    assert shipped == {p.name for p in templates.iterdir()} and "report.html.j2" in shipped

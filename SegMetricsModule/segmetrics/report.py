@@ -6,9 +6,12 @@ beside every mean, a sortable case × structure table, per-metric tables and box
 values; misses counted beside), the worst pairs by Dice, HD95 and MSI in detail (per-slice MSI,
 offscreen renders of the test surface coloured by MSI and signed distance), and at the end the
 settings and provenance (collapsible) and the input files.
-The HTML embeds every image as base64; the Markdown links the PNG files in ``figures/``.
-Names and case ids come from user files: both documents escape them (:func:`markdown_escape`,
-``html.escape``), so a segment named ``<script>`` or ``a|b`` can neither inject HTML nor break a table.
+Both documents are made from one list of blocks (:func:`_blocks`). The HTML page is the Jinja2
+template ``templates/report.html.j2`` (with ``report.css`` and ``sort_table.js``, package data) and
+embeds every image as base64; the Markdown links the PNG files in ``figures/``.
+Names and case ids come from user files: both documents escape them (:func:`markdown_escape`, the
+template's autoescaping), so a segment named ``<script>`` or ``a|b`` can neither inject HTML nor break
+a table.
 """
 from __future__ import annotations
 
@@ -408,68 +411,24 @@ def _markdown(title: str, blocks) -> str:
     return "\n".join([f"# {markdown_escape(title)}", "", *_markdown_lines(blocks)])
 
 
-#: Sorts a table by the clicked column (numbers numerically, text alphabetically); no libraries.
-_SORT_SCRIPT = """<script>
-document.querySelectorAll('table.sortable th').forEach(function (th, col) {
-  th.style.cursor = 'pointer';
-  th.addEventListener('click', function () {
-    var table = th.closest('table'), rows = Array.from(table.querySelectorAll('tr')).slice(1);
-    var down = th.dataset.down !== '1'; th.dataset.down = down ? '1' : '0';
-    function key(row) { var t = row.children[col].textContent, n = parseFloat(t);
-      return t === 'inf' ? Infinity : (isNaN(n) ? t : n); }
-    rows.sort(function (a, b) { var x = key(a), y = key(b);
-      var c = (typeof x === typeof y) ? (x < y ? -1 : x > y ? 1 : 0) : (typeof x === 'number' ? -1 : 1);
-      return down ? c : -c; });
-    rows.forEach(function (row) { table.appendChild(row); });
-  });
-});
-</script>"""
+@functools.lru_cache(maxsize=1)
+def _templates():
+    """The Jinja2 environment of the report templates (package data ``segmetrics/templates``), autoescaping."""
+    import jinja2
 
-
-def _html_cell(cell) -> str:
-    if isinstance(cell, tuple):
-        return f"<a href='#{html.escape(cell[2])}'>{html.escape(cell[1])}</a>"
-    return html.escape(str(cell))
-
-
-def _html_parts(blocks, figures: Path) -> list:
-    esc = html.escape
-    parts = []
-    for kind, *content in blocks:
-        if kind == "h":
-            parts.append(f"<h{content[0]} id='{esc(slug(content[1]))}'>{esc(content[1])}</h{content[0]}>")
-        elif kind == "p":
-            parts.append(f"<p>{esc(content[0])}</p>")
-        elif kind == "ul":
-            css = " class='inline'" if content[1:] == ["inline"] else ""
-            parts.append(f"<ul{css}>" + "".join(f"<li>{_html_cell(item)}</li>" for item in content[0]) + "</ul>")
-        elif kind == "pre":
-            parts.append(f"<pre>{esc(content[0])}</pre>")
-        elif kind == "details":
-            parts += [f"<details><summary>{esc(content[0])}</summary>", *_html_parts(content[1], figures), "</details>"]
-        elif kind == "table":
-            header, rows = content[:2]
-            css = " class='sortable'" if content[2:] == ["sortable"] else ""
-            parts.append(f"<div class='wide'><table{css}><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
-            parts += ["<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in rows]
-            parts.append("</table></div>")
-        elif kind == "img":
-            data = base64.b64encode((figures / content[0]).read_bytes()).decode("ascii")
-            parts.append(f"<figure><img alt='{esc(content[0])}' src='data:image/png;base64,{data}'>"
-                         f"<figcaption>{esc(content[1])}</figcaption></figure>")
-    return parts
+    environment = jinja2.Environment(loader=jinja2.PackageLoader("segmetrics", "templates"), autoescape=True,
+                                     undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    environment.filters["slug"] = slug
+    environment.tests["link"] = lambda cell: isinstance(cell, tuple)
+    return environment
 
 
 def _html(title: str, blocks, figures: Path) -> str:
-    esc = html.escape
-    head = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title><style>"
-            "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
-            "table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:13px}"
-            "td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}td:first-child,th{text-align:left}"
-            ".wide{overflow-x:auto}ul.inline{padding:0}ul.inline li{display:inline-block;margin:0 1.2em 0.3em 0}img{max-width:100%;border:1px solid #eee}"
-            "pre{background:#f6f6f6;padding:0.5em;font-size:12px;white-space:pre-wrap}"
-            f"</style></head><body><h1>{esc(title)}</h1>")
-    return "\n".join([head, *_html_parts(blocks, figures), _SORT_SCRIPT, "</body></html>"])
+    """The self-contained HTML page (``templates/report.html.j2``), every figure of ``figures`` embedded."""
+    def png_base64(name: str) -> str:
+        return base64.b64encode((figures / name).read_bytes()).decode("ascii")
+
+    return _templates().get_template("report.html.j2").render(title=title, blocks=blocks, png_base64=png_base64)
 
 
 def write_aggregate_csv(agg: Aggregate, path) -> None:
