@@ -313,3 +313,34 @@ def test_cli_3d_lesion_volumes_with_threshold(tmp_path, data_dir):
     assert data["true_positives"] + data["false_negatives"] == n_ref
     assert data["true_positives"] + data["false_positives"] == n_pred
     assert 0 < data["detection_f1"] < 1
+
+
+def test_cli_refuses_folders_in_the_old_order_by_name(tmp_path, capsys):
+    """Old scripts passed the prediction folder first: named like that, the positionals are refused."""
+    pred_dir, gt_dir = write_frames(tmp_path)
+    predictions, labels = pred_dir.rename(tmp_path / "predictions"), gt_dir.rename(tmp_path / "labels")
+    assert main(["frames", str(predictions), str(labels)]) == 2
+    err = capsys.readouterr().err
+    assert "look swapped" in err and "predictions" in err and "--reference" in err and "\n" not in err.strip()
+    assert main(["frames", str(labels), str(predictions), "--format", "json"]) == 0  # the right order runs
+    assert json.loads(capsys.readouterr().out)["challenge_iou"] == pytest.approx(0.75)
+    # named options are explicit: never second-guessed, even when the names suggest the opposite
+    assert main(["frames", "--reference", str(predictions), "--test", str(labels), "--format", "json"]) == 0
+
+
+def test_cli_warns_about_probability_maps_given_as_the_reference(tmp_path, capsys):
+    first, second = tmp_path / "run_a", tmp_path / "run_b"  # names that tell nothing
+    first.mkdir()
+    second.mkdir()
+    np.save(first / "A.npy", np.array([[0.9, 0.8, 0.1], [0.2, 0.0, 0.0]]))  # a probability map
+    np.save(second / "A.npy", np.array([[1, 1, 0], [0, 0, 0]], dtype=np.uint8))
+    assert main(["frames", str(first), str(second), "--threshold", "0.5", "--format", "json"]) == 0
+    assert "may be swapped" in capsys.readouterr().err  # a warning only: soft references exist
+    assert main(["frames", str(second), str(first), "--threshold", "0.5", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert "swapped" not in captured.err
+    assert json.loads(captured.out)["challenge_iou"] == pytest.approx(1.0)  # 0.9, 0.8 >= 0.5
+    # a soft reference in a folder named as the reference is not second-guessed
+    soft_reference = first.rename(tmp_path / "ground_truth")
+    assert main(["frames", str(soft_reference), str(second), "--threshold", "0.5", "--format", "json"]) == 0
+    assert "swapped" not in capsys.readouterr().err

@@ -190,8 +190,11 @@ def _add_frames_parser(subparsers) -> None:
         "frames", help="multi-class frame metrics (challenge IoU, ISI-IoU, mcIoU, mDice) and instance AP over two folders",
         description="Score a folder of predicted frames against a folder of reference (ground-truth) frames, paired "
                     "by file name. The reference folder comes FIRST, as in `segmetrics compare REFERENCE TEST`; "
-                    "segmetrics 0.1 took the prediction folder first: check scripts written for it, or name the "
-                    "folders with --reference and --test.")
+                    "segmetrics 0.1 took the prediction folder first. Positional folders named in that old order are "
+                    "refused (the first named like predictions: pred, output, results, ...; the second like "
+                    "references: gt, labels, ref, masks, ...); a first folder of probability-like (non-integer) "
+                    "frames beside integer labels gets a warning (soft references exist). Folders named with "
+                    "--reference/--test are never checked.")
     p.add_argument("reference_dir", nargs="?", help="folder of reference (ground-truth) label maps (PNG, NRRD, NIfTI, "
                                                     "MHA, .npy)")
     p.add_argument("test_dir", nargs="?", help="folder of predicted label maps, paired with the references by file name")
@@ -238,10 +241,21 @@ def _frame_folders(args) -> tuple:
 
 
 def _run_frames(args) -> int:
-    from .frames import EdgeRules, evaluate_folders, write_frame_result
+    from .frames import EdgeRules, evaluate_folders, swapped_by_content, swapped_by_name, write_frame_result
     from .io import read_name_map
 
     reference_dir, test_dir = _frame_folders(args)
+    if not (args.reference or args.test):  # positional folders: catch scripts written for the old order
+        order = ("frames takes the reference folder FIRST (REFERENCE_DIR TEST_DIR, as compare; segmetrics 0.1 took "
+                 "the prediction first)")
+        reason = swapped_by_name(reference_dir, test_dir)
+        if reason:
+            raise UserError(f"the folders look swapped: {reason}. {order}: swap them, or name them with "
+                            "--reference DIR --test DIR to go on")
+        reason = swapped_by_content(reference_dir, test_dir)
+        if reason:
+            print(f"warning: the folders may be swapped: {reason}. {order}; name them with --reference/--test to "
+                  "silence this", file=sys.stderr)
     rules = EdgeRules(args.absent_class, args.empty_frame, args.empty_reference)
     result = evaluate_folders(
         test_dir, reference_dir, classes=read_name_map(args.classes) if args.classes else None,

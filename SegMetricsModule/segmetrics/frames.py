@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -314,6 +315,55 @@ def pair_frames(prediction_dir, ground_truth_dir):
     predicted, reference = found
     pairs = [(key, predicted[key], reference[key]) for key in sorted(predicted.keys() & reference.keys())]
     return pairs, sorted(predicted.keys() - reference.keys()), sorted(reference.keys() - predicted.keys())
+
+
+#: Folder-name words of predictions and of references, for :func:`swapped_by_name`.
+PREDICTION_WORDS = ("pred", "prediction", "predictions", "predicted", "test", "output", "outputs", "out", "result",
+                    "results", "infer", "inference", "auto", "model")
+REFERENCE_WORDS = ("gt", "ground", "groundtruth", "truth", "label", "labels", "ref", "reference", "references",
+                   "mask", "masks", "manual", "annotation", "annotations", "gold", "target", "targets")
+
+
+def _folder_kind(folder) -> str | None:
+    """``"prediction"`` or ``"reference"`` when the folder's name holds words of one kind only, else None."""
+    words = {word for word in re.split(r"[^a-z]+", Path(folder).resolve().name.lower()) if word}
+    is_prediction, is_reference = bool(words & set(PREDICTION_WORDS)), bool(words & set(REFERENCE_WORDS))
+    return "prediction" if is_prediction and not is_reference else "reference" if is_reference and not is_prediction else None
+
+
+def _probability_like(path) -> bool:
+    """Whether a frame file holds non-integer values (a probability or score map, not a label map)."""
+    values = np.asarray(read_frame(path, labels=False))
+    return values.dtype.kind == "f" and bool(np.any(values != np.round(values)))
+
+
+def swapped_by_name(reference_dir, test_dir) -> str | None:
+    """Why ``reference_dir`` and ``test_dir`` look given in the old order (prediction first), by their
+    names, or None: the first is named like predictions (``pred``, ``output``, ``results``, ...) and the
+    second like references (``gt``, ``labels``, ``ref``, ``masks``, ``ground_truth``, ...)."""
+    if (_folder_kind(reference_dir), _folder_kind(test_dir)) != ("prediction", "reference"):
+        return None
+    return (f"the first folder ({Path(reference_dir).name}) is named like predictions and the second "
+            f"({Path(test_dir).name}) like references")
+
+
+def swapped_by_content(reference_dir, test_dir) -> str | None:
+    """Why the folders may be in the old order by their content, or None: the first pair's frame in
+    ``reference_dir`` holds non-integer (probability-like) values and the one in ``test_dir`` integer
+    labels. Only a hint: soft references exist (MetricsReloaded's brain lesion references hold rater
+    fractions), and folders whose names say which is which are not checked."""
+    if _folder_kind(reference_dir) == "reference" or _folder_kind(test_dir) == "prediction":
+        return None
+    pairs = pair_frames(test_dir, reference_dir)[0]
+    if not pairs:
+        return None
+    name, test_path, reference_path = pairs[0]
+    try:
+        swapped = _probability_like(reference_path) and not _probability_like(test_path)
+    except (OSError, RuntimeError, ValueError):  # an unreadable frame: the evaluation reports it
+        return None
+    return (f"frame {name} of the first folder holds probability-like (non-integer) values and that of the second "
+            "integer labels") if swapped else None
 
 
 def read_frame(path, labels: bool = True, threshold: float | None = None, input_policy=None) -> np.ndarray:
