@@ -344,3 +344,25 @@ def test_cli_warns_about_probability_maps_given_as_the_reference(tmp_path, capsy
     soft_reference = first.rename(tmp_path / "ground_truth")
     assert main(["frames", str(soft_reference), str(second), "--threshold", "0.5", "--format", "json"]) == 0
     assert "swapped" not in capsys.readouterr().err
+
+
+def test_cli_detection_counts_per_instance_size(tmp_path, capsys):
+    # Instances (components per class): ground truth A/class 1 (4 px) and D/class 2 (2 px), both matched;
+    # false positives A/class 2 (1 px) and C/class 1 (3 px). Equivalent diameter of a disc of n px: sqrt(4n/pi).
+    pred_dir, gt_dir = write_frames(tmp_path)
+    diameter = {n: np.sqrt(4 * n / np.pi) for n in (1, 2, 3, 4)}  # 1.13, 1.60, 1.95, 2.26 px
+    assert diameter[1] < 1.5 <= diameter[2] < diameter[3] < 2.0 <= diameter[4]
+    out = tmp_path / "out.json"
+    assert main(["frames", str(gt_dir), str(pred_dir), "--instances", "--size-edges", "1.5,2", "--format", "json",
+                 "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    counts = {size: [data[f"{kind}_{size}"] for kind in ("true_positives", "false_negatives", "false_positives")]
+              for size in ("small", "medium", "large")}
+    assert counts == {"small": [0, 0, 1], "medium": [1, 0, 1], "large": [1, 0, 0]}
+    assert data["detection_recall_medium"] == 1.0 and data["detection_recall_small"] is None  # NaN: no small reference
+    # default edges 3 and 10 (pixels count as 1 mm): every instance here is small
+    assert main(["frames", str(gt_dir), str(pred_dir), "--instances", "--format", "json", "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert [data[f"{kind}_small"] for kind in ("true_positives", "false_negatives", "false_positives")] == [2, 0, 2]
+    assert main(["frames", str(gt_dir), str(pred_dir), "--instances", "--size-edges", "10,3"]) == 2
+    assert "--size-edges 10,3: lesion_size_edges_mm must increase" in capsys.readouterr().err

@@ -75,3 +75,62 @@ def test_cli_compare_metrics_lesions(tmp_path):
     for metric, expected in (("lesion_tp", 2), ("lesion_fp", 1), ("lesion_fn", 1), ("lesion_f1", 2 / 3)):
         assert records[metric]["value"] == pytest.approx(expected)
     assert records["lesion_f1"]["params"] == {"lesion_iou": 0.5, "connectivity": 3}
+
+
+def cube(mask, x0, side):
+    """Set a cube of ``side`` voxels at (2, 2, x0) in ``mask``; returns it."""
+    mask[2:2 + side, 2:2 + side, x0:x0 + side] = True
+    return mask
+
+
+def test_size_bins_count_reference_lesions_by_their_size_and_false_positives_by_theirs():
+    # Reference: A (2^3 = 8 voxels) and B (1 voxel) small, C (5^3) medium, D (10^3) large.
+    # Test: finds A and C exactly, misses B and D, adds a 1-voxel and a 10^3 lesion elsewhere.
+    shape = (14, 14, 64)
+    reference = np.zeros(shape, bool)
+    for x0, side in ((2, 2), (8, 1), (12, 5), (22, 10)):
+        cube(reference, x0, side)
+    test = np.zeros(shape, bool)
+    for x0, side in ((2, 2), (12, 5), (36, 1), (40, 10)):
+        cube(test, x0, side)
+
+    def diameter(volume_mm3):  # of the ball with that volume
+        return (6 * volume_mm3 / np.pi) ** (1 / 3)
+
+    # 1 mm voxels: A 2.48 mm, B 1.24 mm (< 3: small), C 6.20 mm (medium), D 12.4 mm (large)
+    assert diameter(8) < 3 and diameter(1) < 3 and 3 <= diameter(125) < 10 and diameter(1000) >= 10
+    values = lesion_values(segmetrics.compare(reference.astype(np.uint8), test.astype(np.uint8),
+                                              spacing=(1.0, 1.0, 1.0), metrics="lesions"))
+    counts = {size: tuple(values[f"lesion_{kind}_{size}"] for kind in ("tp", "fn", "fp"))
+              for size in ("small", "medium", "large")}
+    assert counts == {"small": (1, 1, 1), "medium": (1, 0, 0), "large": (0, 1, 1)}
+    assert (values["lesion_recall_small"], values["lesion_recall_medium"], values["lesion_recall_large"]) == (0.5, 1, 0)
+    assert sum(values[f"lesion_tp_{s}"] for s in ("small", "medium", "large")) == values["lesion_tp"] == 2
+
+    # 2 mm voxels: every volume x 8, every diameter x 2: A 4.96 (medium), C 12.4 (large), B 2.48 (small)
+    assert 3 <= diameter(64) < 10 and diameter(1000) >= 10 and diameter(8) < 3
+    values = lesion_values(segmetrics.compare(reference.astype(np.uint8), test.astype(np.uint8),
+                                              spacing=(2.0, 2.0, 2.0), metrics="lesions"))
+    assert [values[f"lesion_tp_{s}"] for s in ("small", "medium", "large")] == [0, 1, 1]
+    assert [values[f"lesion_fn_{s}"] for s in ("small", "medium", "large")] == [1, 0, 1]
+    assert [values[f"lesion_fp_{s}"] for s in ("small", "medium", "large")] == [1, 0, 1]
+    assert [values[f"lesion_recall_{s}"] for s in ("small", "medium", "large")] == [0, 1, 0.5]
+    # other edges move the lesions between bins: everything below 100 mm is small
+    result = segmetrics.compare(reference.astype(np.uint8), test.astype(np.uint8), spacing=(1.0, 1.0, 1.0),
+                                metrics="lesions", params={"lesion_size_edges_mm": [100, 200]})
+    values = lesion_values(result)
+    assert [values[f"lesion_tp_{s}"] for s in ("small", "medium", "large")] == [2, 0, 0]
+    assert np.isnan(values["lesion_recall_large"])  # no large reference lesion
+    assert result["1"].value("lesion_fp_small") == 2
+    assert next(v for v in result["1"].values if v.metric == "lesion_fp_small").params["lesion_size_edges_mm"] == [100, 200]
+
+
+@pytest.mark.parametrize("edges", [(10, 3), (3,), "3,10", (0, 3), (3, float("nan")), (3, 10, 30), 5])
+def test_size_edges_are_checked(edges):
+    with pytest.raises(ParameterError, match="lesion_size_edges_mm"):
+        Parameters(lesion_size_edges_mm=edges)
+
+
+def test_size_edges_default_and_from_a_list():
+    assert Parameters().lesion_size_edges_mm == (3.0, 10.0)
+    assert Parameters(lesion_size_edges_mm=[5, 20]).lesion_size_edges_mm == (5.0, 20.0)

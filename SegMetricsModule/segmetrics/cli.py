@@ -218,12 +218,23 @@ def _add_frames_parser(subparsers) -> None:
     p.add_argument("--scores", metavar="PATH", help="instance scores: folder of probability maps paired by name "
                    "(mean inside each instance) or JSON/CSV (frame,instance,score); default 1, ties in file-name order")
     p.add_argument("--detection-iou", type=float, default=0.5, help="IoU threshold of the detection counts (default 0.5)")
+    p.add_argument("--size-edges", default="3,10", metavar="MM,MM",
+                   help="equivalent diameters between small, medium and large instances for the detection counts "
+                        "per size (default 3,10 mm; PNG and .npy pixels count as 1 mm)")
     p.add_argument("--threshold", type=float, help="binarise every frame at this value (>= -> class 1), e.g. 0.5 "
                    "for probability maps")
     _add_input_arguments(p)
     p.add_argument("--format", default="table", choices=["table", "csv", "json"])
     p.add_argument("-o", "--output", help="write to this file instead of standard output")
     p.set_defaults(run=_run_frames)
+
+
+def _numbers(flag: str, text: str) -> list:
+    """Comma-separated numbers of an option, or :class:`UserError` naming it."""
+    try:
+        return [float(item) for item in text.split(",")]
+    except ValueError:
+        raise UserError(f"{flag} expects comma-separated numbers, e.g. 3,10; got {text!r}") from None
 
 
 def _frame_folders(args) -> tuple:
@@ -243,6 +254,7 @@ def _frame_folders(args) -> tuple:
 def _run_frames(args) -> int:
     from .frames import EdgeRules, evaluate_folders, swapped_by_content, swapped_by_name, write_frame_result
     from .io import read_name_map
+    from .registry import ParameterError, Parameters
 
     reference_dir, test_dir = _frame_folders(args)
     if not (args.reference or args.test):  # positional folders: catch scripts written for the old order
@@ -256,12 +268,17 @@ def _run_frames(args) -> int:
         if reason:
             print(f"warning: the folders may be swapped: {reason}. {order}; name them with --reference/--test to "
                   "silence this", file=sys.stderr)
+    try:
+        size_edges = Parameters(lesion_size_edges_mm=_numbers("--size-edges", args.size_edges)).lesion_size_edges_mm
+    except ParameterError as error:
+        raise UserError(f"--size-edges {args.size_edges}: {error}") from None
     rules = EdgeRules(args.absent_class, args.empty_frame, args.empty_reference)
     result = evaluate_folders(
         test_dir, reference_dir, classes=read_name_map(args.classes) if args.classes else None,
         rules=rules, instances=args.instances or bool(args.instance_dirs or args.scores),
         connectivity=args.connectivity, scores=args.scores, detection_iou=args.detection_iou,
         instance_dirs=args.instance_dirs and args.instance_dirs[::-1], threshold=args.threshold, input_policy=_input_policy(args),
+        size_edges_mm=size_edges,
     )
     write_frame_result(result, args.format, args.output)
     return 0

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .registry import MetricValue, Status, emptiness_status, positive_number
+from .registry import MetricValue, Parameters, Status, emptiness_status, positive_number
 from .validation import InputPolicy, NothingToCompareError, check_threshold
 
 #: File endings read as frames (longest first so ``.nii.gz`` wins over ``.gz``).
@@ -373,18 +373,26 @@ def read_frame(path, labels: bool = True, threshold: float | None = None, input_
     the values unchanged (probability or score maps). Label frames pass the input checks of
     :mod:`segmetrics.validation` with ``input_policy`` (:class:`segmetrics.io.InputPolicy`).
     """
-    from .io import load_label_image, read_label_image
+    from .io import read_label_image
+
+    path = Path(path)
+    if labels:
+        return read_label_frame(path, threshold, input_policy).array
+    return np.load(path, allow_pickle=False) if path.suffix.lower() == ".npy" else read_label_image(
+        path, input_policy=input_policy).array
+
+
+def read_label_frame(path, threshold: float | None = None, input_policy=None):
+    """A label frame as a :class:`~segmetrics.geometry.LabelImage` (array and spacing in mm; ``.npy``
+    frames have 1 mm pixels, i.e. pixel units), checked as in :func:`read_frame`."""
+    from .io import load_label_image
 
     path = Path(path)
     if path.suffix.lower() != ".npy":
-        if not labels:
-            return read_label_image(path, input_policy=input_policy).array
-        return load_label_image(path, threshold=threshold, input_policy=input_policy).array
+        return load_label_image(path, threshold=threshold, input_policy=input_policy)
     array = np.load(path, allow_pickle=False)
-    if not labels:
-        return array
     return load_label_image(array, spacing=(1.0,) * array.ndim, threshold=threshold, input_policy=input_policy,
-                            name=str(path)).array
+                            name=str(path))
 
 
 def read_scores(path) -> dict:
@@ -410,7 +418,7 @@ def read_scores(path) -> dict:
 def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: EdgeRules | None = None,
                      instances: bool = False, connectivity: int | None = None, scores=None,
                      detection_iou: float = 0.5, instance_dirs=None, threshold: float | None = None,
-                     input_policy=None) -> FrameResult:
+                     input_policy=None, size_edges_mm=(3.0, 10.0)) -> FrameResult:
     """:func:`evaluate_frames` on two folders paired by file name, optionally with instance AP.
 
     Parameters
@@ -438,11 +446,16 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
     input_policy : segmetrics.io.InputPolicy, optional
         Overrides of the input checks (lossy pictures, many labels, external data files);
         instance maps may always hold many labels.
+    size_edges_mm : (float, float)
+        Equivalent diameters (mm; pixels for PNG and ``.npy`` frames, whose pixels count as 1 mm)
+        between small, medium and large instances: the detection counts are also given per size
+        (:data:`segmetrics.instances.SIZE_BINS`; as ``Parameters.lesion_size_edges_mm``, checked alike).
     """
     from .instances import IOU_THRESHOLDS, accumulate_ap, count_detections, image_matches
 
     check_threshold(threshold)
     positive_number("detection_iou", detection_iou, maximum=1.0)
+    size_edges_mm = Parameters(lesion_size_edges_mm=size_edges_mm).lesion_size_edges_mm
     policy = input_policy or InputPolicy()
 
     pairs, prediction_only, reference_only = pair_frames(prediction_dir, ground_truth_dir)
@@ -465,21 +478,22 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
         """Read each pair once; instance matches are collected on the way."""
         for name, prediction_path, reference_path in pairs:
             prediction = read_frame(prediction_path, threshold=threshold, input_policy=policy)
-            reference = read_frame(reference_path, threshold=threshold, input_policy=policy)
+            reference_image = read_label_frame(reference_path, threshold, policy)
+            reference = reference_image.array
             if prediction.shape != reference.shape:
                 raise ValueError(f"frame {name}: prediction shape {prediction.shape} differs from ground truth {reference.shape}")
             if instances:
                 gt, dt = _frame_instances(name, prediction, reference, class_ids, connectivity, instance_dirs, policy)
                 dt = score_source(name, dt)
                 ap_matches.append(image_matches(gt, dt, IOU_THRESHOLDS))
-                detection_matches.append(image_matches(gt, dt, [detection_iou]))
+                detection_matches.append(image_matches(gt, dt, [detection_iou], reference_image.spacing))
             yield prediction, reference
 
     result = frame_counts(frames(), classes, rules, names)
     result.notes = notes
     if instances:
         result.instances = accumulate_ap(ap_matches, class_ids)
-        result.detection = count_detections(detection_matches)
+        result.detection = count_detections(detection_matches, size_edges_mm)
     return result
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from skimage.measure import label as connected_components
@@ -189,18 +189,23 @@ def match_image(ground_truth: Instances, detections: Instances, thresholds=IOU_T
     Detections go by descending score (stable); each takes the unmatched ground-truth instance of
     its class with the highest IoU >= threshold (last one on equal IoU), as pycocotools does.
     """
+    return _greedy_match(ground_truth, detections, thresholds)[0]
+
+
+def _greedy_match(ground_truth: Instances, detections: Instances, thresholds):
+    """:func:`match_image`'s matching; returns ``(matched detections (T, n_dt), matched ground truth (T, n_gt))``."""
     thresholds = np.minimum(np.asarray(thresholds, dtype=float), 1 - 1e-10)
     matched = np.zeros((len(thresholds), len(detections)), dtype=bool)
+    taken = np.zeros((len(thresholds), len(ground_truth)), dtype=bool)
     d, g, iou = instance_ious(ground_truth, detections)
     keep = iou >= thresholds.min()
     d, g, iou = d[keep], g[keep], iou[keep]
     if d.size == 0:
-        return matched
+        return matched, taken
     rank = np.empty(len(detections), dtype=int)
     rank[np.argsort(-detections.scores, kind="stable")] = np.arange(len(detections))
     order = np.lexsort((g, rank[d]))  # by detection rank, then ground-truth index
     d, g, iou = d[order], g[order], iou[order]
-    taken = np.zeros((len(thresholds), len(ground_truth)), dtype=bool)
     starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
     # Sequential by nature (a match removes a ground truth for later detections); the loop runs
     # only over detections with a candidate, vectorised over thresholds and candidates.
@@ -212,7 +217,7 @@ def match_image(ground_truth: Instances, detections: Instances, thresholds=IOU_T
         hit = allowed.any(axis=1)
         taken[hit, cand_g[last_best[hit]]] = True
         matched[hit, d[start]] = True
-    return matched
+    return matched, taken
 
 
 @dataclass
@@ -309,7 +314,10 @@ class APResult:
 class ImageMatches:
     """What AP and detection counts need from one image, without its label maps.
 
-    ``matched`` is ``(len(thresholds), n_detections)``: true positive at each IoU threshold.
+    ``matched`` is ``(len(thresholds), n_detections)``: true positive at each IoU threshold;
+    ``gt_matched`` is ``(len(thresholds), n_ground_truth)``: matched at each threshold.
+    ``gt_diameters_mm`` / ``dt_diameters_mm``: each instance's size as an equivalent diameter
+    (:func:`equivalent_diameter_mm`).
     """
 
     thresholds: np.ndarray
@@ -317,13 +325,33 @@ class ImageMatches:
     dt_classes: np.ndarray
     dt_scores: np.ndarray
     matched: np.ndarray
+    gt_matched: np.ndarray | None = None
+    gt_diameters_mm: np.ndarray | None = None
+    dt_diameters_mm: np.ndarray | None = None
 
 
-def image_matches(ground_truth: Instances, detections: Instances, thresholds=IOU_THRESHOLDS) -> ImageMatches:
-    """Match one image (see :func:`match_image`) and keep only classes, scores and matches."""
+def equivalent_diameter_mm(voxel_counts, spacing) -> np.ndarray:
+    """Diameter in mm of the ball (3-D) or disc (2-D) with the instances' volume in mm³ (area in mm²).
+
+    ``voxel_counts``: voxels (pixels) per instance; ``spacing``: voxel size in mm per array axis
+    (``len(spacing)`` = dimension). A 1 mm³ voxel has an equivalent diameter of 1.24 mm.
+    """
+    ndim = len(spacing)
+    measure = np.asarray(voxel_counts, dtype=float) * float(np.prod(spacing))
+    unit_ball = math.pi ** (ndim / 2) / math.gamma(ndim / 2 + 1)  # volume of the unit-radius ball
+    return 2 * (measure / unit_ball) ** (1 / ndim)
+
+
+def image_matches(ground_truth: Instances, detections: Instances, thresholds=IOU_THRESHOLDS,
+                  spacing=None) -> ImageMatches:
+    """Match one image (see :func:`match_image`) and keep only classes, scores, matches and instance
+    sizes (equivalent diameters in mm with ``spacing``, mm per array axis; default 1 per axis)."""
     thresholds = np.asarray(thresholds, dtype=float)
-    return ImageMatches(thresholds, ground_truth.classes, detections.classes, detections.scores,
-                        match_image(ground_truth, detections, thresholds))
+    spacing = (1.0,) * ground_truth.labels.ndim if spacing is None else spacing
+    matched, gt_matched = _greedy_match(ground_truth, detections, thresholds)
+    return ImageMatches(thresholds, ground_truth.classes, detections.classes, detections.scores, matched, gt_matched,
+                        equivalent_diameter_mm(ground_truth.areas(), spacing),
+                        equivalent_diameter_mm(detections.areas(), spacing))
 
 
 def average_precision(images, class_ids=None, thresholds=IOU_THRESHOLDS) -> APResult:
@@ -385,14 +413,31 @@ def _interpolated_precision(scores: np.ndarray, matched: np.ndarray, n_gt: int):
     return out, recall[:, -1]
 
 
+#: Names of the instance (lesion) size bins, smallest first; their two edges are equivalent
+#: diameters in mm (``Parameters.lesion_size_edges_mm``, default 3 and 10 mm).
+SIZE_BINS = ("small", "medium", "large")
+
+
 @dataclass
 class DetectionResult:
-    """Instance-wise detection counts at one IoU threshold, and precision, recall and F1."""
+    """Instance-wise detection counts at one IoU threshold, and precision, recall and F1.
+
+    ``by_size`` (when size edges were given): ``{bin: (TP, FN, FP)}`` per :data:`SIZE_BINS` bin, TP and
+    FN by the reference instance's equivalent diameter, FP by the test instance's; ``size_edges_mm``
+    the two bin edges (a diameter equal to an edge goes to the larger bin).
+    """
 
     iou_threshold: float
     true_positives: int
     false_positives: int
     false_negatives: int
+    size_edges_mm: tuple = ()
+    by_size: dict = field(default_factory=dict)
+
+    def bin_recall(self, name: str) -> float:
+        """TP / (TP + FN) of the reference instances in size bin ``name``; NaN when it has none."""
+        tp, fn, _ = self.by_size[name]
+        return tp / (tp + fn) if tp + fn else math.nan
 
     @property
     def precision(self) -> float:
@@ -425,19 +470,33 @@ class DetectionResult:
             MetricValue("true_positives", float(self.true_positives), "count", status, params),
             MetricValue("false_positives", float(self.false_positives), "count", status, params),
             MetricValue("false_negatives", float(self.false_negatives), "count", status, params),
-        ]
+        ] + self._size_values(status, params)
+
+    def _size_values(self, status: str, params: dict) -> list:
+        """Per size bin: ``detection_recall_<bin>``, ``true_positives_<bin>``, ``false_negatives_<bin>`` (by
+        reference size) and ``false_positives_<bin>`` (by test size); none without size edges."""
+        params = {**params, "size_edges_mm": list(self.size_edges_mm)}
+        values = []
+        for name, (tp, fn, fp) in self.by_size.items():
+            values += [MetricValue(f"detection_recall_{name}", self.bin_recall(name), "", status, params),
+                       MetricValue(f"true_positives_{name}", float(tp), "count", status, params),
+                       MetricValue(f"false_negatives_{name}", float(fn), "count", status, params),
+                       MetricValue(f"false_positives_{name}", float(fp), "count", status, params)]
+        return values
 
 
-def detection_scores(images, iou_threshold: float = 0.5) -> DetectionResult:
+def detection_scores(images, iou_threshold: float = 0.5, spacing=None, size_edges_mm=None) -> DetectionResult:
     """Lesion-wise detection over images: a detection is a TP when greedily matched at IoU >= threshold.
 
     ``images`` is an iterable of ``(ground_truth, detections)`` :class:`Instances`; matching is
-    the same greedy, class-aware, score-ordered matching as :func:`average_precision`.
+    the same greedy, class-aware, score-ordered matching as :func:`average_precision`. With
+    ``size_edges_mm`` (two equivalent diameters in mm), the counts are also split by size
+    (:attr:`DetectionResult.by_size`), sizes measured with ``spacing`` (mm per array axis, default 1).
     """
-    return count_detections([image_matches(gt, dt, [iou_threshold]) for gt, dt in images])
+    return count_detections([image_matches(gt, dt, [iou_threshold], spacing) for gt, dt in images], size_edges_mm)
 
 
-def count_detections(matches) -> DetectionResult:
+def count_detections(matches, size_edges_mm=None) -> DetectionResult:
     """:func:`detection_scores` from per-image :class:`ImageMatches` made at one IoU threshold."""
     thresholds = {float(t) for m in matches for t in m.thresholds}
     if len(thresholds) > 1:
@@ -445,4 +504,20 @@ def count_detections(matches) -> DetectionResult:
     tp = sum(int(m.matched.sum()) for m in matches)
     n_dt = sum(len(m.dt_classes) for m in matches)
     n_gt = sum(len(m.gt_classes) for m in matches)
-    return DetectionResult(thresholds.pop() if thresholds else math.nan, tp, n_dt - tp, n_gt - tp)
+    result = DetectionResult(thresholds.pop() if thresholds else math.nan, tp, n_dt - tp, n_gt - tp)
+    if size_edges_mm is not None:
+        result.size_edges_mm = tuple(size_edges_mm)
+        result.by_size = _counts_by_size(matches, result.size_edges_mm)
+    return result
+
+
+def _counts_by_size(matches, edges) -> dict:
+    """``{bin: (TP, FN, FP)}``: reference instances by their diameter, unmatched detections by theirs."""
+    def joined(name, threshold_rows=False):
+        arrays = [getattr(m, name)[0] if threshold_rows else getattr(m, name) for m in matches]
+        return np.concatenate(arrays) if arrays else np.zeros(0)
+
+    gt_bin, gt_hit = np.digitize(joined("gt_diameters_mm"), edges), joined("gt_matched", True).astype(bool)
+    dt_bin, dt_hit = np.digitize(joined("dt_diameters_mm"), edges), joined("matched", True).astype(bool)
+    return {name: (int(np.sum(gt_hit & (gt_bin == k))), int(np.sum(~gt_hit & (gt_bin == k))),
+                   int(np.sum(~dt_hit & (dt_bin == k)))) for k, name in enumerate(SIZE_BINS)}

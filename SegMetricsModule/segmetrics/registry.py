@@ -12,7 +12,7 @@ import importlib
 import math
 import numbers
 from dataclasses import dataclass, field
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Callable
 
 import numpy as np
@@ -80,7 +80,8 @@ class Parameters:
     10 / level), ``roughness_window_mm`` (a whole number of voxels with the paper
     convention) and ``apl_tolerance_mm`` (added path length tolerance,
     default 1 mm: about one CT pixel, the voxel-level agreement of Vaassen et al. 2020) > 0;
-    ``lesion_iou`` (the IoU a lesion match needs) in (0, 1]; ``msi_axis`` 0, 1 or 2; text fields one
+    ``lesion_iou`` (the IoU a lesion match needs) in (0, 1]; ``lesion_size_edges_mm`` two increasing
+    diameters > 0 (lesion size bins, see :mod:`segmetrics.lesions`); ``msi_axis`` 0, 1 or 2; text fields one
     of :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
     """
 
@@ -98,6 +99,7 @@ class Parameters:
     roughness_convention: str = "default"  # or "paper"
     apl_tolerance_mm: float = 1.0
     lesion_iou: float = 0.5  # lesion-wise detection: IoU a component match needs
+    lesion_size_edges_mm: tuple = (3.0, 10.0)  # equivalent diameters between small | medium | large lesions
 
     def __post_init__(self):
         self.hd_percentile = positive_number("hd_percentile", self.hd_percentile, maximum=100.0)
@@ -106,6 +108,13 @@ class Parameters:
         self.msi_ol = positive_number("msi_ol", self.msi_ol)
         self.apl_tolerance_mm = positive_number("apl_tolerance_mm", self.apl_tolerance_mm)
         self.lesion_iou = positive_number("lesion_iou", self.lesion_iou, maximum=1.0)
+        edges = self.lesion_size_edges_mm
+        if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence) or len(edges) != 2:
+            raise ParameterError(f"lesion_size_edges_mm must be two diameters in mm (small | medium | large), "
+                                 f"got {edges!r}")
+        self.lesion_size_edges_mm = tuple(positive_number("lesion_size_edges_mm", edge) for edge in edges)
+        if self.lesion_size_edges_mm[0] >= self.lesion_size_edges_mm[1]:
+            raise ParameterError(f"lesion_size_edges_mm must increase (small < medium < large), got {edges!r}")
         if self.roughness_window_mm is not None:
             self.roughness_window_mm = positive_number("roughness_window_mm", self.roughness_window_mm)
             if self.roughness_convention == "paper" and not self.roughness_window_mm.is_integer():
@@ -236,7 +245,9 @@ BUILTIN_METRIC_NAMES = {
     "msi": ("msi", "msi_3d"),
     "roughness": ("ri_reference_mm", "ri_test_mm", "rr", "ard_mm"),
     "contours": ("apl_mm", "apl_fraction", "contour_hd_mm", "contour_mean_distance_mm"),
-    "lesions": ("lesion_f1", "lesion_precision", "lesion_recall", "lesion_tp", "lesion_fp", "lesion_fn"),
+    "lesions": ("lesion_f1", "lesion_precision", "lesion_recall", "lesion_tp", "lesion_fp", "lesion_fn",
+                *(f"lesion_{kind}_{size}" for size in ("small", "medium", "large")
+                  for kind in ("recall", "tp", "fn", "fp"))),
 }
 #: Short names accepted on input besides the exact metric names; ``NAME`` also matches ``NAME_mm``.
 ALIASES = {"ri": ("ri_reference_mm", "ri_test_mm")}
