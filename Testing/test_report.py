@@ -328,3 +328,15 @@ def test_templates_are_package_data_of_a_built_package(tmp_path):
     templates = Path(segmetrics.__file__).parent / "templates"
     shipped = {p.name for p in (tmp_path / "built" / "segmetrics" / "templates").iterdir()}
     assert shipped == {p.name for p in templates.iterdir()} and "report.html.j2" in shipped
+
+
+def test_report_module_imports_neither_jinja2_nor_pandas_until_a_report_is_built():
+    """``import segmetrics`` stays light: Jinja2 and pandas load only when a report is aggregated and written."""
+    import subprocess
+    import sys
+
+    code = ("import sys, segmetrics, segmetrics.report, segmetrics.aggregate, segmetrics.cli\n"
+            "print(sorted({'jinja2', 'pandas'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

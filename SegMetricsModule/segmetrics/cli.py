@@ -218,7 +218,7 @@ def _add_frames_parser(subparsers) -> None:
     p.add_argument("--scores", metavar="PATH", help="instance scores: folder of probability maps paired by name "
                    "(mean inside each instance) or JSON/CSV (frame,instance,score); default 1, ties in file-name order")
     p.add_argument("--detection-iou", type=float, default=0.5, help="IoU threshold of the detection counts (default 0.5)")
-    p.add_argument("--size-edges", default="3,10", metavar="MM,MM",
+    p.add_argument("--size-edges", metavar="MM,MM",
                    help="equivalent diameters between small, medium and large instances for the detection counts "
                         "per size (default 3,10 mm; PNG and .npy pixels count as 1 mm)")
     p.add_argument("--threshold", type=float, help="binarise every frame at this value (>= -> class 1), e.g. 0.5 "
@@ -268,10 +268,12 @@ def _run_frames(args) -> int:
         if reason:
             print(f"warning: the folders may be swapped: {reason}. {order}; name them with --reference/--test to "
                   "silence this", file=sys.stderr)
-    try:
-        size_edges = Parameters(lesion_size_edges_mm=_numbers("--size-edges", args.size_edges)).lesion_size_edges_mm
-    except ParameterError as error:
-        raise UserError(f"--size-edges {args.size_edges}: {error}") from None
+    size_edges = args.size_edges and _numbers("--size-edges", args.size_edges)
+    if size_edges:
+        try:
+            Parameters(lesion_size_edges_mm=size_edges)
+        except ParameterError as error:
+            raise UserError(f"--size-edges {args.size_edges}: {error}") from None
     rules = EdgeRules(args.absent_class, args.empty_frame, args.empty_reference)
     result = evaluate_folders(
         test_dir, reference_dir, classes=read_name_map(args.classes) if args.classes else None,

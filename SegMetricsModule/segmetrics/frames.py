@@ -418,7 +418,7 @@ def read_scores(path) -> dict:
 def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: EdgeRules | None = None,
                      instances: bool = False, connectivity: int | None = None, scores=None,
                      detection_iou: float = 0.5, instance_dirs=None, threshold: float | None = None,
-                     input_policy=None, size_edges_mm=(3.0, 10.0)) -> FrameResult:
+                     input_policy=None, size_edges_mm=None) -> FrameResult:
     """:func:`evaluate_frames` on two folders paired by file name, optionally with instance AP.
 
     Parameters
@@ -446,16 +446,17 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
     input_policy : segmetrics.io.InputPolicy, optional
         Overrides of the input checks (lossy pictures, many labels, external data files);
         instance maps may always hold many labels.
-    size_edges_mm : (float, float)
+    size_edges_mm : (float, float), optional
         Equivalent diameters (mm; pixels for PNG and ``.npy`` frames, whose pixels count as 1 mm)
         between small, medium and large instances: the detection counts are also given per size
-        (:data:`segmetrics.instances.SIZE_BINS`; as ``Parameters.lesion_size_edges_mm``, checked alike).
+        (:data:`segmetrics.instances.SIZE_BINS`); default and checks as ``Parameters.lesion_size_edges_mm``.
     """
     from .instances import IOU_THRESHOLDS, accumulate_ap, count_detections, image_matches
 
     check_threshold(threshold)
     positive_number("detection_iou", detection_iou, maximum=1.0)
-    size_edges_mm = Parameters(lesion_size_edges_mm=size_edges_mm).lesion_size_edges_mm
+    size_edges_mm = (Parameters() if size_edges_mm is None
+                     else Parameters(lesion_size_edges_mm=size_edges_mm)).lesion_size_edges_mm
     policy = input_policy or InputPolicy()
 
     pairs, prediction_only, reference_only = pair_frames(prediction_dir, ground_truth_dir)
