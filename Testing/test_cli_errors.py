@@ -222,7 +222,7 @@ def test_frames_without_any_class_say_nothing_to_compare(tmp_path, capsys):
     for folder in ("pred", "gt"):
         (tmp_path / folder).mkdir()
         Image.fromarray(np.zeros((5, 5), np.uint8)).save(tmp_path / folder / "a.png")
-    code, out, err = _run(capsys, ["frames", tmp_path / "pred", tmp_path / "gt", "--format", "csv"])
+    code, out, err = _run(capsys, ["frames", tmp_path / "gt", tmp_path / "pred", "--format", "csv"])
     _assert_one_line_error(code, err, "frames", "nothing to compare")
     assert out == ""
 

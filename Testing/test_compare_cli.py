@@ -227,7 +227,7 @@ def test_frames_csv_neutralises_frame_and_class_names(tmp_path):
         Image.fromarray(frame).save(tmp_path / folder / "=1+1.png")
     (tmp_path / "classes.json").write_text(json.dumps({"1": "@SUM(1)"}))
     out = tmp_path / "frames.csv"
-    assert main(["frames", str(tmp_path / "pred"), str(tmp_path / "gt"), "--classes", str(tmp_path / "classes.json"),
+    assert main(["frames", str(tmp_path / "gt"), str(tmp_path / "pred"), "--classes", str(tmp_path / "classes.json"),
                  "--format", "csv", "-o", str(out)]) == 0
     rows = _csv_rows(out)
     assert "'=1+1" in {r["frame"] for r in rows} and "'@SUM(1)" in {r["structure"] for r in rows}
