@@ -155,7 +155,7 @@ def _statistics(frame, keys, better: dict, options) -> list:
     for key, group in frame.groupby(keys, sort=False):
         row = dict(zip(keys, key))
         row.update(unit=group["unit"].iloc[0], better=better[row["metric"]], n_penalised=int(group["penalised"].sum()),
-               **summarize(group["value"], group["case_id"], group["status"], **options))
+                   **summarize(group["value"], group["case_id"], group["status"], **options))
         row.update(n_test_empty=row["statuses"].get(Status.TEST_EMPTY, 0),
                    n_reference_empty=row["statuses"].get(Status.REFERENCE_EMPTY, 0))
         rows.append(row)
@@ -192,6 +192,7 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
     per_class = _statistics(frame, ["structure", "metric"], better, options)
     class_means = pd.DataFrame(per_class, columns=["metric", "mean"]).groupby("metric")["mean"].agg(
         lambda means: float(np.mean(means[np.isfinite(means)])) if np.isfinite(means).any() else math.nan)
+    # the overall rows pool the values class by class (each class's values together, classes in order)
     in_class_order = frame.iloc[np.argsort(pd.factorize(frame["structure"])[0], kind="stable")]
     overall = [{"structure": OVERALL, **row, "class_mean": class_means[row["metric"]]}
                for row in _statistics(in_class_order, ["metric"], better, options)]
