@@ -134,3 +134,15 @@ def test_size_edges_are_checked(edges):
 def test_size_edges_default_and_from_a_list():
     assert Parameters().lesion_size_edges_mm == (3.0, 10.0)
     assert Parameters(lesion_size_edges_mm=[5, 20]).lesion_size_edges_mm == (5.0, 20.0)
+
+
+def test_equivalent_diameter_is_that_of_the_ball_or_disc_of_equal_size():
+    from segmetrics.instances import equivalent_diameter_mm
+
+    # 3-D: 1000 voxels of 2 x 1 x 0.5 mm = 1000 mm³; a ball of volume V has diameter (6 V / pi)^(1/3)
+    np.testing.assert_allclose(equivalent_diameter_mm([1000], (2.0, 1.0, 0.5)), [(6000 / np.pi) ** (1 / 3)])
+    # 2-D: 100 pixels of 0.5 x 0.5 mm = 25 mm²; a disc of area A has diameter (4 A / pi)^(1/2)
+    np.testing.assert_allclose(equivalent_diameter_mm([100, 0], (0.5, 0.5)), [np.sqrt(100 / np.pi), 0])
+    # a ball of radius 10 mm rasterised on a 0.5 mm grid comes out close to 20 mm
+    z, y, x = np.indices((48, 48, 48)) * 0.5 - 11.75
+    assert equivalent_diameter_mm([np.sum(z ** 2 + y ** 2 + x ** 2 <= 100)], (0.5, 0.5, 0.5))[0] == pytest.approx(20, rel=0.01)
