@@ -120,6 +120,9 @@ def test_header_names_the_surface_mode_and_footer_lists_misses():
     (0.83333, "1", None, "0.833"),
     (math.inf, "mm", 1.0, "inf"),
     (math.nan, "1", None, "–"),
+    (1.0, "count", None, "1"),  # a lesion count: no decimals
+    (12.0, "count", None, "12"),
+    (4 / 3, "count", None, "1.33"),  # a mean of counts keeps 3 significant digits
 ])
 def test_display_rounding_rule(value, unit, voxel, shown):
     assert display_value(value, unit, voxel) == shown

@@ -136,12 +136,14 @@ SHORT_NAMES = {
 def display_decimals(value: float, unit: str, voxel_mm: float | None = None) -> int:
     """Decimals shown for ``value`` in the terminal table (display only; files keep full precision).
 
-    Ratios (unit ``"1"``): :data:`RATIO_DECIMALS`. Other units: :data:`DISPLAY_DIGITS` significant
+    Ratios (unit ``"1"``): :data:`RATIO_DECIMALS`. Whole counts (unit ``"count"``): none. Other units: :data:`DISPLAY_DIGITS` significant
     digits; distances (mm) never finer than :data:`DISTANCE_STEP_VOXELS` of the smallest voxel size
     ``voxel_mm`` (0.01 mm at 1 mm voxels, so HD95 0.000108 mm on a 3 mm grid shows as 0.00).
     """
     if unit == "1":
         return RATIO_DECIMALS
+    if unit == "count" and float(value).is_integer():  # a count, not a mean of counts
+        return 0
     decimals = DISPLAY_DIGITS - 1 - math.floor(math.log10(abs(value))) if value else 0
     if unit == "mm" and voxel_mm:
         decimals = min(decimals, round(math.log10(1 / (voxel_mm * DISTANCE_STEP_VOXELS))))
