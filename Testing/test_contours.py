@@ -40,7 +40,7 @@ def test_apl_of_a_square_missing_a_strip_on_one_side(tmp_path):
     assert result.get("apl_mm").params == {"tolerance_mm": tolerance}
     assert result.value("contour_hd_mm") == pytest.approx(strip, abs=SAMPLE_STEP_MM)
     rows = result.extras["contour_slices"]
-    assert [row["plane_mm"] for row in rows] == pytest.approx(list(PLANES))
+    assert [row["position_mm"] for row in rows] == pytest.approx(list(PLANES))
     assert all(row["apl_mm"] == pytest.approx(expected_per_plane) for row in rows)
 
 

@@ -225,6 +225,24 @@ def distinct_planes(values) -> np.ndarray:
     return values[np.concatenate([[True], np.diff(values) > PLANE_TOLERANCE_MM])]
 
 
+def rings_by_plane(reference, test) -> tuple:
+    """``(axes, planes)`` of two sides' planar polygons (patient mm): ``axes`` the rows ``u, v, n``
+    of :func:`plane_axes`, ``planes`` ``{position along n (mm): (reference rings, test rings)}`` in
+    increasing order, each side a list (maybe empty) of ``(N, 2)`` rings in in-plane ``(u, v)`` mm,
+    closed implicitly (polygons closer than :data:`PLANE_TOLERANCE_MM` share a plane)."""
+    polygons = list(reference) + list(test)
+    if not polygons:
+        return np.eye(3), {}
+    axes = plane_axes(polygons)
+    offsets = np.array([float(np.mean(p @ axes[2])) for p in polygons])
+    planes = distinct_planes(offsets)
+    rings: dict = {}
+    for index, polygon in enumerate(polygons):
+        plane = float(planes[np.argmin(np.abs(planes - offsets[index]))])
+        rings.setdefault(plane, ([], []))[index >= len(reference)].append(polygon @ axes[:2].T)
+    return axes, dict(sorted(rings.items()))
+
+
 def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     """Fill every ROI's polygons on ``grid`` (3-D): pixel centres inside, even-odd per slice.
 
@@ -249,12 +267,9 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
                 by_slice.setdefault(plane, []).append(np.column_stack([j, i]))
             else:
                 outside[label] = outside.get(label, 0) + 1
-        mask = np.zeros(shape, dtype=bool)
-        for plane, rings in by_slice.items():
-            mask[plane] = fill_even_odd(rings, shape[1:])
-        masks[label] = mask
+        masks[label] = {plane: fill_even_odd(rings, shape[1:]) for plane, rings in by_slice.items()}
     image = _label_image(masks, structures.names, structures.source, grid.spacing, grid.origin, grid.direction,
-                         ContourImage)
+                         ContourImage, shape)
     image.contours = {label: list(polygons) for label, polygons in structures.contours.items()}
     image.notes = [f"{structures.source}: {count} contour(s) of {structures.names[label]!r} lie outside the grid "
                    "and were not rasterised" for label, count in outside.items()]
@@ -364,18 +379,26 @@ def series_warnings(structures: StructureSet, image, series: str | None) -> list
             f"not {image} (series {series}); its contours were placed on that image by their positions"]
 
 
-def _label_image(masks: dict, names: dict, source: str, spacing, origin, direction, kind=LabelImage) -> LabelImage:
-    """Pack ``{label: mask}`` into one label array; a mask overlapping an earlier one is kept in
+def _label_image(masks: dict, names: dict, source: str, spacing, origin, direction, kind=LabelImage,
+                 shape=None) -> LabelImage:
+    """Pack ``{label: mask}`` into one label array of the smallest unsigned type holding the labels;
+    a mask is a 3-D boolean array or ``{slice index: 2-D mask}`` on a grid of ``shape`` (only the
+    slices that hold the structure are touched). A mask overlapping an earlier one is kept whole in
     ``segment_masks``. Every name is kept, so empty structures stay listed; the names are checked
     by the reader (RTSTRUCT) or by :func:`segmetrics.io.load_label_image` (SEG), not here again."""
-    shape = next(iter(masks.values())).shape if masks else (1, 1, 1)
-    array = np.zeros(shape, dtype=np.int32)
+    by_slice = {label: mask if isinstance(mask, dict) else dict(enumerate(mask)) for label, mask in masks.items()}
+    if shape is None:
+        shape = next(iter(masks.values())).shape if masks else (1, 1, 1)
+    array = np.zeros(shape, dtype=np.min_scalar_type(max(masks, default=0)))
     overlapping = {}
-    for label, mask in masks.items():
-        if np.any(array[mask] != 0):
-            overlapping[label] = mask
+    for label, slices in by_slice.items():
+        if any(np.any(array[k][fill]) for k, fill in slices.items()):
+            overlapping[label] = np.zeros(shape, dtype=bool)
+            for k, fill in slices.items():
+                overlapping[label][k] = fill
         else:
-            array[mask] = label
+            for k, fill in slices.items():
+                array[k][fill] = label
     image = kind(array, tuple(spacing), tuple(origin), tuple(direction), dict(names))
     image.segment_masks = overlapping
     return image
