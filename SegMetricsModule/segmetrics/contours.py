@@ -3,9 +3,10 @@
 When both inputs are RT Structure Sets, their closed planar polygons (patient mm) are measured
 themselves, without rasterising. For masks the contours are those of slice-wise MSI: marching
 squares boundaries (:func:`segmetrics.mesh.contours_2d`) of each slice along the MSI slice axis
-(:func:`segmetrics.msi.pair_slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Contours
-are grouped by plane (planes closer than :data:`segmetrics.dicom.PLANE_TOLERANCE_MM` are one) and
-measured in the plane with shapely:
+(:func:`segmetrics.msi.pair_slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Polygons
+are grouped by plane (:func:`segmetrics.msi.contour_planes`, shared with the polygon MSI; planes
+closer than :data:`segmetrics.dicom.PLANE_TOLERANCE_MM` are one) and measured in the plane with
+shapely:
 
 - **added path length** ``apl_mm`` (Vaassen et al., Phys Imaging Radiat Oncol 13, 2020): the
   length of the reference contour farther than ``Parameters.apl_tolerance_mm`` from the test
@@ -20,9 +21,12 @@ measured in the plane with shapely:
   taken between samples, so these are exact to within one step. Planes contoured on one side
   only are in the per-plane table, not here.
 
-The per-plane rows go to ``extras["contour_slices"]`` (``plane_mm``: position along the plane
-normal in patient mm for polygons; for masks ``slice``, the slice index of the user's stored
-array as in the per-slice MSI rows, and ``plane_mm`` = slice × spacing).
+The per-plane rows go to ``extras["contour_slices"]``: ``slice`` (the user's stored array's slice
+index, as in the per-slice MSI rows; for polygons the grid slice the plane was rasterised on),
+``position_mm`` (masks: slice × spacing; polygons: position along the plane normal, patient mm),
+``dice`` (the slice's Dice: pixel counts, or exact areas of the even-odd filled polygons),
+contour lengths, ``apl_mm``, ``hd_mm`` and ``mean_distance_mm``; :mod:`segmetrics.slices` joins
+them with the per-slice MSI rows.
 Rasterised, the same polygons give the same values within one pixel (tested): the mask boundary
 runs half-way between pixel centres, within a pixel of the polygon.
 """
