@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from .mesh import contours_2d
-from .msi import contour_planes, filled_region, pair_slice_axis, plane_slices
+from .msi import contour_planes, contour_regions, pair_slice_axis, plane_slices
 from .orientation import Reorientation
 from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
                        register_group, undefined)
@@ -64,10 +64,9 @@ def boundary(rings):
     return shapely.MultiLineString([np.vstack([ring, ring[:1]]) for ring in rings]) if rings else None
 
 
-def polygon_dice(reference_rings, test_rings) -> float:
-    """Dice of two sides' rings on one plane, filled by the even-odd rule (exact areas, mm²);
-    NaN when both are empty."""
-    reference, test = filled_region(reference_rings), filled_region(test_rings)
+def polygon_dice(reference, test) -> float:
+    """Dice of two sides' filled contours on one plane (:func:`segmetrics.msi.filled_region`, exact
+    areas, mm²); NaN when both are empty."""
     total = reference.area + test.area
     return 2 * reference.intersection(test).area / total if total > 0 else math.nan
 
@@ -96,15 +95,16 @@ def boundary_samples(boundary, step_mm: float = SAMPLE_STEP_MM) -> tuple:
     return np.concatenate(points), np.concatenate(weights)
 
 
-def boundary_distances(source, target, step_mm: float = SAMPLE_STEP_MM) -> tuple:
-    """``(distances, weights)``: distance (mm) from the samples of ``source`` to the nearest sample
-    of ``target`` (off by at most ``step_mm`` / 2 from the distance to the boundary itself), and
-    the boundary length (mm) each sample stands for."""
+def boundary_distances(first, second, step_mm: float = SAMPLE_STEP_MM) -> tuple:
+    """``(distances, weights)`` of both directions pooled: distance (mm) from each sample of one
+    boundary to the nearest sample of the other (off by at most ``step_mm`` / 2 from the distance
+    to the boundary itself), and the boundary length (mm) each sample stands for."""
     from scipy.spatial import cKDTree
 
-    points, weights = boundary_samples(source, step_mm)
-    distances, _ = cKDTree(boundary_samples(target, step_mm)[0]).query(points)
-    return distances, weights
+    (first_points, first_weights), (second_points, second_weights) = (boundary_samples(b, step_mm)
+                                                                      for b in (first, second))
+    distances = [cKDTree(second_points).query(first_points)[0], cKDTree(first_points).query(second_points)[0]]
+    return np.concatenate(distances), np.concatenate([first_weights, second_weights])
 
 
 def mask_slices(reference, test, spacing, axis: int):
@@ -129,8 +129,9 @@ def _planes(pair: StructurePair, params: Parameters):
     if pair.contours is not None:
         axes, planes = contour_planes(pair)
         _axis, slices = plane_slices(pair, list(planes), axes[2])
-        return SAMPLE_STEP_MM, [(index, position, reference, test, polygon_dice(reference, test))
-                                for index, (position, (reference, test)) in zip(slices, planes.items())]
+        per_plane = zip(slices, planes.items(), contour_regions(pair))
+        return SAMPLE_STEP_MM, [(index, position, *rings, polygon_dice(*regions))
+                                for index, (position, rings), regions in per_plane]
     volume = pair.reference.ndim == 3
     axis = pair_slice_axis(pair, params) if volume else 0
     in_plane = np.delete(pair.spacing, axis) if volume else pair.spacing
@@ -162,10 +163,7 @@ def compute(pair: StructurePair, params: Parameters) -> list:
                "apl_mm": added_path_length(reference_boundary, test_boundary, params.apl_tolerance_mm),
                "hd_mm": math.nan, "mean_distance_mm": math.nan}
         if reference_boundary is not None and test_boundary is not None:
-            both = [boundary_distances(reference_boundary, test_boundary, step),
-                    boundary_distances(test_boundary, reference_boundary, step)]
-            plane_distances = np.concatenate([d for d, _ in both])
-            plane_weights = np.concatenate([w for _, w in both])
+            plane_distances, plane_weights = boundary_distances(reference_boundary, test_boundary, step)
             row["hd_mm"] = float(plane_distances.max())
             row["mean_distance_mm"] = float(np.average(plane_distances, weights=plane_weights))
             distances.append(plane_distances)

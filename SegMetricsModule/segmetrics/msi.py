@@ -318,27 +318,28 @@ def filled_region(rings):
     return region
 
 
-def polygon_objects(rings, max_segment_mm: float = POLYGON_SEGMENT_MM) -> tuple:
-    """``(objects, regions)`` of one side's closed rings on one plane (``(N, 2)`` in-plane mm): one
-    object per connected region of :func:`filled_region` (shapely ``Polygon``) with its outer and
-    hole contours subdivided to at most ``max_segment_mm``."""
+def polygon_objects(region, max_segment_mm: float = POLYGON_SEGMENT_MM) -> tuple:
+    """``(objects, regions)`` of one side's :func:`filled_region` on one plane (in-plane mm): one
+    object per connected region (shapely ``Polygon``) with its outer and hole contours subdivided
+    to at most ``max_segment_mm``."""
     import shapely
 
-    regions = [g for g in shapely.get_parts(filled_region(rings)) if isinstance(g, shapely.Polygon) and g.area > 0]
+    regions = [g for g in shapely.get_parts(region) if isinstance(g, shapely.Polygon) and g.area > 0]
     objects = [_Object([mesh.closed_contour(np.asarray(r.coords)[:-1], max_segment_mm)
                         for r in (g.exterior, *g.interiors)], np.asarray(g.centroid.coords[0]))
                for g in regions]
     return objects, regions
 
 
-def polygon_slice(reference_rings, test_rings, il: float = 1.0, ol: float = 1.0, align: str = "none") -> tuple:
-    """``(msi, weight, counts, status)`` of one plane of two sides' closed rings (in-plane mm), as
-    :func:`slice_table` scores the slice of two masks, with exact areas instead of pixel counts:
-    objects paired by the same rule (IoU and centroid distance), BLD between the subdivided
-    polygons, even-odd inside test against the reference polygons."""
+def polygon_slice(reference_region, test_region, il: float = 1.0, ol: float = 1.0, align: str = "none") -> tuple:
+    """``(msi, weight, counts, status)`` of one plane of two sides' filled contours
+    (:func:`filled_region`, in-plane mm), as :func:`slice_table` scores the slice of two masks,
+    with exact areas instead of pixel counts: objects paired by the same rule (IoU and centroid
+    distance), BLD between the subdivided polygons, even-odd inside test against the reference
+    polygons."""
     import shapely
 
-    (ref_objects, ref_regions), (test_objects, test_regions) = polygon_objects(reference_rings), polygon_objects(test_rings)
+    (ref_objects, ref_regions), (test_objects, test_regions) = polygon_objects(reference_region), polygon_objects(test_region)
     overlap = np.array([[shapely.intersection(r, t).area for t in test_regions] for r in ref_regions]).reshape(
         len(ref_regions), len(test_regions))
     sizes_ref, sizes_test = (np.array([g.area for g in regions]) for regions in (ref_regions, test_regions))
@@ -351,6 +352,15 @@ def contour_planes(pair: StructurePair) -> tuple:
     if "contour_planes" not in pair.cache:
         pair.cache["contour_planes"] = rings_by_plane(*pair.contours)
     return pair.cache["contour_planes"]
+
+
+def contour_regions(pair: StructurePair) -> list:
+    """Per plane of :func:`contour_planes`, in its order, ``(reference, test)`` :func:`filled_region`
+    (found once per pair, ``pair.cache["contour_regions"]``)."""
+    if "contour_regions" not in pair.cache:
+        pair.cache["contour_regions"] = [tuple(filled_region(rings) for rings in sides)
+                                         for sides in contour_planes(pair)[1].values()]
+    return pair.cache["contour_regions"]
 
 
 def plane_slices(pair: StructurePair, planes, normal) -> tuple:
@@ -374,9 +384,8 @@ def polygon_slice_table(pair: StructurePair, params: Parameters) -> tuple:
     axes, planes = contour_planes(pair)
     axis, slices = plane_slices(pair, list(planes), axes[2])
     rows = []
-    for index, (position, (reference_rings, test_rings)) in zip(slices, planes.items()):
-        value, weight, counts, status = polygon_slice(reference_rings, test_rings, params.msi_il, params.msi_ol,
-                                                      params.msi_align)
+    for index, position, (reference, test) in zip(slices, planes, contour_regions(pair)):
+        value, weight, counts, status = polygon_slice(reference, test, params.msi_il, params.msi_ol, params.msi_align)
         rows.append(SliceMSI(index, position, value, weight, status=status, **counts))
     return axis, sorted(rows, key=lambda r: r.slice)
 
