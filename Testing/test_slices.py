@@ -164,3 +164,26 @@ def test_slicer_slice_table_shows_the_same_columns():
                 for k in range(1, 7)]
     assert dice == pytest.approx(expected)
     assert table.GetColumnUnitLabel("apl_mm") == "mm"
+
+
+def test_polygon_rows_on_a_flipped_image_grid_use_its_stored_slices(tmp_path):
+    """An --image grid stored with z and y reversed: the rows' slices are those of the stored
+    rasterised masks (the canonical view the metrics see is flipped back)."""
+    import SimpleITK as sitk
+
+    grid = sitk.GetImageFromArray(np.zeros((8, 40, 40), np.uint8))
+    grid.SetSpacing((1.0, 1.0, 3.0))
+    grid.SetDirection((1, 0, 0, 0, -1, 0, 0, 0, -1))
+    grid.SetOrigin((-20.0, 20.0, 21.0))  # z planes 21, 18, ..., 0 mm from slice 0 to 7
+    sitk.WriteImage(grid, str(tmp_path / "grid.nrrd"))
+    write_rtstruct(tmp_path / "reference.dcm", {"disk": [circle(8.0, z) for z in (3.0, 6.0, 9.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"disk": [circle(8.0, z, centre=(1, 0)) for z in (6.0, 9.0, 12.0)]})
+    result = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi,contours",
+                     image=tmp_path / "grid.nrrd")["disk"]
+    reference, test = load_pair(tmp_path / "reference.dcm", tmp_path / "test.dcm", image=tmp_path / "grid.nrrd")
+    assert [int(k) for k in np.flatnonzero(reference.mask(1).any(axis=(1, 2)))] == [4, 5, 6]
+    rows = slice_rows(result)
+    assert [row["slice"] for row in rows] == [3, 4, 5, 6]  # planes 12, 9, 6, 3 mm
+    assert [row["position_mm"] for row in rows] == pytest.approx([12.0, 9.0, 6.0, 3.0])
+    assert [row["status"] for row in rows] == ["reference_empty", "ok", "ok", "test_empty"]
+    assert result.get("msi").params["axis"] == 0
