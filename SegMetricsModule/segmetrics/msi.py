@@ -16,7 +16,8 @@ reference boundary:
 Outputs stored on the :class:`~segmetrics.registry.StructurePair`:
 
 ``pair.extras["msi_slices"]``
-    list of :class:`SliceMSI` (one per slice holding either structure), see there.
+    list of :class:`SliceMSI` (one per slice holding either structure; for two RT Structure Sets
+    one per contour plane, :func:`polygon_slice_table`), see there.
 ``pair.extras["test_surface"]``
     the test ``vtkPolyData`` (via :func:`segmetrics.mesh.cached_test_surface`) with point-data
     arrays ``SignedDistance_mm`` (signed BLD, negative inside the reference; ``SignedDistance_px``
@@ -698,7 +699,8 @@ def compute(pair: StructurePair, params: Parameters) -> list:
         value = combine_slices(rows)
         msi = MetricValue(MSI.name, value, MSI.unit, Status.OK if not math.isnan(value) else Status.MULTIPLE_OBJECTS,
                           dict(used, worst_slices=[r.slice for r in worst]))
-    surface_params = dict(used, convention="default", units=params.msi_units)
+    surface_params = {**{k: v for k, v in used.items() if k != "geometry"}, "convention": "default",
+                      "units": params.msi_units}
     if pair.reference.ndim == 2:
         msi_3d = undefined(MSI_3D, Status.NOT_APPLICABLE, surface_params)
     elif surface_status != Status.OK:
