@@ -28,7 +28,12 @@ RT Structure Set (read with pydicom)
       :data:`DEFAULT_CONTOUR_RESOLUTION_MM`.
 
 The polygons themselves stay available as ``image.contours`` (:class:`ContourImage`) for the
-contour-level metrics of :mod:`segmetrics.contours`.
+contour-level metrics of :mod:`segmetrics.contours` and the polygon MSI of :mod:`segmetrics.msi`.
+
+Frame of reference: a structure set is refused (:func:`check_frames_of_reference`) when its
+FrameOfReferenceUID is not that of the image series it is rasterised on, of the other DICOM input
+or of the other structure set; an image series the structure set does not reference gives a
+warning note (:func:`series_warnings`).
 """
 from __future__ import annotations
 
@@ -358,16 +363,18 @@ def check_frames_of_reference(structure_sets, others=(), image=None, image_frame
     that of the image ``image`` (``image_frame``, from :func:`read_image_series`), of the other
     DICOM inputs ``others`` (paths; inputs that are not DICOM carry no frame of reference and are
     not checked) or of each other: their patient coordinates do not belong together."""
-    known = [(str(image), image_frame)] if image is not None else []
-    known += [(str(other), dicom_identity(other)[0]) for other in others
-              if isinstance(other, (str, Path)) and Path(other).is_file() and looks_like_dicom(Path(other))]
-    known += [(s.source, min(s.frames_of_reference)) for s in structure_sets if s.frames_of_reference]
+    known = [(str(image), {image_frame})] if image is not None and image_frame else []
+    known += [(str(other), {frame}) for other in others
+              if isinstance(other, (str, Path)) and Path(other).is_file() and looks_like_dicom(Path(other))
+              and (frame := dicom_identity(other)[0])]
+    known += [(s.source, s.frames_of_reference) for s in structure_sets if s.frames_of_reference]
     for structures in structure_sets:
-        for source, frame in known:
-            if frame and structures.frames_of_reference and frame not in structures.frames_of_reference:
+        for source, frames in known:
+            if structures.frames_of_reference and not structures.frames_of_reference & frames:
                 raise ReadError(f"{structures.source}: contours are in frame of reference "
-                                f"{min(structures.frames_of_reference)} but {source} is in {frame}: not the same "
-                                "patient coordinates (give the image series the contours were drawn on)")
+                                f"{', '.join(sorted(structures.frames_of_reference))} but {source} is in "
+                                f"{', '.join(sorted(frames))}: not the same patient coordinates (give the image "
+                                "series the contours were drawn on)")
 
 
 def series_warnings(structures: StructureSet, image, series: str | None) -> list:
