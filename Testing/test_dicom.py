@@ -193,6 +193,17 @@ def test_names_match_ignoring_case_and_separators_and_by_synonyms(tmp_path):
     assert "test structure 'lung l' paired with reference 'Lung_L'" in result.notes
 
 
+def test_repeated_roi_names_are_refused_by_the_reader(tmp_path):
+    write_rtstruct(tmp_path / "rt.dcm", {"Heart": [rectangle(0, 0, 5, 5, 0.0)], "Lung": [rectangle(9, 0, 14, 5, 0.0)]})
+    import pydicom
+
+    dataset = pydicom.dcmread(tmp_path / "rt.dcm")
+    dataset.StructureSetROISequence[1].ROIName = "Heart"
+    dataset.save_as(tmp_path / "rt.dcm")
+    with pytest.raises(ReadError, match=r"rt\.dcm: structure names must be unique, but 'Heart' \(labels 1, 2\)"):
+        load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm")
+
+
 def test_cli_compares_two_structure_sets(tmp_path, capsys):
     from segmetrics.cli import main
 

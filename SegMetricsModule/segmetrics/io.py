@@ -130,9 +130,8 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
             grid = dicom.contour_grid(structure_sets.values(), resolution)
         others = [source for side, source in sources.items() if side not in structure_sets]
         dicom.check_frames_of_reference(structure_sets.values(), others, image, identity[0])
-        for side, structures in structure_sets.items():
-            loaded[side] = load_label_image(dicom.rasterise(structures, grid), input_policy=input_policy,
-                                            name=structures.source)
+        for side, structures in structure_sets.items():  # names checked by the reader: no check_label_map again
+            loaded[side] = dicom.rasterise(structures, grid)
             loaded[side].notes += dicom.series_warnings(structures, image, identity[1])
     return loaded["reference"], loaded["test"]
 
