@@ -362,3 +362,16 @@ def test_an_image_series_the_structure_set_does_not_reference_gives_a_warning(tm
     result = compare(folder / "rtss.dcm", folder / "rtss.dcm", image=ct.parent, metrics="dice")
     warnings = [note for note in result.notes if note.startswith("warning")]
     assert len(warnings) == 2 and all("1.2.3.5" in w and "references image series" in w for w in warnings)
+
+
+def test_contour_points_parsed_from_the_raw_text_equal_pydicoms_values(data_dir):
+    import pydicom
+
+    path = data_dir / "dicompyler_core/rtss.dcm"
+    structures = read_structure_set(path)
+    dataset = pydicom.dcmread(path)
+    for roi in dataset.ROIContourSequence:
+        expected = [np.asarray(c.ContourData, float).reshape(-1, 3) for c in roi.get("ContourSequence", [])]
+        got = structures.contours[int(roi.ReferencedROINumber)]
+        assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
+    assert sum(len(p) for p in structures.polygons()) == 88158
