@@ -37,7 +37,7 @@ MINIMUM_SLICER_VERSION = "5.10"
 DOCUMENTATION_URL = "https://github.com/SegMetrics/SlicerSegMetrics#the-3d-slicer-extension"
 #: Columns of the per-slice review table: (title, key of a per-slice row).
 SLICE_COLUMNS = ((_("Slice"), "slice"), (_("Position (mm)"), "position_mm"), (_("MSI"), "msi"),
-                 (_("Added length (mm)"), "apl_mm"), (_("Status"), "status"))
+                 (_("Added length (mm)"), "apl_mm"), (_("Dice"), "dice"), (_("HD (mm)"), "hd_mm"), (_("Status"), "status"))
 
 
 class SegMetrics(ScriptedLoadableModule):

@@ -66,8 +66,8 @@ def _assert_one_line_error(code, err, command, *needles):
 OS_ERRORS = {
     "compare -o a folder": (lambda f: ["compare", f["ref"], f["test"], "-o", f["folder"]], ["--output", "folder"]),
     "compare -o file/x": (lambda f: ["compare", f["ref"], f["test"], "-o", f["file"] / "x"], ["--output", "is a file"]),
-    "compare --msi-slices file/x": (lambda f: ["compare", f["ref"], f["test"], "--msi-slices", f["file"] / "x.csv"],
-                                    ["--msi-slices"]),
+    "compare --slices file/x": (lambda f: ["compare", f["ref"], f["test"], "--slices", f["file"] / "x.csv"],
+                                ["--slices"]),
     "compare -o in a missing folder": (lambda f: ["compare", f["ref"], f["test"], "-o", f["folder"] / "no" / "x.csv"],
                                        ["--output", "does not exist"]),
     "compare --names a folder": (lambda f: ["compare", f["ref"], f["test"], "--names", f["folder"]], ["a_folder"]),

@@ -13,6 +13,7 @@ from segmetrics import compare
 from segmetrics.contours import SAMPLE_STEP_MM
 from segmetrics.registry import Parameters
 from test_dicom import circle, rectangle, write_rtstruct
+from test_slices import polygon_area
 
 PLANES = (0.0, 3.0, 6.0)
 
@@ -40,7 +41,7 @@ def test_apl_of_a_square_missing_a_strip_on_one_side(tmp_path):
     assert result.get("apl_mm").params == {"tolerance_mm": tolerance}
     assert result.value("contour_hd_mm") == pytest.approx(strip, abs=SAMPLE_STEP_MM)
     rows = result.extras["contour_slices"]
-    assert [row["plane_mm"] for row in rows] == pytest.approx(list(PLANES))
+    assert [row["position_mm"] for row in rows] == pytest.approx(list(PLANES))
     assert all(row["apl_mm"] == pytest.approx(expected_per_plane) for row in rows)
 
 
@@ -137,3 +138,86 @@ def test_real_contours_with_dropped_planes_add_their_reference_length(tmp_path, 
     assert result.value("apl_mm") == pytest.approx(expected, rel=1e-6)
     assert result.value("contour_hd_mm") == pytest.approx(0.0, abs=1e-6)
     assert result.value("apl_fraction") == pytest.approx(expected / sum(perimeter(p) for p in heart), rel=1e-6)
+
+
+def _real_heart(data_dir):
+    from segmetrics.dicom import read_structure_set
+
+    real = read_structure_set(data_dir / "dicompyler_core/rtss.dcm")
+    return real.contours[next(n for n, name in real.names.items() if name == "Heart")]
+
+
+def _distances_to(boundary, points):
+    """Brute force: each point's distance to a closed polygon boundary (shapely, point by point)."""
+    import shapely
+
+    return shapely.distance(shapely.points(points), shapely.LinearRing(boundary))
+
+
+def _dense(polygon, step=0.02):
+    """Points every ``step`` mm along a closed 2-D polygon, and the length each stands for."""
+    ring = np.vstack([polygon, polygon[:1]])
+    along = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(ring, axis=0), axis=1))])
+    count = int(np.ceil(along[-1] / step))
+    positions = (np.arange(count) + 0.5) * along[-1] / count
+    return np.column_stack([np.interp(positions, along, ring[:, i]) for i in (0, 1)]), along[-1] / count
+
+
+def test_a_notch_cut_in_a_real_contour(tmp_path, data_dir):
+    """The test misses a disc of radius 5 mm around one point of the largest real Heart contour:
+    APL, HD and Dice of that plane against brute force on densely sampled boundaries and exact
+    areas; the other planes are untouched."""
+    import shapely
+
+    heart = _real_heart(data_dir)
+    largest = max(range(len(heart)), key=lambda i: len(heart[i]))
+    polygon, z = heart[largest][:, :2], float(heart[largest][0, 2])
+    centre, radius, tolerance = polygon[np.argmax(polygon[:, 0])], 5.0, 1.0
+    notched = shapely.Polygon(polygon).difference(shapely.Point(centre).buffer(radius, quad_segs=64))
+    cut = np.asarray(notched.exterior.coords)[:-1]
+    test = [np.column_stack([cut, np.full(len(cut), z)]) if i == largest else p for i, p in enumerate(heart)]
+    result = compare_sets(tmp_path, {"Heart": heart}, {"Heart": test}, metrics="msi,contours",
+                          params=Parameters(apl_tolerance_mm=tolerance))["Heart"]
+    reference_points, weight = _dense(polygon)
+    far = _distances_to(cut, reference_points) > tolerance
+    assert result.value("apl_mm") == pytest.approx(far.sum() * weight, abs=0.05)
+    assert 2 * (radius - tolerance) - 1 < result.value("apl_mm") < 2 * (radius - tolerance) + 1
+    test_points, _ = _dense(cut)
+    hd = max(_distances_to(cut, reference_points).max(), _distances_to(polygon, test_points).max())
+    assert result.value("contour_hd_mm") == pytest.approx(hd, abs=SAMPLE_STEP_MM)
+    rows = result.extras["contour_slices"]
+    notch_row = min(rows, key=lambda row: abs(row["position_mm"] - z))
+    area, cut_area = polygon_area(polygon), polygon_area(cut)
+    assert notch_row["dice"] == pytest.approx(2 * cut_area / (area + cut_area), rel=1e-9)
+    others = [row for row in rows if row is not notch_row]
+    assert all(row["apl_mm"] == 0 and row["dice"] == pytest.approx(1.0) for row in others)
+    msi_rows = result.extras["msi_slices"]
+    assert sum(row.msi < 1 for row in msi_rows) == 1 and result.value("msi") < 1
+
+
+def test_real_contours_shifted_within_the_tolerance_add_no_path(tmp_path, data_dir):
+    """Every reference point's translate lies on the test contour: APL is 0 for a shift below the
+    tolerance, and no in-plane distance exceeds the shift."""
+    heart = _real_heart(data_dir)
+    shift = np.array([0.6, -0.3, 0.0])
+    result = compare_sets(tmp_path, {"Heart": heart}, {"Heart": [p + shift for p in heart]}, metrics="contours",
+                          params=Parameters(apl_tolerance_mm=0.7))["Heart"]
+    assert result.value("apl_mm") == 0.0
+    assert 0.3 < result.value("contour_hd_mm") <= np.linalg.norm(shift) + SAMPLE_STEP_MM
+
+
+def test_real_contours_scaled_about_their_centroid(tmp_path, data_dir):
+    """Scaling by s about each contour's centroid c moves a point p by (s - 1)|p - c|: no APL at a
+    tolerance above the largest move, none of the HD beyond it, areas times s²."""
+    heart = _real_heart(data_dir)
+    scale = 1.02
+    centres = [p.mean(axis=0) for p in heart]
+    scaled = [c + scale * (p - c) for p, c in zip(heart, centres)]
+    largest_move = max((scale - 1) * np.linalg.norm(p - c, axis=1).max() for p, c in zip(heart, centres))
+    result = compare_sets(tmp_path, {"Heart": heart}, {"Heart": scaled}, metrics="contours",
+                          params=Parameters(apl_tolerance_mm=largest_move + 0.01))["Heart"]
+    assert result.value("apl_mm") == 0.0
+    assert result.value("contour_hd_mm") <= largest_move + SAMPLE_STEP_MM
+    for row in result.extras["contour_slices"]:
+        assert row["test_length_mm"] == pytest.approx(scale * row["reference_length_mm"], rel=1e-6)  # 6 decimals in the file
+        assert row["dice"] <= 2 / (1 + scale ** 2) + 1e-9  # at most the smaller area over the mean area

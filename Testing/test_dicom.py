@@ -193,6 +193,17 @@ def test_names_match_ignoring_case_and_separators_and_by_synonyms(tmp_path):
     assert "test structure 'lung l' paired with reference 'Lung_L'" in result.notes
 
 
+def test_repeated_roi_names_are_refused_by_the_reader(tmp_path):
+    write_rtstruct(tmp_path / "rt.dcm", {"Heart": [rectangle(0, 0, 5, 5, 0.0)], "Lung": [rectangle(9, 0, 14, 5, 0.0)]})
+    import pydicom
+
+    dataset = pydicom.dcmread(tmp_path / "rt.dcm")
+    dataset.StructureSetROISequence[1].ROIName = "Heart"
+    dataset.save_as(tmp_path / "rt.dcm")
+    with pytest.raises(ReadError, match=r"rt\.dcm: structure names must be unique, but 'Heart' \(labels 1, 2\)"):
+        load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm")
+
+
 def test_cli_compares_two_structure_sets(tmp_path, capsys):
     from segmetrics.cli import main
 
@@ -308,3 +319,59 @@ def test_slicer_segmentations_with_planar_contour_source(tmp_path):
     assert any("planar contour (rasterised by segmetrics.dicom" in note for note in result.notes)
     assert [n.GetSegmentation().GetSourceRepresentationName() for n in nodes] == ["Planar contour"] * 2
     assert nodes[0].GetSegmentation().GetNumberOfSegments() == 2  # the inputs are left as they were
+
+
+# ---------------------------------------------------------------------- frames of reference
+def _modified_copy(source, target, **changes):
+    """A copy of a DICOM file with top-level and nested attributes set: ``FrameOfReferenceUID``
+    also in every ``ReferencedFrameOfReferenceSequence`` item and ROI (``ReferencedFrameOfReferenceUID``)."""
+    import pydicom
+
+    dataset = pydicom.dcmread(source)
+    for keyword, value in changes.items():
+        setattr(dataset, keyword, value)
+        if keyword == "FrameOfReferenceUID":
+            for frame in dataset.get("ReferencedFrameOfReferenceSequence", []):
+                frame.FrameOfReferenceUID = value
+            for roi in dataset.get("StructureSetROISequence", []):
+                roi.ReferencedFrameOfReferenceUID = value
+    target.parent.mkdir(parents=True, exist_ok=True)
+    dataset.save_as(target)
+    return target
+
+
+def test_a_structure_set_from_another_frame_of_reference_is_refused(tmp_path, data_dir, capsys):
+    from segmetrics.cli import main
+
+    folder = data_dir / "dicompyler_core"
+    ct = _modified_copy(folder / "ct.0.dcm", tmp_path / "ct" / "ct.0.dcm")
+    result = compare(folder / "rtss.dcm", folder / "rtss.dcm", image=ct.parent, metrics="dice")
+    assert not any("warning" in note for note in result.notes)  # the series the contours reference
+    other = _modified_copy(folder / "rtss.dcm", tmp_path / "other.dcm", FrameOfReferenceUID="1.2.3.4")
+    for reference, test, image in ((other, other, ct.parent), (folder / "rtss.dcm", other, None)):
+        with pytest.raises(ReadError, match=r"frame of reference .* not the same patient coordinates"):
+            compare(reference, test, image=image, metrics="dice")
+    assert main(["compare", str(other), str(other), "--image", str(ct.parent), "--metrics", "dice"]) != 0
+    error = capsys.readouterr().err.strip()
+    assert "1.2.3.4" in error and len(error.splitlines()) == 1
+
+
+def test_an_image_series_the_structure_set_does_not_reference_gives_a_warning(tmp_path, data_dir):
+    folder = data_dir / "dicompyler_core"
+    ct = _modified_copy(folder / "ct.0.dcm", tmp_path / "ct" / "ct.0.dcm", SeriesInstanceUID="1.2.3.5")
+    result = compare(folder / "rtss.dcm", folder / "rtss.dcm", image=ct.parent, metrics="dice")
+    warnings = [note for note in result.notes if note.startswith("warning")]
+    assert len(warnings) == 2 and all("1.2.3.5" in w and "references image series" in w for w in warnings)
+
+
+def test_contour_points_parsed_from_the_raw_text_equal_pydicoms_values(data_dir):
+    import pydicom
+
+    path = data_dir / "dicompyler_core/rtss.dcm"
+    structures = read_structure_set(path)
+    dataset = pydicom.dcmread(path)
+    for roi in dataset.ROIContourSequence:
+        expected = [np.asarray(c.ContourData, float).reshape(-1, 3) for c in roi.get("ContourSequence", [])]
+        got = structures.contours[int(roi.ReferencedROINumber)]
+        assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
+    assert sum(len(p) for p in structures.polygons()) == 88158

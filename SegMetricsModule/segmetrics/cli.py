@@ -120,7 +120,9 @@ def _add_compare_parser(subparsers) -> None:
     p.add_argument("--metrics", default="all", help="comma-separated metric or group names (default: all)")
     _add_parameter_arguments(p)
     _add_input_arguments(p)
-    p.add_argument("--msi-slices", metavar="CSV", help="write the per-slice MSI table to this CSV")
+    p.add_argument("--slices", "--msi-slices", metavar="CSV", dest="slices",
+                   help="write the per-slice table (MSI, added path length, Dice, HD of each slice, per structure) "
+                        "to this CSV")
     p.add_argument("--resample-to", metavar="reference|DIR", help="resample the test onto the reference grid, or both "
                    "onto the grid of a DICOM series folder or image file (nearest neighbour)")
     p.add_argument("--format", default="table", choices=["table", "csv", "wide-csv", "json"],
@@ -154,7 +156,8 @@ def _structure_progress():
 def _run_compare(args) -> int:
     from .compare import compare
     from .io import apply_name_map, load_pair, read_name_map
-    from .output import write_msi_slices, write_result
+    from .output import write_result
+    from .slices import write_slice_table
     from .structure_names import read_synonyms
 
     policy = _input_policy(args)
@@ -173,8 +176,8 @@ def _run_compare(args) -> int:
         reference=args.reference, test=args.test, names=args.names))
     fmt, layout = ("csv", "wide") if args.format == "wide-csv" else (args.format, args.layout)
     write_result(result, fmt, args.output, layout=layout, sort=args.sort, wide=args.wide)
-    if args.msi_slices:
-        write_msi_slices(result, args.msi_slices)
+    if args.slices:
+        write_slice_table(result, args.slices)
     return 0
 
 
@@ -415,7 +418,7 @@ OPTION_RANGES = {
 
 #: Output locations of each command: option -> "file" or "folder".
 OUTPUTS = {
-    "compare": {"output": "file", "msi_slices": "file"},
+    "compare": {"output": "file", "slices": "file"},
     "frames": {"output": "file"},
     "batch": {"output": "folder", "report": "folder"},
     "demo": {"output": "folder"},

@@ -3,9 +3,10 @@
 When both inputs are RT Structure Sets, their closed planar polygons (patient mm) are measured
 themselves, without rasterising. For masks the contours are those of slice-wise MSI: marching
 squares boundaries (:func:`segmetrics.mesh.contours_2d`) of each slice along the MSI slice axis
-(:func:`segmetrics.msi.pair_slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Contours
-are grouped by plane (planes closer than :data:`segmetrics.dicom.PLANE_TOLERANCE_MM` are one) and
-measured in the plane with shapely:
+(:func:`segmetrics.msi.pair_slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Polygons
+are grouped by plane (:func:`segmetrics.msi.contour_planes`, shared with the polygon MSI; planes
+closer than :data:`segmetrics.dicom.PLANE_TOLERANCE_MM` are one) and measured in the plane with
+shapely:
 
 - **added path length** ``apl_mm`` (Vaassen et al., Phys Imaging Radiat Oncol 13, 2020): the
   length of the reference contour farther than ``Parameters.apl_tolerance_mm`` from the test
@@ -20,9 +21,12 @@ measured in the plane with shapely:
   taken between samples, so these are exact to within one step. Planes contoured on one side
   only are in the per-plane table, not here.
 
-The per-plane rows go to ``extras["contour_slices"]`` (``plane_mm``: position along the plane
-normal in patient mm for polygons; for masks ``slice``, the slice index of the user's stored
-array as in the per-slice MSI rows, and ``plane_mm`` = slice × spacing).
+The per-plane rows go to ``extras["contour_slices"]``: ``slice`` (the user's stored array's slice
+index, as in the per-slice MSI rows; for polygons the grid slice the plane was rasterised on),
+``position_mm`` (masks: slice × spacing; polygons: position along the plane normal, patient mm),
+``dice`` (the slice's Dice: pixel counts, or exact areas of the even-odd filled polygons),
+contour lengths, ``apl_mm``, ``hd_mm`` and ``mean_distance_mm``; :mod:`segmetrics.slices` joins
+them with the per-slice MSI rows.
 Rasterised, the same polygons give the same values within one pixel (tested): the mask boundary
 runs half-way between pixel centres, within a pixel of the polygon.
 """
@@ -32,9 +36,8 @@ import math
 
 import numpy as np
 
-from .dicom import distinct_planes, plane_axes
 from .mesh import contours_2d
-from .msi import pair_slice_axis
+from .msi import contour_planes, contour_regions, pair_slice_axis, plane_slices
 from .orientation import Reorientation
 from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
                        register_group, undefined)
@@ -54,22 +57,18 @@ METRICS = (
 )
 
 
-def boundaries_by_plane(reference, test) -> dict:
-    """``{plane position (mm along the normal): (reference boundary, test boundary)}``; each
-    boundary is a shapely ``MultiLineString`` of closed rings in in-plane mm, or None."""
+def boundary(rings):
+    """A shapely ``MultiLineString`` of closed ``(N, 2)`` rings (mm), or None without rings."""
     import shapely
 
-    polygons = list(reference) + list(test)
-    axes = plane_axes(polygons)
-    offsets = np.array([float(np.mean(p @ axes[2])) for p in polygons])
-    planes = distinct_planes(offsets)
-    rings: dict = {}
-    for index, polygon in enumerate(polygons):
-        plane = float(planes[np.argmin(np.abs(planes - offsets[index]))])
-        flat = polygon @ axes[:2].T
-        rings.setdefault(plane, ([], []))[index >= len(reference)].append(np.vstack([flat, flat[:1]]))
-    return {plane: tuple(shapely.MultiLineString(side) if side else None for side in sides)
-            for plane, sides in sorted(rings.items())}
+    return shapely.MultiLineString([np.vstack([ring, ring[:1]]) for ring in rings]) if rings else None
+
+
+def polygon_dice(reference, test) -> float:
+    """Dice of two sides' filled contours on one plane (:func:`segmetrics.msi.filled_region`, exact
+    areas, mm²); NaN when both are empty."""
+    total = reference.area + test.area
+    return 2 * reference.intersection(test).area / total if total > 0 else math.nan
 
 
 def added_path_length(reference_boundary, test_boundary, tolerance_mm: float) -> float:
@@ -96,75 +95,80 @@ def boundary_samples(boundary, step_mm: float = SAMPLE_STEP_MM) -> tuple:
     return np.concatenate(points), np.concatenate(weights)
 
 
-def boundary_distances(source, target, step_mm: float = SAMPLE_STEP_MM) -> tuple:
-    """``(distances, weights)``: distance (mm) from the samples of ``source`` to the nearest sample
-    of ``target`` (off by at most ``step_mm`` / 2 from the distance to the boundary itself), and
-    the boundary length (mm) each sample stands for."""
+def boundary_distances(first, second, step_mm: float = SAMPLE_STEP_MM) -> tuple:
+    """``(distances, weights)`` of both directions pooled: distance (mm) from each sample of one
+    boundary to the nearest sample of the other (off by at most ``step_mm`` / 2 from the distance
+    to the boundary itself), and the boundary length (mm) each sample stands for."""
     from scipy.spatial import cKDTree
 
-    points, weights = boundary_samples(source, step_mm)
-    distances, _ = cKDTree(boundary_samples(target, step_mm)[0]).query(points)
-    return distances, weights
+    (first_points, first_weights), (second_points, second_weights) = (boundary_samples(b, step_mm)
+                                                                      for b in (first, second))
+    distances = [cKDTree(second_points).query(first_points)[0], cKDTree(first_points).query(second_points)[0]]
+    return np.concatenate(distances), np.concatenate([first_weights, second_weights])
 
 
-def mask_contours(mask, spacing, axis: int) -> list:
-    """``(N, 3)`` polygons (mm) of a mask's slice boundaries along array ``axis``: in-plane
-    (row, column) mm then the slice position (mm from the first slice). A 2-D mask is one slice."""
-    mask, spacing = np.asarray(mask, bool), np.asarray(spacing, float)
-    if mask.ndim == 2:
-        mask, spacing, axis = mask[None], np.r_[1.0, spacing], 0
-    slices, in_plane = np.moveaxis(mask, axis, 0), np.delete(spacing, axis)
-    return [np.column_stack([contour.points, np.full(len(contour.points), k * spacing[axis])])
-            for k in np.flatnonzero(slices.any(axis=(1, 2))) for contour in contours_2d(slices[k], in_plane)]
+def mask_slices(reference, test, spacing, axis: int):
+    """Per slice of two masks along array ``axis`` holding either: ``(slice index, reference rings,
+    test rings, Dice)``, rings ``(N, 2)`` in in-plane (row, column) mm (marching squares,
+    :func:`segmetrics.mesh.contours_2d`). A 2-D pair is one slice."""
+    reference, test, spacing = np.asarray(reference, bool), np.asarray(test, bool), np.asarray(spacing, float)
+    if reference.ndim == 2:
+        reference, test, spacing, axis = reference[None], test[None], np.r_[1.0, spacing], 0
+    reference, test, in_plane = np.moveaxis(reference, axis, 0), np.moveaxis(test, axis, 0), np.delete(spacing, axis)
+    sizes = [side.sum(axis=(1, 2)) for side in (reference, test)]
+    shared = (reference & test).sum(axis=(1, 2))
+    for k in np.flatnonzero(sizes[0] + sizes[1]):
+        rings = [[c.points for c in contours_2d(side[k], in_plane)] for side in (reference, test)]
+        yield int(k), rings[0], rings[1], 2 * shared[k] / (sizes[0][k] + sizes[1][k])
 
 
-def _stored_slices(rows: list, pair: StructurePair, axis: int) -> list:
-    """Per-plane rows of a pair's masks numbered as slices of the user's stored array (``slice``,
-    and ``plane_mm`` = slice × spacing, as the per-slice MSI rows), in increasing slice order."""
-    spacing = pair.spacing[axis] if pair.reference.ndim == 3 else 1.0
+def _planes(pair: StructurePair, params: Parameters):
+    """``(step, planes)``: the boundary sampling step (mm) and, per plane holding either side,
+    ``(stored slice, position mm, reference rings, test rings, Dice)``: the polygons of two RT
+    Structure Sets, else the slice contours of the masks."""
+    if pair.contours is not None:
+        axes, planes = contour_planes(pair)
+        _axis, slices = plane_slices(pair, list(planes), axes[2])
+        per_plane = zip(slices, planes.items(), contour_regions(pair))
+        return SAMPLE_STEP_MM, [(index, position, *rings, polygon_dice(*regions))
+                                for index, (position, rings), regions in per_plane]
+    volume = pair.reference.ndim == 3
+    axis = pair_slice_axis(pair, params) if volume else 0
+    in_plane = np.delete(pair.spacing, axis) if volume else pair.spacing
+    spacing = pair.spacing[axis] if volume else 1.0
     orientation = pair.orientation or Reorientation.identity(pair.reference.shape)
-    for row in rows:
-        canonical_index = int(round(row["plane_mm"] / spacing))
-        row["slice"] = orientation.stored_index(axis, canonical_index) if pair.reference.ndim == 3 else 0
-        row["plane_mm"] = row["slice"] * spacing
-    return sorted(rows, key=lambda row: row["slice"])
+    planes = []
+    for k, reference, test, dice in mask_slices(pair.reference, pair.test, pair.spacing, axis):
+        index = orientation.stored_index(axis, k) if volume else 0
+        planes.append((index, index * spacing, reference, test, dice))
+    return max(SAMPLE_STEP_MM, min(in_plane) / 10), sorted(planes, key=lambda plane: plane[0])
 
 
 def compute(pair: StructurePair, params: Parameters) -> list:
     """The contour metrics of one pair: on its polygons when both inputs are RT Structure Sets,
     else on the slice contours of its masks."""
-    step = SAMPLE_STEP_MM
-    if pair.contours is not None:
-        reference, test = pair.contours
-    else:
-        volume = pair.reference.ndim == 3
-        axis = pair_slice_axis(pair, params) if volume else 0
-        in_plane = np.delete(pair.spacing, axis) if volume else pair.spacing
-        step = max(SAMPLE_STEP_MM, min(in_plane) / 10)
-        reference, test = (mask_contours(mask, pair.spacing, axis) for mask in (pair.reference, pair.test))
+    step, planes = _planes(pair, params)
+    reference = [plane for plane in planes if plane[2]]
+    test = [plane for plane in planes if plane[3]]
     status = emptiness_status(bool(reference), bool(test))
     tolerance = {"tolerance_mm": float(params.apl_tolerance_mm)}
     if status == Status.BOTH_EMPTY:
         return [undefined(spec, status, tolerance if spec.name.startswith("apl") else {}) for spec in METRICS]
     rows, distances, weights = [], [], []
-    for plane, (reference_boundary, test_boundary) in boundaries_by_plane(reference, test).items():
-        row = {"plane_mm": plane,
+    for index, position, reference_rings, test_rings, dice in planes:
+        reference_boundary, test_boundary = boundary(reference_rings), boundary(test_rings)
+        row = {"slice": index, "position_mm": position, "dice": dice,
                "reference_length_mm": reference_boundary.length if reference_boundary is not None else 0.0,
                "test_length_mm": test_boundary.length if test_boundary is not None else 0.0,
                "apl_mm": added_path_length(reference_boundary, test_boundary, params.apl_tolerance_mm),
                "hd_mm": math.nan, "mean_distance_mm": math.nan}
         if reference_boundary is not None and test_boundary is not None:
-            both = [boundary_distances(reference_boundary, test_boundary, step),
-                    boundary_distances(test_boundary, reference_boundary, step)]
-            plane_distances = np.concatenate([d for d, _ in both])
-            plane_weights = np.concatenate([w for _, w in both])
+            plane_distances, plane_weights = boundary_distances(reference_boundary, test_boundary, step)
             row["hd_mm"] = float(plane_distances.max())
             row["mean_distance_mm"] = float(np.average(plane_distances, weights=plane_weights))
             distances.append(plane_distances)
             weights.append(plane_weights)
         rows.append(row)
-    if pair.contours is None:
-        rows = _stored_slices(rows, pair, axis)
     pair.extras["contour_slices"] = rows
     apl = sum(row["apl_mm"] for row in rows)
     reference_length = sum(row["reference_length_mm"] for row in rows)

@@ -28,7 +28,12 @@ RT Structure Set (read with pydicom)
       :data:`DEFAULT_CONTOUR_RESOLUTION_MM`.
 
 The polygons themselves stay available as ``image.contours`` (:class:`ContourImage`) for the
-contour-level metrics of :mod:`segmetrics.contours`.
+contour-level metrics of :mod:`segmetrics.contours` and the polygon MSI of :mod:`segmetrics.msi`.
+
+Frame of reference: a structure set is refused (:func:`check_frames_of_reference`) when its
+FrameOfReferenceUID is not that of the image series it is rasterised on, of the other DICOM input
+or of the other structure set; an image series the structure set does not reference gives a
+warning note (:func:`series_warnings`).
 """
 from __future__ import annotations
 
@@ -62,11 +67,15 @@ class ContourImage(LabelImage):
 
 @dataclass(frozen=True)
 class StructureSet:
-    """The closed planar contours of one RTSTRUCT file: ``names`` and ``contours`` by ROI number."""
+    """The closed planar contours of one RTSTRUCT file: ``names`` and ``contours`` by ROI number;
+    the ``frames_of_reference`` (UIDs) its ROIs are drawn in and the image ``referenced_series``
+    (Series Instance UIDs) it names, both empty when the file does not say."""
 
     source: str
     names: dict
     contours: dict
+    frames_of_reference: frozenset = frozenset()
+    referenced_series: frozenset = frozenset()
 
     def polygons(self):
         """Every polygon of every ROI (``(N, 3)`` arrays, mm)."""
@@ -133,7 +142,10 @@ def read_structure_set(path) -> StructureSet:
             if contour.get("ContourGeometricType", "CLOSED_PLANAR") != "CLOSED_PLANAR":
                 markers.add(number)
                 continue
-            points = np.asarray(contour.ContourData, dtype=float).reshape(-1, 3)
+            try:
+                points = _contour_points(contour)
+            except ValueError as error:
+                raise ReadError(f"{path}: ROI {number} has a contour with unreadable ContourData ({error})") from error
             if len(points) >= 3:
                 contours.setdefault(number, []).append(points)
     for number in markers - {n for n, polygons in contours.items() if polygons}:
@@ -141,7 +153,25 @@ def read_structure_set(path) -> StructureSet:
         contours.pop(number, None)
     names = {number: names.get(number, str(number)) for number in contours}
     check_unique_names(names, str(path))
-    return StructureSet(str(path), names, contours)
+    frames = {str(roi.ReferencedFrameOfReferenceUID) for roi in dataset.get("StructureSetROISequence", [])
+              if roi.get("ReferencedFrameOfReferenceUID")}
+    referenced = dataset.get("ReferencedFrameOfReferenceSequence", [])
+    frames = frames or {str(frame.FrameOfReferenceUID) for frame in referenced if frame.get("FrameOfReferenceUID")}
+    series = {str(s.SeriesInstanceUID) for frame in referenced for study in frame.get("RTReferencedStudySequence", [])
+              for s in study.get("RTReferencedSeriesSequence", []) if s.get("SeriesInstanceUID")}
+    return StructureSet(str(path), names, contours, frozenset(frames), frozenset(series))
+
+
+def _contour_points(contour) -> np.ndarray:
+    """``(N, 3)`` points (mm) of a contour's ``ContourData``. The raw text is parsed by NumPy:
+    pydicom's one ``DSfloat`` object per number took 3 s for a real 10-ROI structure set."""
+    element = contour.get_item("ContourData")
+    value = element.value if element is not None else None
+    if value is None:
+        return np.empty((0, 3))
+    if isinstance(value, bytes):  # not converted yet: "x1\\y1\\z1\\..." as in the file
+        return np.array(value.split(b"\\") if value.strip() else [], dtype=float).reshape(-1, 3)
+    return np.asarray(value, dtype=float).reshape(-1, 3)
 
 
 def read_rtstruct(path) -> ContourImage:
@@ -200,6 +230,24 @@ def distinct_planes(values) -> np.ndarray:
     return values[np.concatenate([[True], np.diff(values) > PLANE_TOLERANCE_MM])]
 
 
+def rings_by_plane(reference, test) -> tuple:
+    """``(axes, planes)`` of two sides' planar polygons (patient mm): ``axes`` the rows ``u, v, n``
+    of :func:`plane_axes`, ``planes`` ``{position along n (mm): (reference rings, test rings)}`` in
+    increasing order, each side a list (maybe empty) of ``(N, 2)`` rings in in-plane ``(u, v)`` mm,
+    closed implicitly (polygons closer than :data:`PLANE_TOLERANCE_MM` share a plane)."""
+    polygons = list(reference) + list(test)
+    if not polygons:
+        return np.eye(3), {}
+    axes = plane_axes(polygons)
+    offsets = np.array([float(np.mean(p @ axes[2])) for p in polygons])
+    planes = distinct_planes(offsets)
+    rings: dict = {}
+    for index, polygon in enumerate(polygons):
+        plane = float(planes[np.argmin(np.abs(planes - offsets[index]))])
+        rings.setdefault(plane, ([], []))[index >= len(reference)].append(polygon @ axes[:2].T)
+    return axes, dict(sorted(rings.items()))
+
+
 def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     """Fill every ROI's polygons on ``grid`` (3-D): pixel centres inside, even-odd per slice.
 
@@ -224,12 +272,9 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
                 by_slice.setdefault(plane, []).append(np.column_stack([j, i]))
             else:
                 outside[label] = outside.get(label, 0) + 1
-        mask = np.zeros(shape, dtype=bool)
-        for plane, rings in by_slice.items():
-            mask[plane] = fill_even_odd(rings, shape[1:])
-        masks[label] = mask
+        masks[label] = {plane: fill_even_odd(rings, shape[1:]) for plane, rings in by_slice.items()}
     image = _label_image(masks, structures.names, structures.source, grid.spacing, grid.origin, grid.direction,
-                         ContourImage)
+                         ContourImage, shape)
     image.contours = {label: list(polygons) for label, polygons in structures.contours.items()}
     image.notes = [f"{structures.source}: {count} contour(s) of {structures.names[label]!r} lie outside the grid "
                    "and were not rasterised" for label, count in outside.items()]
@@ -264,9 +309,16 @@ def fill_even_odd(rings, shape) -> np.ndarray:
 def read_image_grid(path) -> LabelImage:
     """The grid of an image: a DICOM series folder (sorted by position with SimpleITK's
     ``ImageSeriesReader``; the folder must hold one image series) or any image file."""
+    return read_image_series(path)[0]
+
+
+def read_image_series(path) -> tuple:
+    """``(grid, (FrameOfReferenceUID, SeriesInstanceUID))`` of an image (see :func:`read_image_grid`);
+    the UIDs are None for a file that is not DICOM."""
     import SimpleITK as sitk
 
     path = Path(path)
+    identity = (None, None)
     if path.is_dir():
         series = [names for uid in sitk.ImageSeriesReader.GetGDCMSeriesIDs(str(path))
                   if (names := sitk.ImageSeriesReader.GetGDCMSeriesFileNames(str(path), uid))
@@ -276,8 +328,10 @@ def read_image_grid(path) -> LabelImage:
         reader = sitk.ImageSeriesReader()
         reader.SetFileNames(series[0])
         reader_call = reader.Execute
+        identity = dicom_identity(series[0][0])
     elif path.is_file():
         reader_call = lambda: sitk.ReadImage(str(path))  # noqa: E731
+        identity = dicom_identity(path) if looks_like_dicom(path) else identity
     else:
         raise ReadError(f"{path}: no such image folder or file")
     try:
@@ -288,21 +342,70 @@ def read_image_grid(path) -> LabelImage:
         grid = LabelImage.from_sitk(image)
     except ValueError as error:
         raise ReadError(f"{path}: {error}") from error
-    return grid.with_array(np.zeros(grid.array.shape, np.uint8))
+    return grid.with_array(np.zeros(grid.array.shape, np.uint8)), identity
 
 
-def _label_image(masks: dict, names: dict, source: str, spacing, origin, direction, kind=LabelImage) -> LabelImage:
-    """Pack ``{label: mask}`` into one label array; a mask overlapping an earlier one is kept in
-    ``segment_masks``. Every name is kept, so empty structures stay listed."""
-    shape = next(iter(masks.values())).shape if masks else (1, 1, 1)
-    array = np.zeros(shape, dtype=np.int32)
+def dicom_identity(path) -> tuple:
+    """``(FrameOfReferenceUID, SeriesInstanceUID)`` of a DICOM file, each None when absent."""
+    import pydicom
+
+    try:
+        dataset = pydicom.dcmread(path, stop_before_pixels=True, force=True,
+                                  specific_tags=["FrameOfReferenceUID", "SeriesInstanceUID"])
+    except Exception as error:  # pydicom raises many types for a damaged file
+        raise ReadError(f"{path}: not a readable DICOM file ({error})") from error
+    return tuple(str(dataset[tag].value) if dataset.get(tag) else None
+                 for tag in ("FrameOfReferenceUID", "SeriesInstanceUID"))
+
+
+def check_frames_of_reference(structure_sets, others=(), image=None, image_frame: str | None = None) -> None:
+    """Refuse, with one line, structure sets whose frame of reference (FrameOfReferenceUID) is not
+    that of the image ``image`` (``image_frame``, from :func:`read_image_series`), of the other
+    DICOM inputs ``others`` (paths; inputs that are not DICOM carry no frame of reference and are
+    not checked) or of each other: their patient coordinates do not belong together."""
+    known = [(str(image), {image_frame})] if image is not None and image_frame else []
+    known += [(str(other), {frame}) for other in others
+              if isinstance(other, (str, Path)) and Path(other).is_file() and looks_like_dicom(Path(other))
+              and (frame := dicom_identity(other)[0])]
+    known += [(s.source, s.frames_of_reference) for s in structure_sets if s.frames_of_reference]
+    for structures in structure_sets:
+        for source, frames in known:
+            if structures.frames_of_reference and not structures.frames_of_reference & frames:
+                raise ReadError(f"{structures.source}: contours are in frame of reference "
+                                f"{', '.join(sorted(structures.frames_of_reference))} but {source} is in "
+                                f"{', '.join(sorted(frames))}: not the same patient coordinates (give the image "
+                                "series the contours were drawn on)")
+
+
+def series_warnings(structures: StructureSet, image, series: str | None) -> list:
+    """A warning (note) when the image series ``image`` (Series Instance UID ``series``) is not one
+    the structure set references: its contours are then placed on that image by position only."""
+    if not series or not structures.referenced_series or series in structures.referenced_series:
+        return []
+    return [f"warning: {structures.source} references image series {', '.join(sorted(structures.referenced_series))}, "
+            f"not {image} (series {series}); its contours were placed on that image by their positions"]
+
+
+def _label_image(masks: dict, names: dict, source: str, spacing, origin, direction, kind=LabelImage,
+                 shape=None) -> LabelImage:
+    """Pack ``{label: mask}`` into one label array of the smallest unsigned type holding the labels;
+    a mask is a 3-D boolean array or ``{slice index: 2-D mask}`` on a grid of ``shape`` (only the
+    slices that hold the structure are touched). A mask overlapping an earlier one is kept whole in
+    ``segment_masks``. Every name is kept, so empty structures stay listed; the names are checked
+    by the reader (RTSTRUCT) or by :func:`segmetrics.io.load_label_image` (SEG), not here again."""
+    by_slice = {label: mask if isinstance(mask, dict) else dict(enumerate(mask)) for label, mask in masks.items()}
+    if shape is None:
+        shape = next(iter(masks.values())).shape if masks else (1, 1, 1)
+    array = np.zeros(shape, dtype=np.min_scalar_type(max(masks, default=0)))
     overlapping = {}
-    for label, mask in masks.items():
-        if np.any(array[mask] != 0):
-            overlapping[label] = mask
+    for label, slices in by_slice.items():
+        if any(np.any(array[k][fill]) for k, fill in slices.items()):
+            overlapping[label] = np.zeros(shape, dtype=bool)
+            for k, fill in slices.items():
+                overlapping[label][k] = fill
         else:
-            array[mask] = label
-    check_unique_names(names, source)
+            for k, fill in slices.items():
+                array[k][fill] = label
     image = kind(array, tuple(spacing), tuple(origin), tuple(direction), dict(names))
     image.segment_masks = overlapping
     return image

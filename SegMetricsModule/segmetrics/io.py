@@ -120,16 +120,19 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
     loaded = {side: load_label_image(source, spacing, threshold, input_policy=input_policy, name=side)
               for side, source in sources.items() if side not in structure_sets}
     if structure_sets:
+        identity = (None, None)
         if image is not None:
-            grid = dicom.read_image_grid(image)
+            grid, identity = dicom.read_image_series(image)
         elif loaded:
             grid = next(iter(loaded.values()))
         else:
             resolution = dicom.DEFAULT_CONTOUR_RESOLUTION_MM if contour_resolution_mm is None else contour_resolution_mm
             grid = dicom.contour_grid(structure_sets.values(), resolution)
-        for side, structures in structure_sets.items():
-            loaded[side] = load_label_image(dicom.rasterise(structures, grid), input_policy=input_policy,
-                                            name=structures.source)
+        others = [source for side, source in sources.items() if side not in structure_sets]
+        dicom.check_frames_of_reference(structure_sets.values(), others, image, identity[0])
+        for side, structures in structure_sets.items():  # names checked by the reader: no check_label_map again
+            loaded[side] = dicom.rasterise(structures, grid)
+            loaded[side].notes += dicom.series_warnings(structures, image, identity[1])
     return loaded["reference"], loaded["test"]
 
 

@@ -697,12 +697,17 @@ def contours_2d(mask2d, spacing2d, max_segment_mm: float | None = None) -> list:
     scale = np.asarray(spacing2d, dtype=float)
     result = []
     for raw in measure.find_contours(np.pad(mask2d, 1).astype(np.uint8), 0.5):
-        xy = (raw[:-1] - 1.0) * scale  # drop the repeated closing point, undo the pad
-        if max_segment_mm is not None:
-            xy = _subdivide(xy, max_segment_mm)
-        lengths = np.linalg.norm(_following(xy) - xy, axis=1)
-        result.append(Contour(xy, lengths))
+        result.append(closed_contour((raw[:-1] - 1.0) * scale, max_segment_mm))  # drop the closing point, undo the pad
     return result
+
+
+def closed_contour(points, max_segment_mm: float | None = None) -> Contour:
+    """A :class:`Contour` of a closed polyline ``(N, 2)`` (mm; the last point joins the first),
+    its segments subdivided to at most ``max_segment_mm`` when given."""
+    xy = np.asarray(points, dtype=float)
+    if max_segment_mm is not None:
+        xy = _subdivide(xy, max_segment_mm)
+    return Contour(xy, np.linalg.norm(_following(xy) - xy, axis=1))
 
 
 def _following(closed: np.ndarray) -> np.ndarray:

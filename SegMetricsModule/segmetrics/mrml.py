@@ -19,6 +19,7 @@ import slicer
 import vtk
 from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
+from . import slices
 from .compare import ComparisonResult, compare
 from .geometry import LabelImage, geometry_differences
 from .registry import metric_specs
@@ -570,11 +571,9 @@ def fill_results_table(table_node, result: ComparisonResult) -> None:
 
 
 def slice_rows(structure) -> list:
-    """Per-slice MSI rows of a structure as dicts (empty when MSI was not computed), each with the
-    slice's added path length ``apl_mm`` (mm; NaN when the contours group was not computed)."""
-    added = {int(r["slice"]): r["apl_mm"] for r in structure.extras.get("contour_slices", []) if "slice" in r}
-    rows = (dict(r) if isinstance(r, dict) else vars(r) for r in structure.extras.get("msi_slices", []))
-    return [{**row, "apl_mm": added.get(int(row["slice"]), math.nan)} for row in rows]
+    """Per-slice rows of a structure as dicts: :func:`segmetrics.slices.slice_rows` (MSI, added
+    path length, Dice, HD... of each slice; empty when neither the msi nor the contours group ran)."""
+    return slices.slice_rows(structure)
 
 
 def review_order(structure) -> list:
@@ -691,7 +690,8 @@ def _write_slice_tables(scene, result, chart_node=None):
         rows = slice_rows(structure)
         key = f"slices:{structure.structure}"
         table = _output_node(scene, "vtkMRMLTableNode", key, f"SegMetrics MSI per slice {structure.structure}")
-        _fill_table(table, [(k, [r[k] for r in rows], "", "") for k in rows[0]])
+        columns = {**slices.SLICE_COLUMNS, **dict.fromkeys(slices.MSI_DETAIL_COLUMNS, ("", ""))}
+        _fill_table(table, [(k, [r[k] for r in rows], *columns[k]) for k in rows[0]])
         tables[structure.structure] = table
         plot = _output_node(scene, "vtkMRMLPlotSeriesNode", f"series:{structure.structure}", f"MSI {structure.structure}")
         plot.SetAndObserveTableNodeID(table.GetID())

@@ -16,7 +16,8 @@ reference boundary:
 Outputs stored on the :class:`~segmetrics.registry.StructurePair`:
 
 ``pair.extras["msi_slices"]``
-    list of :class:`SliceMSI` (one per slice holding either structure), see there.
+    list of :class:`SliceMSI` (one per slice holding either structure; for two RT Structure Sets
+    one per contour plane, :func:`polygon_slice_table`), see there.
 ``pair.extras["test_surface"]``
     the test ``vtkPolyData`` (via :func:`segmetrics.mesh.cached_test_surface`) with point-data
     arrays ``SignedDistance_mm`` (signed BLD, negative inside the reference; ``SignedDistance_px``
@@ -35,13 +36,18 @@ from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from . import mesh
+from .dicom import rings_by_plane
 from .geometry import through_plane_axis
 from .orientation import Reorientation
-from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group, undefined
+from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
+                       register_group, undefined)
 
 #: Contours are subdivided to at most this fraction of the smallest pixel size before distances
 #: are taken between points, which bounds the point-sampling error of FMinD to 1/8 pixel.
 SUBDIVISION = 0.25
+#: Polygon segments (RT Structure Sets) are subdivided to at most this length (mm): SUBDIVISION of
+#: the 1 mm pixel of a contour grid (:data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
+POLYGON_SEGMENT_MM = 0.25
 #: Number of worst slices listed in the ``msi`` value's params.
 WORST_SLICES = 5
 #: Fewest query points for which KD-tree searches run in all cores: below, starting the threads
@@ -210,8 +216,11 @@ def points_in_polygon(points, vertices, eps: float = 1e-12) -> np.ndarray:
     return near_vertex | (right_crossings % 2 == 1) | (left_crossings % 2 == 1)
 
 
-def _pair_objects(ref_labels, ref_objects, test_labels, test_objects, align):
+def _pair_objects(overlap, sizes_ref, sizes_test, ref_objects, test_objects, align):
     """Group reference and test objects of one slice; return (groups, unpaired refs, unpaired tests).
+
+    ``overlap[r, t]`` is the area shared by reference object r and test object t, ``sizes_*``
+    the objects' areas (pixels of a mask, or mm² of polygons: one unit for all three).
 
     Rule: an optimal one-to-one assignment (Hungarian) minimising the summed cost
     ``(1 - IoU) * (D + 1) + centroid distance`` (mm; D = the largest centroid distance), which
@@ -221,10 +230,6 @@ def _pair_objects(ref_labels, ref_objects, test_labels, test_objects, align):
     structure is scored as one); a left-over object overlapping nothing is unpaired.
     """
     n_ref, n_test = len(ref_objects), len(test_objects)
-    joint = np.bincount(ref_labels.ravel() * (n_test + 1) + test_labels.ravel(), minlength=(n_ref + 1) * (n_test + 1))
-    overlap = joint.reshape(n_ref + 1, n_test + 1)[1:, 1:].astype(float)
-    sizes_ref = np.bincount(ref_labels.ravel(), minlength=n_ref + 1)[1:]
-    sizes_test = np.bincount(test_labels.ravel(), minlength=n_test + 1)[1:]
     ref_centroids = np.array([o.centroid for o in ref_objects])
     test_centroids = np.array([o.centroid for o in test_objects])
     if align == "com":
@@ -257,9 +262,19 @@ def _pair_objects(ref_labels, ref_objects, test_labels, test_objects, align):
 
 
 def _slice_default(ref2d, test2d, spacing2d, il, ol, align):
-    """(msi, weight, counts..., status) of one slice in the default convention."""
+    """(msi, weight, counts..., status) of one slice of two masks in the default convention."""
     ref_labels, ref_objects = _objects(ref2d, spacing2d)
     test_labels, test_objects = _objects(test2d, spacing2d)
+    n_ref, n_test = len(ref_objects), len(test_objects)
+    joint = np.bincount(ref_labels.ravel() * (n_test + 1) + test_labels.ravel(), minlength=(n_ref + 1) * (n_test + 1))
+    areas = joint.reshape(n_ref + 1, n_test + 1).astype(float)  # pixels of each (reference, test) label pair
+    return _score_objects(ref_objects, test_objects, areas[1:, 1:], areas[1:].sum(axis=1), areas[:, 1:].sum(axis=0),
+                          il, ol, align)
+
+
+def _score_objects(ref_objects, test_objects, overlap, sizes_ref, sizes_test, il, ol, align):
+    """(msi, weight, counts..., status) of one slice's objects (see :func:`_pair_objects` for
+    ``overlap`` and ``sizes_*``): what masks and polygons share."""
     counts = dict(
         reference_contours=sum(len(o.contours) for o in ref_objects),
         test_contours=sum(len(o.contours) for o in test_objects),
@@ -270,7 +285,7 @@ def _slice_default(ref2d, test2d, spacing2d, il, ol, align):
         missing = ref_objects or test_objects
         status = Status.TEST_EMPTY if ref_objects else Status.REFERENCE_EMPTY
         return 0.0, sum(o.length for o in missing), dict(counts, unpaired_reference=len(ref_objects), unpaired_test=len(test_objects)), status
-    groups, unpaired_ref, unpaired_test = _pair_objects(ref_labels, ref_objects, test_labels, test_objects, align)
+    groups, unpaired_ref, unpaired_test = _pair_objects(overlap, sizes_ref, sizes_test, ref_objects, test_objects, align)
     score, weight = 0.0, 0.0
     for ref_ids, test_ids in groups:
         refs = [ref_objects[i] for i in ref_ids]
@@ -284,6 +299,96 @@ def _slice_default(ref2d, test2d, spacing2d, il, ol, align):
     weight += sum(ref_objects[i].length for i in unpaired_ref) + sum(test_objects[i].length for i in unpaired_test)
     counts.update(unpaired_reference=len(unpaired_ref), unpaired_test=len(unpaired_test))
     return score / weight, weight, counts, Status.OK
+
+
+# ---------------------------------------------------------------- planar polygons (RT Structure Sets)
+
+
+def filled_region(rings):
+    """The region (shapely geometry, in-plane mm) of one side's closed rings on one plane, filled
+    by the even-odd rule as :func:`segmetrics.dicom.rasterise` fills them: a ring inside another
+    is a hole; a "keyhole" ring (in and out along a zero-width channel) or a self-crossing one is
+    first made valid (``shapely.make_valid``)."""
+    import shapely
+
+    region = shapely.Polygon()
+    for ring in rings:
+        filled = shapely.make_valid(shapely.Polygon(ring)) if len(ring) >= 3 else shapely.Polygon()
+        region = region.symmetric_difference(shapely.union_all([g for g in shapely.get_parts(filled)
+                                                                if isinstance(g, shapely.Polygon)]))
+    return region
+
+
+def polygon_objects(region, max_segment_mm: float = POLYGON_SEGMENT_MM) -> tuple:
+    """``(objects, regions)`` of one side's :func:`filled_region` on one plane (in-plane mm): one
+    object per connected region (shapely ``Polygon``) with its outer and hole contours subdivided
+    to at most ``max_segment_mm``."""
+    import shapely
+
+    regions = [g for g in shapely.get_parts(region) if isinstance(g, shapely.Polygon) and g.area > 0]
+    objects = [_Object([mesh.closed_contour(np.asarray(r.coords)[:-1], max_segment_mm)
+                        for r in (g.exterior, *g.interiors)], np.asarray(g.centroid.coords[0]))
+               for g in regions]
+    return objects, regions
+
+
+def polygon_slice(reference_region, test_region, il: float = 1.0, ol: float = 1.0, align: str = "none") -> tuple:
+    """``(msi, weight, counts, status)`` of one plane of two sides' filled contours
+    (:func:`filled_region`, in-plane mm), as :func:`slice_table` scores the slice of two masks,
+    with exact areas instead of pixel counts: objects paired by the same rule (IoU and centroid
+    distance), BLD between the subdivided polygons, even-odd inside test against the reference
+    polygons."""
+    import shapely
+
+    (ref_objects, ref_regions), (test_objects, test_regions) = polygon_objects(reference_region), polygon_objects(test_region)
+    overlap = np.array([[shapely.intersection(r, t).area for t in test_regions] for r in ref_regions]).reshape(
+        len(ref_regions), len(test_regions))
+    sizes_ref, sizes_test = (np.array([g.area for g in regions]) for regions in (ref_regions, test_regions))
+    return _score_objects(ref_objects, test_objects, overlap, sizes_ref, sizes_test, il, ol, align)
+
+
+def contour_planes(pair: StructurePair) -> tuple:
+    """:func:`segmetrics.dicom.rings_by_plane` of a pair's polygons (``pair.contours``), found once
+    per pair and shared by the groups (``pair.cache["contour_planes"]``)."""
+    if "contour_planes" not in pair.cache:
+        pair.cache["contour_planes"] = rings_by_plane(*pair.contours)
+    return pair.cache["contour_planes"]
+
+
+def contour_regions(pair: StructurePair) -> list:
+    """Per plane of :func:`contour_planes`, in its order, ``(reference, test)`` :func:`filled_region`
+    (found once per pair, ``pair.cache["contour_regions"]``)."""
+    if "contour_regions" not in pair.cache:
+        pair.cache["contour_regions"] = [tuple(filled_region(rings) for rings in sides)
+                                         for sides in contour_planes(pair)[1].values()]
+    return pair.cache["contour_regions"]
+
+
+def plane_slices(pair: StructurePair, planes, normal) -> tuple:
+    """``(stored axis, stored slice indices)``: the array axis of the user's stored grid (the one
+    the pair's polygons were rasterised on) normal to the contour planes, and the slice along it
+    that holds each plane (``planes``: positions in mm along the unit vector ``normal``, patient
+    LPS), as :func:`segmetrics.dicom.rasterise` assigns them (nearest slice)."""
+    image, orientation = pair.image, pair.orientation or Reorientation.identity(pair.reference.shape)
+    direction = np.asarray(image.direction, dtype=float).reshape(3, 3)
+    itk_axis = int(np.argmax(np.abs(direction.T @ normal)))
+    axis = 2 - itk_axis  # canonical array axis (array order is ITK's reversed)
+    along = ((np.outer(planes, normal) - np.asarray(image.origin)) @ direction)[:, itk_axis] / image.spacing[axis]
+    return orientation.stored_axis(axis), [orientation.stored_index(axis, int(round(k))) for k in along]
+
+
+def polygon_slice_table(pair: StructurePair, params: Parameters) -> tuple:
+    """``(stored axis, rows)``: the per-slice MSI of a pair's polygons (``pair.contours``), one
+    :class:`SliceMSI` per contour plane holding either side (:func:`polygon_slice`); ``slice`` is
+    the stored grid's slice holding the plane (:func:`plane_slices`) and ``position_mm`` the plane's
+    position along its normal (patient mm)."""
+    axes, planes = contour_planes(pair)
+    axis, slices = plane_slices(pair, list(planes), axes[2])
+    rows = []
+    for index, position, (reference, test) in zip(slices, planes, contour_regions(pair)):
+        value, weight, counts, status = polygon_slice(reference, test, params.msi_il, params.msi_ol, params.msi_align)
+        rows.append(SliceMSI(index, position, value, weight, status=status, **counts))
+    return axis, sorted(rows, key=lambda r: r.slice)
 
 
 # ---------------------------------------------------------------- FDA MISS-tool convention
@@ -545,6 +650,13 @@ def _msi_3d(pair: StructurePair, params: Parameters) -> float:
 # ---------------------------------------------------------------- metric group
 
 
+def on_polygons(pair: StructurePair, params: Parameters) -> bool:
+    """Whether the slice-wise MSI of a pair is measured on its planar polygons: both inputs are RT
+    Structure Sets (``pair.contours``) and the default convention in mm (``fda`` and pixel units
+    are defined on pixels: they use the rasterised masks)."""
+    return pair.contours is not None and params.msi_convention == "default" and params.msi_units == "mm"
+
+
 def compute(pair: StructurePair, params: Parameters) -> list:
     """The ``msi`` and ``msi_3d`` values of a structure pair (see module docstring for extras).
 
@@ -552,6 +664,11 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     ``reference_empty``). ``msi_3d`` of a 2-D pair is NaN (``not_applicable``). When the masks
     are a reoriented view of the user's array (``pair.orientation``), ``params.msi_axis``, the
     reported ``axis``, ``worst_slices`` and the per-slice rows refer to the user's (stored) array.
+
+    Two RT Structure Sets (:func:`on_polygons`): ``msi`` is measured on the planar polygons
+    themselves, plane by plane (:func:`polygon_slice_table`; ``params["geometry"] = "polygons"``,
+    ``axis`` the stored axis normal to the planes, ``msi_axis`` not used; emptiness from the
+    polygons); ``msi_3d`` stays on the surfaces of the rasterised masks.
     """
     orientation = pair.orientation or Reorientation.identity(pair.reference.shape)
     direction = pair.image.direction if pair.image is not None else None
@@ -562,12 +679,18 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     used = dict(il=params.msi_il, ol=params.msi_ol, axis=None if axis is None else orientation.stored_axis(axis),
                 convention=params.msi_convention, units="pixel" if params.msi_convention == "fda" else params.msi_units,
                 align=params.msi_align)
-    status = pair.emptiness
+    status = surface_status = pair.emptiness
+    if on_polygons(pair, params):
+        status = emptiness_status(*(bool(side) for side in pair.contours))
+        used["geometry"] = "polygons"
     if status == Status.BOTH_EMPTY:
         return [undefined(MSI, status, used), undefined(MSI_3D, status, used)]
-    rows = slice_table(pair.reference, pair.test, pair.spacing, params, direction)
-    if axis is not None:
-        rows = _stored_slices(rows, orientation, axis, pair.spacing[axis])
+    if "geometry" in used:
+        used["axis"], rows = polygon_slice_table(pair, params)
+    else:
+        rows = slice_table(pair.reference, pair.test, pair.spacing, params, direction)
+        if axis is not None:
+            rows = _stored_slices(rows, orientation, axis, pair.spacing[axis])
     pair.extras["msi_slices"] = rows
     if status != Status.OK:
         msi = MetricValue(MSI.name, 0.0, MSI.unit, status, used)
@@ -576,11 +699,13 @@ def compute(pair: StructurePair, params: Parameters) -> list:
         value = combine_slices(rows)
         msi = MetricValue(MSI.name, value, MSI.unit, Status.OK if not math.isnan(value) else Status.MULTIPLE_OBJECTS,
                           dict(used, worst_slices=[r.slice for r in worst]))
-    surface_params = dict(used, convention="default", units=params.msi_units)
+    surface_params = {**{k: v for k, v in used.items() if k != "geometry"}, "convention": "default",
+                      "units": params.msi_units}
     if pair.reference.ndim == 2:
         msi_3d = undefined(MSI_3D, Status.NOT_APPLICABLE, surface_params)
-    elif status != Status.OK:
-        msi_3d = MetricValue(MSI_3D.name, 0.0, MSI_3D.unit, status, surface_params)
+    elif surface_status != Status.OK:
+        msi_3d = MetricValue(MSI_3D.name, 0.0 if surface_status != Status.BOTH_EMPTY else math.nan, MSI_3D.unit,
+                             surface_status, surface_params)
     else:
         msi_3d = MetricValue(MSI_3D.name, _msi_3d(pair, params), MSI_3D.unit, Status.OK, surface_params)
     return [msi, msi_3d]

@@ -350,14 +350,3 @@ def write_result(result, fmt: str = "table", path=None, *, layout: str = "long",
     if path or fmt != "table":  # the table already shows the notes
         for note in result.notes:
             print(note if note.startswith("warning:") else f"note: {note}", file=sys.stderr)
-
-
-def write_msi_slices(result, path) -> None:
-    """Write the per-slice MSI rows of every structure (``extras["msi_slices"]``) to a CSV file."""
-    rows = []
-    for structure in result.structures:
-        for row in structure.extras.get("msi_slices", []):
-            row = row if isinstance(row, dict) else vars(row)
-            rows.append({"structure": structure.structure, **row})
-    fields = list(dict.fromkeys(key for row in rows for key in row)) or ["structure"]
-    write_text(path, csv_text(rows, fields))

@@ -1,0 +1,59 @@
+"""The per-slice table of a compared structure: one row per slice (or contour plane) holding either
+side, joining what the ``msi`` and ``contours`` groups measured on that slice.
+
+Rows come from the structure's ``extras["msi_slices"]`` (:class:`segmetrics.msi.SliceMSI`) and
+``extras["contour_slices"]`` (:mod:`segmetrics.contours`), matched by slice index and position;
+a column whose group did not run is NaN. Slices are those of the MSI slice axis of the user's
+stored array (``slice``); for two RT Structure Sets, one row per contour plane, ``slice`` being the
+grid slice the plane was rasterised on and ``position_mm`` the plane's position along its normal.
+"""
+from __future__ import annotations
+
+import math
+
+from .output import csv_text, write_text
+
+#: The table's columns: ``{name: (unit, description)}``, in order (``structure`` first in files).
+SLICE_COLUMNS = {
+    "slice": ("", "slice index along the MSI axis of the stored array (RT Structure Sets: the grid slice of the "
+                  "contour plane)"),
+    "position_mm": ("mm", "slice index x spacing (masks) or the contour plane's position along its normal, "
+                          "patient mm (RT Structure Sets)"),
+    "msi": ("", "slice-wise MSI of the slice (msi group)"),
+    "apl_mm": ("mm", "added path length of the slice (contours group)"),
+    "dice": ("", "Dice of the slice's areas (pixels, or exact polygon areas) (contours group)"),
+    "hd_mm": ("mm", "in-plane Hausdorff distance of the slice's contours (contours group)"),
+    "mean_distance_mm": ("mm", "in-plane mean distance of the slice's contours (contours group)"),
+    "reference_length_mm": ("mm", "reference contour length in the slice (contours group)"),
+    "test_length_mm": ("mm", "test contour length in the slice (contours group)"),
+    "status": ("", "ok, test_empty, reference_empty (or multiple_objects for fda MSI)"),
+}
+#: Columns of the per-slice MSI rows kept after :data:`SLICE_COLUMNS` (see :class:`segmetrics.msi.SliceMSI`).
+MSI_DETAIL_COLUMNS = ("weight", "reference_contours", "test_contours", "reference_objects", "test_objects",
+                      "unpaired_reference", "unpaired_test")
+
+
+def slice_rows(structure) -> list:
+    """The per-slice rows (dicts with :data:`SLICE_COLUMNS` then :data:`MSI_DETAIL_COLUMNS`) of a
+    :class:`segmetrics.compare.StructureResult`, in slice order; empty when neither group ran."""
+    rows: dict = {}
+    for source in ("msi_slices", "contour_slices"):
+        for row in structure.extras.get(source, []):
+            row = row if isinstance(row, dict) else vars(row)
+            key = (int(row["slice"]), round(float(row["position_mm"]), 6))
+            merged = rows.setdefault(key, {**dict.fromkeys(SLICE_COLUMNS, math.nan),
+                                           **dict.fromkeys(MSI_DETAIL_COLUMNS, math.nan)})
+            merged.update((name, value) for name, value in row.items() if name in merged)
+    for row in rows.values():
+        if not isinstance(row["status"], str):  # no MSI row: the status from the contour lengths
+            present = row["reference_length_mm"] > 0, row["test_length_mm"] > 0
+            row["status"] = "ok" if all(present) else "test_empty" if present[0] else "reference_empty"
+    return [rows[key] for key in sorted(rows)]
+
+
+def write_slice_table(result, path) -> None:
+    """Write the per-slice rows (:func:`slice_rows`) of every structure of a comparison result to a
+    CSV file, with a first column ``structure``."""
+    rows = [{"structure": structure.structure, **row} for structure in result.structures
+            for row in slice_rows(structure)]
+    write_text(path, csv_text(rows, ["structure", *SLICE_COLUMNS, *MSI_DETAIL_COLUMNS]))

@@ -1,0 +1,189 @@
+"""Per-slice table (MSI, added path length, Dice, HD of each slice) and MSI on planar polygons.
+
+Second observers are perturbed polygons written as RT Structure Sets, so that every expected value
+follows from the perturbation (concentric circles: one distance everywhere; dropped planes: the
+edge rules), and polygon values are checked against their rasterised counterparts.
+"""
+import csv
+import math
+
+import numpy as np
+import pytest
+
+from segmetrics import LabelImage, compare
+from segmetrics.io import load_pair
+from segmetrics.msi import weight_function
+from segmetrics.registry import Parameters
+from segmetrics.slices import MSI_DETAIL_COLUMNS, SLICE_COLUMNS, slice_rows
+from test_dicom import circle, rectangle, write_rtstruct
+
+PLANES = (0.0, 3.0, 6.0)
+#: Largest slope of the MSI weight WF(d, l) over d, per mm at level l = 1: (1/10) e^(-1/2).
+WF_SLOPE = 0.1 * math.exp(-0.5)
+
+
+def polygon_area(polygon) -> float:
+    x, y = polygon[:, 0], polygon[:, 1]
+    return 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
+
+
+def plain(image):
+    """The rasterised label map without its polygons: compared as masks."""
+    return LabelImage(image.array, image.spacing, image.origin, image.direction, image.names)
+
+
+def test_polygon_msi_of_concentric_circles_and_dropped_planes(tmp_path):
+    """A test circle of radius R around a reference of radius r: every test point is R - r outside
+    the reference and is the nearest partner of the reference points on its ray, so BLD = R - r
+    and MSI = WF(R - r, ol) on each plane; a plane the test leaves out scores 0 with the reference
+    length as its weight."""
+    r, big, ol = 15.0, 16.5, 3.0
+    write_rtstruct(tmp_path / "reference.dcm", {"disk": [circle(r, z) for z in PLANES]})
+    write_rtstruct(tmp_path / "test.dcm", {"disk": [circle(big, z) for z in PLANES[:2]]})
+    result = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi,contours",
+                     params=Parameters(msi_ol=ol))["disk"]
+    expected = weight_function(big - r, ol)
+    rows = slice_rows(result)
+    assert [row["msi"] for row in rows] == pytest.approx([expected, expected, 0.0], abs=1e-4)
+    assert [row["status"] for row in rows] == ["ok", "ok", "test_empty"]
+    test_length, reference_length = 2 * math.pi * big, 2 * math.pi * r
+    overall = 2 * test_length * expected / (2 * test_length + reference_length)
+    assert result.value("msi") == pytest.approx(overall, rel=1e-3)
+    assert result.get("msi").params["geometry"] == "polygons" and "geometry" not in result.get("msi_3d").params
+    # the other columns of the same rows: exact polygon areas for Dice, the radial gap for HD
+    dice = 2 * polygon_area(circle(r, 0)) / (polygon_area(circle(r, 0)) + polygon_area(circle(big, 0)))
+    assert [row["dice"] for row in rows] == pytest.approx([dice, dice, 0.0], rel=1e-9)
+    assert [row["hd_mm"] for row in rows[:2]] == pytest.approx([big - r] * 2, abs=0.05) and math.isnan(rows[2]["hd_mm"])
+    assert [row["position_mm"] for row in rows] == pytest.approx(list(PLANES))
+
+
+def test_polygon_rows_sit_on_the_slices_the_polygons_were_rasterised_on(tmp_path):
+    write_rtstruct(tmp_path / "reference.dcm", {"box": [rectangle(0, 0, 20, 20, z) for z in (6.0, 9.0, 12.0)],
+                                                "disk": [circle(8.0, 12.0, centre=(40, 0))]})
+    write_rtstruct(tmp_path / "test.dcm", {"box": [rectangle(1, 0, 20, 20, z) for z in (3.0, 6.0, 9.0)],
+                                           "disk": [circle(8.0, 12.0, centre=(40, 0))]})
+    result = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi,contours")
+    reference, test = load_pair(tmp_path / "reference.dcm", tmp_path / "test.dcm")
+    union = reference.mask(1) | test.mask(1)
+    occupied = [int(k) for k in np.flatnonzero(union.any(axis=(1, 2)))]
+    rows = slice_rows(result["box"])
+    assert [row["slice"] for row in rows] == occupied == [0, 1, 2, 3]
+    assert [row["status"] for row in rows] == ["reference_empty", "ok", "ok", "test_empty"]
+    assert [row["slice"] for row in slice_rows(result["disk"])] == [3]
+
+
+@pytest.mark.parametrize("shape, resolution", [("shift", 1.0), ("scale", 1.0), ("strip", 0.5)])
+def test_polygon_and_rasterised_msi_agree_within_the_stated_tolerance(tmp_path, shape, resolution):
+    """docs/METRICS.md: |MSI(polygons) - MSI(rasterised)| <= 0.061 max(il, ol) x pixel (mm): the
+    rasterised boundary is within a pixel of the polygon, and WF changes by at most WF_SLOPE x l
+    per mm."""
+    reference = [circle(15.0, z) for z in PLANES] if shape != "strip" else [rectangle(0, 0, 30, 30, z) for z in PLANES]
+    test = {"shift": [circle(15.0, z, centre=(2.2, 1.3)) for z in PLANES],
+            "scale": [circle(16.5, z) for z in PLANES],
+            "strip": [rectangle(0, 0, 25, 30, z) for z in PLANES]}[shape]
+    write_rtstruct(tmp_path / "reference.dcm", {"s": reference})
+    write_rtstruct(tmp_path / "test.dcm", {"s": test})
+    params = Parameters(msi_il=3, msi_ol=3)
+    polygons = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi", params=params,
+                       contour_resolution_mm=resolution)["s"]
+    rasters = load_pair(tmp_path / "reference.dcm", tmp_path / "test.dcm", contour_resolution_mm=resolution)
+    masks = compare(*map(plain, rasters), metrics="msi", params=params)["s"]
+    assert "geometry" not in masks.get("msi").params
+    assert polygons.value("msi") < 0.95  # far from the trivial 1
+    assert abs(polygons.value("msi") - masks.value("msi")) <= WF_SLOPE * 3 * resolution
+
+
+def test_slices_csv_on_two_structure_sets(tmp_path):
+    from segmetrics.cli import main
+
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [circle(10.0, z) for z in PLANES], "b": [circle(5.0, 0.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"a": [circle(10.0, z, centre=(0.5, 0)) for z in PLANES], "b": []})
+    out = tmp_path / "slices.csv"
+    assert main(["compare", str(tmp_path / "reference.dcm"), str(tmp_path / "test.dcm"), "--metrics", "msi,contours",
+                 "--slices", str(out), "--format", "csv", "-o", str(tmp_path / "r.csv")]) == 0
+    with out.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert list(rows[0]) == ["structure", *SLICE_COLUMNS, *MSI_DETAIL_COLUMNS]
+    assert [(r["structure"], r["status"]) for r in rows] == [("a", "ok")] * 3 + [("b", "test_empty")]
+    for row in rows[:3]:
+        assert float(row["apl_mm"]) == 0.0  # a 0.5 mm shift is within the 1 mm tolerance
+        assert float(row["hd_mm"]) == pytest.approx(0.5, abs=0.05)
+        assert 0.9 < float(row["dice"]) < 1 and 0.99 < float(row["msi"]) < 1
+    assert float(rows[3]["apl_mm"]) == pytest.approx(2 * math.pi * 5.0, rel=1e-3)
+    assert float(rows[3]["dice"]) == 0.0 and float(rows[3]["msi"]) == 0.0
+
+
+def test_mask_slice_rows_against_brute_force():
+    rng = np.random.default_rng(3)
+    reference = np.zeros((5, 24, 24), bool)
+    reference[1:4, 4:18, 5:19] = True
+    test = np.roll(reference, 2, axis=2) & (rng.random(reference.shape) > 0.05)
+    test[4, 8:12, 8:12] = True  # a slice the reference does not hold
+    spacing = (2.0, 0.5, 0.5)
+    result = compare(reference, test, spacing=spacing, metrics="msi,contours")["1"]
+    rows = slice_rows(result)
+    assert [row["slice"] for row in rows] == [1, 2, 3, 4]
+    for row in rows:
+        k = row["slice"]
+        dice = 2 * np.count_nonzero(reference[k] & test[k]) / (np.count_nonzero(reference[k]) + np.count_nonzero(test[k]))
+        assert row["dice"] == pytest.approx(dice, rel=1e-12)
+        assert row["position_mm"] == k * spacing[0]
+        assert math.isfinite(row["msi"]) and math.isfinite(row["apl_mm"])
+    assert rows[-1]["status"] == "reference_empty" and rows[-1]["apl_mm"] == 0.0 and math.isnan(rows[-1]["hd_mm"])
+
+
+def test_slice_columns_of_one_group_only_are_nan():
+    reference = np.zeros((3, 12, 12), bool)
+    reference[:, 3:9, 3:9] = True
+    rows = slice_rows(compare(reference, reference, spacing=(1, 1, 1), metrics="contours")["1"])
+    assert len(rows) == 3 and all(math.isnan(row["msi"]) and row["dice"] == 1.0 and row["status"] == "ok"
+                                  for row in rows)
+
+
+def test_slicer_slice_table_shows_the_same_columns():
+    pytest.importorskip("slicer", reason="slicer-core (MRML Python wrapping) is not installed")
+    from segmetrics import mrml
+
+    z, y, x = np.mgrid[:8, :20, :20]
+    reference = ((y - 10) ** 2 + (x - 10) ** 2 <= 36) & (z > 0) & (z < 7)
+    test = np.roll(reference, 1, axis=2)
+    test[3] = False  # a slice the test misses
+    scene = mrml.create_headless_scene().scene
+    nodes = [mrml.add_segmentation_from_label_image(scene, LabelImage(a.astype(np.uint8), (2, 1, 1), names={1: "disk"}), n)
+             for a, n in ((reference, "reference"), (test, "test"))]
+    outputs = mrml.run(*nodes, metrics=["msi", "contours"])
+    table = outputs.slice_tables["disk"]
+    columns = [table.GetColumnName(i) for i in range(table.GetNumberOfColumns())]
+    assert columns == [*SLICE_COLUMNS, *MSI_DETAIL_COLUMNS]
+    rows = slice_rows(outputs.result["disk"])
+    for column in ("slice", "msi", "apl_mm", "dice", "hd_mm"):
+        values = [table.GetTable().GetColumnByName(column).GetValue(r) for r in range(table.GetNumberOfRows())]
+        assert values == pytest.approx([row[column] for row in rows], nan_ok=True)
+    dice = [table.GetTable().GetColumnByName("dice").GetValue(r) for r in range(table.GetNumberOfRows())]
+    expected = [2 * np.count_nonzero(reference[k] & test[k]) / (np.count_nonzero(reference[k]) + np.count_nonzero(test[k]))
+                for k in range(1, 7)]
+    assert dice == pytest.approx(expected)
+    assert table.GetColumnUnitLabel("apl_mm") == "mm"
+
+
+def test_polygon_rows_on_a_flipped_image_grid_use_its_stored_slices(tmp_path):
+    """An --image grid stored with z and y reversed: the rows' slices are those of the stored
+    rasterised masks (the canonical view the metrics see is flipped back)."""
+    import SimpleITK as sitk
+
+    grid = sitk.GetImageFromArray(np.zeros((8, 40, 40), np.uint8))
+    grid.SetSpacing((1.0, 1.0, 3.0))
+    grid.SetDirection((1, 0, 0, 0, -1, 0, 0, 0, -1))
+    grid.SetOrigin((-20.0, 20.0, 21.0))  # z planes 21, 18, ..., 0 mm from slice 0 to 7
+    sitk.WriteImage(grid, str(tmp_path / "grid.nrrd"))
+    write_rtstruct(tmp_path / "reference.dcm", {"disk": [circle(8.0, z) for z in (3.0, 6.0, 9.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"disk": [circle(8.0, z, centre=(1, 0)) for z in (6.0, 9.0, 12.0)]})
+    result = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi,contours",
+                     image=tmp_path / "grid.nrrd")["disk"]
+    reference, test = load_pair(tmp_path / "reference.dcm", tmp_path / "test.dcm", image=tmp_path / "grid.nrrd")
+    assert [int(k) for k in np.flatnonzero(reference.mask(1).any(axis=(1, 2)))] == [4, 5, 6]
+    rows = slice_rows(result)
+    assert [row["slice"] for row in rows] == [3, 4, 5, 6]  # planes 12, 9, 6, 3 mm
+    assert [row["position_mm"] for row in rows] == pytest.approx([12.0, 9.0, 6.0, 3.0])
+    assert [row["status"] for row in rows] == ["reference_empty", "ok", "ok", "test_empty"]
+    assert result.get("msi").params["axis"] == 0
