@@ -24,8 +24,8 @@ mean absolute NSD error (NSD at 1 mm and at 2 mm) and the MRE ratio to DeepMind'
 in its default ``exact`` mode and in ``deepmind`` mode, and DeepMind's package; MeshMetrics when
 importable.
 
-Every case is rasterised on ``--offsets`` grids (default 3) whose origins differ by random
-sub-voxel shifts (fixed seed), and the errors are averaged over them.
+Every case is rasterised on ``--offsets`` grids (default 8) whose origins differ by random
+sub-voxel shifts (seeded per case), and the errors are averaged over them.
 
 Run: ``python bench/bench_sharp_surfaces.py`` (about a minute on two cores); ``--cases box,slot``
 runs some families only, ``--verbose`` prints every case's values.
@@ -45,7 +45,6 @@ SPACINGS = {"iso": (1.0, 1.0, 1.0), "aniso": (2.5, 0.8, 0.8)}
 TOLERANCES_MM = (1.0, 2.0)
 METRICS = ("hd", "hd95", "assd", "masd")
 SAMPLE_MM = 0.08  # spacing of the truth's surface samples
-RNG = np.random.default_rng(16)
 
 
 # --- continuous shapes: points are (z, y, x) in mm ------------------------------------------------
@@ -295,7 +294,160 @@ def deepmind(reference, test, spacing):
     return result
 
 
-def methods():
+# --- candidate surfaces (not in the package): patched in for ``--candidates`` ----------------------
+
+def _candidate(make_surface):
+    """A ``segmetrics.mesh.smooth_surface`` replacement whose 3-D surfaces come from
+    ``make_surface(padded mask, spacing) -> (vertices (x, y, z) mm from the padded box's first voxel
+    centre, triangles)``; 2-D masks keep the package's surface."""
+    from segmetrics import mesh
+    from segmetrics.geometry import bounding_box
+
+    package = mesh.smooth_surface
+
+    def smooth_surface(mask, spacing, sigma_voxels=1.0, origin=None, box=None):
+        mask, spacing = np.asarray(mask), np.asarray(spacing, float)
+        if mask.ndim != 3:
+            return package(mask, spacing, sigma_voxels, origin, box)
+        box = bounding_box(mask) if box is None else box
+        if box is None:
+            return None
+        pad = 2
+        origin = np.zeros(3, int) if origin is None else np.asarray(origin)
+        corner = (np.array([s.start - pad for s in box]) - origin) * spacing
+        vertices, cells = make_surface(np.pad(np.asarray(mask[box], bool), pad), spacing)
+        vertices = vertices + corner[::-1]
+        sizes = mesh._triangle_areas(vertices, cells)
+        cells, sizes = cells[sizes > 0], sizes[sizes > 0]
+        vertex_sizes = np.bincount(cells.ravel(), np.repeat(sizes / 3, 3), len(vertices))
+        used = vertex_sizes > 0
+        vertices, vertex_sizes, cells = vertices[used], vertex_sizes[used], (np.cumsum(used) - 1)[cells]
+        return mesh.Surface(vertices, vertex_sizes, cells, origin[::-1] * spacing[::-1])
+    return smooth_surface
+
+
+def _surface_nets(padded, spacing, iterations=0, box_voxels=0.0):
+    """VTK's surface nets of a mask, with its constrained smoothing (each vertex within a box of
+    ``box_voxels`` voxels around its dual-cell centre) when ``iterations`` > 0."""
+    from vtkmodules.util.numpy_support import numpy_to_vtk, vtk_to_numpy
+    from vtkmodules.vtkCommonDataModel import vtkImageData
+    from vtkmodules.vtkFiltersCore import vtkSurfaceNets3D
+
+    image = vtkImageData()
+    image.SetDimensions(padded.shape[::-1])
+    image.SetSpacing(spacing[::-1].tolist())
+    image.GetPointData().SetScalars(numpy_to_vtk(padded.view(np.uint8).ravel(), deep=True))
+    nets = vtkSurfaceNets3D()
+    nets.SetInputData(image)
+    nets.SetLabel(0, 1)
+    nets.SetBackgroundLabel(0)
+    nets.SetOutputMeshTypeToTriangles()
+    nets.SetSmoothing(iterations > 0)
+    nets.SetNumberOfIterations(iterations)
+    nets.SetRelaxationFactor(0.5)
+    nets.AutomaticSmoothingConstraintsOff()
+    nets.SetConstraintStrategyToConstraintBox()
+    nets.SetConstraintBox(*(box_voxels * spacing[::-1]))  # full box size in mm, (x, y, z)
+    nets.Update()
+    output = nets.GetOutput()
+    return (vtk_to_numpy(output.GetPoints().GetData()).astype(float),
+            vtk_to_numpy(output.GetPolys().GetConnectivityArray()).reshape(-1, 3).astype(np.int64))
+
+
+def _box_like(padded, index, width, partial_axes=1):
+    """Whether the mask in the ``width``³ window starting ``width // 2`` voxels before each voxel
+    ``index`` (k, 3) is, locally, an intersection of axis-aligned slabs or its complement (a flat
+    face, edge or corner of a box-like part, or a tube, plate or speck along the axes) that does
+    not fill the window along at least ``partial_axes`` axes (2: edges, corners, tubes, specks)."""
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(padded, width // 2), (width,) * 3)
+    blocks, found = windows[tuple(index.T)], np.zeros(len(index), bool)
+    for block in (blocks, ~blocks):
+        spans = [block.any(axis=(2, 3)), block.any(axis=(1, 3)), block.any(axis=(1, 2))]
+        separable = np.all(spans[0][:, :, None, None] & spans[1][:, None, :, None] & spans[2][:, None, None, :] == block, axis=(1, 2, 3))
+        found |= separable & (sum((~span).any(axis=1) for span in spans) >= partial_axes)
+    return found
+
+
+def _feature_nets(padded, spacing, iterations=40, box_voxels=0.9, width=4):
+    """Surface nets smoothed by constrained Laplacian steps, the vertices of box-like windows
+    (:func:`_box_like`) kept at their dual-cell centres (sharp axis-aligned edges and corners)."""
+    import scipy.sparse
+
+    start, cells = _surface_nets(padded, spacing)
+    steps = spacing[::-1]
+    lower = np.floor(start / steps).astype(int)[:, ::-1]  # array index of the voxel below each dual-cell centre
+    fixed = _box_like(padded, lower + 1, width)  # even width: the window is centred on the dual cell
+    limit = np.where(fixed, 0.0, box_voxels / 2)[:, None] * steps
+    edges = np.concatenate([cells[:, [0, 1]], cells[:, [1, 2]], cells[:, [2, 0]]])
+    edges = np.concatenate([edges, edges[:, ::-1]])
+    neighbours = scipy.sparse.csr_matrix((np.ones(len(edges)), edges.T), shape=(len(start),) * 2)
+    neighbours.data[:] = 1.0
+    neighbours = scipy.sparse.diags(1.0 / np.asarray(neighbours.sum(axis=1)).ravel()) @ neighbours
+    points = start.copy()
+    for _ in range(iterations):
+        points = np.clip(points + 0.5 * (neighbours @ points - points), start - limit, start + limit)
+    return points, cells
+
+
+def _projected_nets(padded, spacing, width=4, reach=0.45):
+    """Surface nets whose vertices move from their dual-cell centres onto the 0.5 level of the
+    package's clamped Gaussian field (trilinear inside the cell, Newton steps, at most ``reach``
+    voxels from the centre on each axis), except where the window is an edge, corner, tube or
+    speck of a box-like part (:func:`_box_like` with two partial axes): those stay sharp."""
+    from scipy import ndimage
+    from segmetrics import mesh
+
+    field = mesh._surface_field(padded, mesh.SMOOTHING_SIGMA_VOXELS).astype(float)
+    start, cells = _surface_nets(padded, spacing)
+    centre = (start / spacing[::-1])[:, ::-1]  # voxel units, array order
+    value = lambda at: ndimage.map_coordinates(field, at.T, order=1)  # noqa: E731  trilinear
+    moved, step = centre.copy(), 1e-3
+    for _ in range(8):
+        gradient = np.stack([(value(moved + step * e) - value(moved - step * e)) / (2 * step) for e in np.eye(3)], 1)
+        moved -= (value(moved) - 0.5)[:, None] * gradient / np.maximum(np.sum(gradient**2, axis=1, keepdims=True), 1e-12)
+        moved = np.clip(moved, centre - reach, centre + reach)
+    sharp = _box_like(padded, np.floor(centre).astype(int) + 1, width, partial_axes=2)
+    moved[sharp] = centre[sharp]
+    return moved[:, ::-1] * spacing[::-1], cells
+
+
+def _adaptive_blur(padded, spacing, width=5, weight_sigma=0.7):
+    """The package's clamped Gaussian field, replaced near box-like voxels (:func:`_box_like`,
+    centred windows) by the mask itself (weights blurred by ``weight_sigma`` voxels), meshed at 0.5."""
+    from segmetrics import _kernels, mesh
+
+    field = mesh._surface_field(padded, mesh.SMOOTHING_SIGMA_VOXELS)
+    near = np.argwhere((field > 1e-3) & (field < 1 - 1e-3))
+    flags = np.zeros(padded.shape, bool)
+    flags[tuple(near.T)] = _box_like(padded, near, width)
+    weight = _kernels.gaussian_blur(flags, weight_sigma, np.float32)
+    return mesh._flying_edges((weight * padded + (1 - weight) * field).astype(np.float32), spacing)
+
+
+CANDIDATES = {
+    "surface nets, unsmoothed": lambda p, s: _surface_nets(p, s),
+    "surface nets, 16 it, box 0.5": lambda p, s: _surface_nets(p, s, 16, 0.5),
+    "surface nets, 40 it, box 0.9": lambda p, s: _surface_nets(p, s, 40, 0.9),
+    "nets, box-like vertices fixed": _feature_nets,
+    "blur, mask where box-like": _adaptive_blur,
+    "nets on the blur, sharp edges": _projected_nets,
+}
+
+
+def with_surface(make_surface, run):
+    """``run`` with ``segmetrics.mesh.smooth_surface`` replaced by a candidate while it runs."""
+    from segmetrics import mesh
+
+    def patched(*arguments):
+        package, mesh.smooth_surface = mesh.smooth_surface, _candidate(make_surface)
+        try:
+            return run(*arguments)
+        finally:
+            mesh.smooth_surface = package
+    return patched
+
+
+def methods(candidates=False):
     found = {"segmetrics exact": ours("exact"), "segmetrics deepmind": ours("deepmind"), "DeepMind surface-distance": deepmind}
     try:
         import MeshMetrics  # noqa: F401  not on PyPI at the time of writing; used when installed
@@ -311,6 +463,8 @@ def methods():
             result.update({f"nsd{t:g}": metric.nsd(t) for t in TOLERANCES_MM})
             return result
         found["MeshMetrics"] = meshmetrics
+    if candidates:
+        found.update({name: with_surface(make, ours("exact")) for name, make in CANDIDATES.items()})
     return found
 
 
@@ -318,23 +472,25 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", help="comma-separated families (default all)")
     parser.add_argument("--verbose", action="store_true", help="print every case's values")
-    parser.add_argument("--offsets", type=int, default=3, help="grid origins (random sub-voxel shifts) per case")
+    parser.add_argument("--candidates", action="store_true", help="also the candidate surfaces (patched in)")
+    parser.add_argument("--offsets", type=int, default=8, help="grid origins (random sub-voxel shifts) per case")
     args = parser.parse_args()
     wanted = None if args.cases is None else set(args.cases.split(","))
-    runs = methods()
+    runs = methods(args.candidates)
     ours("exact")(np.ones((2, 2, 2), bool), np.ones((2, 2, 2), bool), (1, 1, 1))  # compile / load kernels
     errors = {}  # (family, method) -> list of (relative errors, NSD errors)
     seconds = dict.fromkeys(runs, 0.0)
-    for spacing_name, spacing in SPACINGS.items():
-        for family, name, reference, test in cases(spacing):
+    for spacing_index, (spacing_name, spacing) in enumerate(SPACINGS.items()):
+        for case_index, (family, name, reference, test) in enumerate(cases(spacing)):
             if wanted and family not in wanted:
                 continue
             true, samples = truth(reference, test)
+            shifts = np.random.default_rng([16, spacing_index, case_index]).uniform(0, 1, (args.offsets, 3)) * spacing
             if args.verbose:
                 print(f"{name} {spacing_name}: truth " + " ".join(f"{k} {v:.3f}" for k, v in true.items()))
-            for method, run in ((m, r) for _ in range(args.offsets) for m, r in runs.items()):
-                if method == next(iter(runs)):  # a new grid offset
-                    masks = rasterise([reference, test], samples, spacing, RNG.uniform(0, 1, 3) * np.asarray(spacing))
+            for shift, method, run in ((shift, m, r) for shift in shifts for m, r in runs.items()):
+                if method == next(iter(runs)):  # a new grid
+                    masks = rasterise([reference, test], samples, spacing, shift)
                 start = time.perf_counter()
                 got = run(*masks, spacing)
                 seconds[method] += time.perf_counter() - start
