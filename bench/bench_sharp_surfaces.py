@@ -27,8 +27,10 @@ importable.
 Every case is rasterised on ``--offsets`` grids (default 8) whose origins differ by random
 sub-voxel shifts (seeded per case), and the errors are averaged over them.
 
-Run: ``python bench/bench_sharp_surfaces.py`` (about a minute on two cores); ``--cases box,slot``
-runs some families only, ``--verbose`` prints every case's values.
+Run: ``python bench/bench_sharp_surfaces.py`` (about a minute on two cores); ``--candidates`` adds
+the candidate surfaces, ``--centroids`` samples every exact-mode surface at its triangle
+centroids instead of its vertices, ``--cases box,slot`` runs some families only, ``--verbose``
+prints every case's values.
 """
 import argparse
 import math
@@ -434,6 +436,27 @@ CANDIDATES = {
 }
 
 
+def centroid_sampling():
+    """Replace ``segmetrics.distance.exact_surface_distances`` by one that samples each surface at
+    its triangles' centroids (weights: the triangle areas) instead of its vertices (a third of the
+    areas around them); the vertices stay as samples of weight 0, so HD still sees them."""
+    from segmetrics import distance, mesh
+
+    def exact_surface_distances(reference, test):
+        mesh.prepare_searches(reference, test)
+        directed = []
+        for source, target in ((reference, test), (test, reference)):
+            if source is None:
+                directed.append((np.zeros(0), np.zeros(0)))
+                continue
+            samples = np.concatenate([source.points[source.cells].mean(axis=1), source.points])
+            weights = np.concatenate([mesh._triangle_areas(source.points, source.cells), np.zeros(len(source.points))])
+            found = np.full(len(weights), np.inf) if target is None else mesh.distances_to_surface(samples, target)
+            directed.append((found, weights))
+        return distance._sorted_by_distance(directed, "exact")
+    distance.exact_surface_distances = exact_surface_distances
+
+
 def with_surface(make_surface, run):
     """``run`` with ``segmetrics.mesh.smooth_surface`` replaced by a candidate while it runs."""
     from segmetrics import mesh
@@ -450,7 +473,7 @@ def with_surface(make_surface, run):
 def methods(candidates=False):
     found = {"segmetrics exact": ours("exact"), "segmetrics deepmind": ours("deepmind"), "DeepMind surface-distance": deepmind}
     try:
-        import MeshMetrics  # noqa: F401  not on PyPI at the time of writing; used when installed
+        import MeshMetrics  # noqa: F401  not on PyPI; github.com/gasperpodobnik/MeshMetrics (0.2.1 measured)
     except ImportError:
         pass
     else:
@@ -473,9 +496,13 @@ def main():
     parser.add_argument("--cases", help="comma-separated families (default all)")
     parser.add_argument("--verbose", action="store_true", help="print every case's values")
     parser.add_argument("--candidates", action="store_true", help="also the candidate surfaces (patched in)")
+    parser.add_argument("--centroids", action="store_true",
+                        help="every exact-mode method samples distances at triangle centroids, not vertices")
     parser.add_argument("--offsets", type=int, default=8, help="grid origins (random sub-voxel shifts) per case")
     args = parser.parse_args()
     wanted = None if args.cases is None else set(args.cases.split(","))
+    if args.centroids:
+        centroid_sampling()
     runs = methods(args.candidates)
     ours("exact")(np.ones((2, 2, 2), bool), np.ones((2, 2, 2), bool), (1, 1, 1))  # compile / load kernels
     errors = {}  # (family, method) -> list of (relative errors, NSD errors)
