@@ -536,3 +536,16 @@ def test_totalsegmentator_single_voxel_label_against_the_liver(data_dir, tmp_pat
     (values,) = compare_in_a_child([(reference, test)], spacing, tmp_path)
     assert_both_modes(values, reference, test, spacing)
 
+
+
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_ray_kernels_refuse_indices_out_of_range(bad):
+    with pytest.raises(ValueError, match="out of range"):
+        _kernels.ray_cells(np.eye(3), np.array([[0, 1, bad]]), np.zeros(3))
+    cells = _kernels.ray_cells(np.eye(3), np.array([[0, 1, 2]]), np.zeros(3))
+    base, first, members = _kernels.direction_grid(cells[0], cells[1], 2)
+    members[0] = bad
+    with pytest.raises(ValueError, match="out of range"):
+        _kernels.radial_gaps(np.eye(3), np.ones(3), *cells, 1e-9, 2, base, first, members)
+    with pytest.raises(ValueError, match="does not fit"):  # a grid of 2 buckets per axis read as one of 4
+        _kernels.radial_gaps(np.eye(3), np.ones(3), *cells, 1e-9, 4, *_kernels.direction_grid(cells[0], cells[1], 2))
