@@ -705,8 +705,60 @@ def radial_gaps(directions, zeta, cell_dirs, reach, frames, numerators, toleranc
     return (gaps,)
 
 
-def compile_ray_kernels() -> None:
-    """Compile, or load from numba's disk cache, :func:`ray_cells`, :func:`direction_grid` and
-    :func:`radial_gaps` on one triangle (the argument types are those of every call)."""
-    cells = ray_cells(np.eye(3), np.array([[0, 1, 2]], dtype=np.int64), np.zeros(3))
+# --- windows on a surface -----------------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, first, order, sorted_xyz):
+    """Per centre (rows x, y, z in mm), over the vertices of a :func:`vertex_grid` within
+    ``radius`` mm of it (squared distance at most ``radius ** 2``): the ``weights``-weighted mean
+    of ``|zeta - m|``, with ``m`` their weighted mean of ``zeta``; returned as a 1-tuple (NaN for
+    a window of zero weight). ValueError for a grid that is not one of :func:`vertex_grid` or
+    per-vertex arrays of another length."""
+    if centres.shape[1] != 3:
+        raise ValueError("window_deviations: needs centres of 3 components")
+    if not (bucket_mm > 0 and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
+            and first[-1] == len(order) and sorted_xyz.shape == (3, len(order))):
+        raise ValueError("window_deviations: the grid is not one of vertex_grid")
+    if len(zeta) != len(order) or len(weights) != len(order):
+        raise ValueError("window_deviations: one zeta and one weight per vertex of the grid")
+    for vertex in order:
+        if not 0 <= vertex < len(order):
+            raise ValueError("window_deviations: a vertex of the grid is out of range")
+    for key in range(len(first) - 1):
+        if not first[key] <= first[key + 1]:
+            raise ValueError("window_deviations: bucket bounds are not increasing")
+    limit = radius ** 2
+    rings = int(np.ceil(radius / bucket_mm)) if radius < np.inf else max(shape[0], shape[1], shape[2])
+    xs, ys, zs = sorted_xyz[0], sorted_xyz[1], sorted_xyz[2]
+    result = np.empty(len(centres))
+    for c in range(len(centres)):
+        x, y, z = centres[c, 0], centres[c, 1], centres[c, 2]
+        i, j, k = _cells(x, y, z, low, bucket_mm, shape)
+        start, stop = max(k - rings, 0), min(k + rings, shape[2] - 1)
+        total, moment, deviation = 0.0, 0.0, 0.0
+        for stage in range(2):  # the window's mean, then the mean deviation from it
+            mean = moment / total if stage == 1 and total > 0 else 0.0
+            for a in range(max(i - rings, 0), min(i + rings, shape[0] - 1) + 1):
+                for b in range(max(j - rings, 0), min(j + rings, shape[1] - 1) + 1):
+                    column = (a * shape[1] + b) * shape[2]
+                    for n in range(first[column + start], first[column + stop + 1]):
+                        if (x - xs[n]) ** 2 + (y - ys[n]) ** 2 + (z - zs[n]) ** 2 <= limit:
+                            vertex = order[n]
+                            if stage == 0:
+                                total += weights[vertex]
+                                moment += weights[vertex] * zeta[vertex]
+                            else:
+                                deviation += weights[vertex] * abs(zeta[vertex] - mean)
+        result[c] = deviation / total if total > 0 else np.nan
+    return (result,)
+
+
+def compile_roughness_kernels() -> None:
+    """Compile, or load from numba's disk cache, the kernels of :mod:`segmetrics.roughness`
+    (:func:`ray_cells`, :func:`direction_grid`, :func:`radial_gaps`, :func:`window_deviations`)
+    on one triangle (the argument types are those of every call)."""
+    corners = np.eye(3)
+    cells = ray_cells(corners, np.array([[0, 1, 2]], dtype=np.int64), np.zeros(3))
     radial_gaps(np.ones((1, 3)) / np.sqrt(3), np.ones(1), *cells, 1e-9, 1, *direction_grid(cells[0], cells[1], 1))
+    window_deviations(corners, np.ones(3), np.ones(3), 1.0, 1.0, *vertex_grid(corners, 1.0))

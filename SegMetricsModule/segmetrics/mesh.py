@@ -360,7 +360,7 @@ def compile_kernels() -> None:
         mask[(slice(1, -1),) * len(shape)] = True
         surface = smooth_surface(mask, (1.0,) * len(shape))
         distances_to_surface(surface.points + 0.3, surface)
-    _kernels.compile_ray_kernels()  # of segmetrics.roughness
+    _kernels.compile_roughness_kernels()
 
 
 def kernel_cache_missing() -> bool:

@@ -155,15 +155,15 @@ def surface_centre(points: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.average(points, axis=0, weights=weights)
 
 
-def local_roughness(surface: mesh.Surface, radius: float, max_pairs: int = 4_000_000) -> np.ndarray:
+def local_roughness(surface: mesh.Surface, radius: float) -> np.ndarray:
     """Per-vertex roughness: mean ``|ζ - mean ζ|`` over the window centred on each vertex (mm).
 
     ζ is the distance of a vertex to the weighted centre of gravity of the surface. The window of
     vertex ``j`` holds every vertex within ``radius`` (mm, Euclidean) of it, itself included;
     both means over the window are weighted by the vertices' areas (lengths in 2-D). This is the
     paper's per-window term ``(1/N) Σ |ζ_i - mean ζ|`` with one window per vertex. The windows
-    come from the surface's KD-tree (:attr:`segmetrics.mesh.Surface.tree`) as sparse
-    (window, member) pairs, a block of windows at a time.
+    are scanned in the buckets of the surface's vertex grid (:attr:`segmetrics.mesh.Surface.vertex_grid`,
+    :func:`segmetrics._kernels.window_deviations`, in threads).
 
     Parameters
     ----------
@@ -171,8 +171,6 @@ def local_roughness(surface: mesh.Surface, radius: float, max_pairs: int = 4_000
         Vertices (mm) with their areas (mm²) or lengths (mm, 2-D) as weights.
     radius : float
         Window radius in mm.
-    max_pairs : int
-        Approximate number of (window, member) pairs held in memory at once.
 
     Returns
     -------
@@ -181,18 +179,9 @@ def local_roughness(surface: mesh.Surface, radius: float, max_pairs: int = 4_000
     """
     points, weights = surface.points, surface.sizes
     zeta = np.linalg.norm(points - surface_centre(points, weights), axis=1)
-    sample = points[:: max(len(points) // 200, 1)]
-    chunk = max(int(max_pairs / surface.tree.query_ball_point(sample, radius, return_length=True).mean()), 1)
-    result = np.empty(len(points))
-    for start in range(0, len(points), chunk):
-        centres = points[start:start + chunk]
-        pairs = mesh.kd_tree(centres).sparse_distance_matrix(surface.tree, radius, output_type="ndarray")
-        window, member = pairs["i"], pairs["j"]
-        total = np.bincount(window, weights[member], len(centres))
-        mean = np.bincount(window, weights[member] * zeta[member], len(centres)) / total
-        deviation = weights[member] * np.abs(zeta[member] - mean[window])
-        result[start:start + chunk] = np.bincount(window, deviation, len(centres)) / total
-    return result
+    centres = np.pad(np.asarray(points, dtype=float), ((0, 0), (0, 3 - points.shape[1])))
+    shared = (zeta, np.asarray(weights, dtype=float), float(radius), *surface.vertex_grid)
+    return _kernels.in_threads(_kernels.window_deviations, (centres,), shared)[0]
 
 
 def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
