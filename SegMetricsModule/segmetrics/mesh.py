@@ -504,6 +504,18 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     return distances
 
 
+def cached_distances(pair, source: str) -> np.ndarray:
+    """Unsigned :func:`distances_to_surface` (mm) from the vertices of a structure pair's
+    ``source`` surface (``"reference"`` or ``"test"``, :func:`cached_surface`) to the other one,
+    computed once per pair and kept in ``pair.cache[("distances", source)]``, so that the groups
+    measuring on both surfaces (distance, 3-D MSI) share them. Both surfaces must exist."""
+    key = ("distances", source)
+    if key not in pair.cache:
+        target = cached_surface(pair, "test" if source == "reference" else "reference")
+        pair.cache[key] = distances_to_surface(cached_surface(pair, source).points, target)
+    return pair.cache[key]
+
+
 def _three_components(points: np.ndarray) -> np.ndarray:
     """Contiguous float rows of 3 components (2-D points get a zero third one; 3-D float rows
     that are already contiguous are returned as they are)."""
