@@ -249,11 +249,15 @@ def _pair_box(reference: LabelImage, test: LabelImage, ref_label, test_label, wh
 
 
 def _mask(image: LabelImage, label, view: Reorientation) -> np.ndarray:
-    """The canonical mask of one label within the pair's box (all ``False`` for ``None``)."""
+    """The canonical mask of one label within the pair's box (all ``False`` for ``None``). The
+    bytes of a one-byte 0/1 image (a boolean mask) are that mask: it is read, not copied, where
+    :meth:`Reorientation.mask` can (its voxels keep their storage order)."""
     if label is None:
         return np.zeros(view.array(image.array).shape, dtype=bool)
     if label in image.segment_masks:
         return view.mask(image.segment_masks[label])
+    if label == 1 and image.array.dtype.kind in "bu" and image.array.itemsize == 1 and image.labels() == [1]:
+        return view.mask(image.array.view(bool))
     return view.mask(image.array, label)
 
 
