@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -375,8 +375,9 @@ def compare(
             values += [v for v in computed if v.metric in wanted]
         extras = view.surfaces_to_stored(pair.extras, grid.spacing)
         if pair.reference.ndim == 3 and ("surface", "test") in pair.cache:  # built by segmetrics.mesh.cached_surface
-            extras["surfaces"] = PairSurfaces(pair.cache[("surface", "reference")], pair.cache[("surface", "test")],
-                                              view, grid.spacing)
+            kept = [pair.cache[("surface", side)] for side in ("reference", "test")]  # without their search structures:
+            kept = [None if surface is None else replace(surface) for surface in kept]  # results hold less memory
+            extras["surfaces"] = PairSurfaces(*kept, view, grid.spacing)
         results.append(StructureResult(name, ref_label, test_label, values, extras))
         if progress is not None:
             progress(index + 1, len(pairs), name)
