@@ -103,3 +103,24 @@ def test_labels_and_boxes_of_negative_and_large_values():
     assert image.label_box(-4) == (slice(1, 3), slice(2, 4), slice(0, 2))
     assert image.label_box(1 << 20) == (slice(4, 5), slice(5, 6), slice(6, 7))
     assert image.label_box(3) is None
+
+
+def test_a_boolean_mask_is_read_in_place_not_copied():
+    """A 0/1 mask whose storage is canonical is measured through a read-only view of the caller's
+    array (no copy of the pair's box); a label map's label, or a reversed storage, gives a new mask."""
+    from segmetrics.compare import _mask
+    from segmetrics.io import load_label_image
+    from segmetrics.orientation import canonical
+
+    array = np.zeros((6, 7, 8), bool)
+    array[1:4, 2:5, 3:6] = True
+    image = load_label_image(array, spacing=(2.0, 1.0, 1.0))
+    box = image.label_box(1)
+    mask = _mask(image, 1, canonical(image).within(box))
+    assert np.shares_memory(mask, array) and not mask.flags.writeable
+    assert np.array_equal(mask, array[box]) and mask.all()
+    labels = load_label_image(array * np.uint8(2), spacing=(2.0, 1.0, 1.0))  # label 2
+    assert not np.shares_memory(_mask(labels, 2, canonical(labels).within(box)), labels.array)
+    reversed_x = LabelImage(array[:, :, ::-1].view(np.uint8), (2.0, 1.0, 1.0), direction=(-1.0, 0, 0, 0, 1.0, 0, 0, 0, 1.0))
+    view = canonical(reversed_x).within(reversed_x.label_box(1))
+    assert np.array_equal(_mask(reversed_x, 1, view), array[box]) and _mask(reversed_x, 1, view).flags.c_contiguous

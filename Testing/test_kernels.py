@@ -536,3 +536,46 @@ def test_totalsegmentator_single_voxel_label_against_the_liver(data_dir, tmp_pat
     (values,) = compare_in_a_child([(reference, test)], spacing, tmp_path)
     assert_both_modes(values, reference, test, spacing)
 
+
+
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_ray_kernels_refuse_indices_out_of_range(bad):
+    with pytest.raises(ValueError, match="out of range"):
+        _kernels.ray_cells(np.eye(3), np.array([[0, 1, bad]]), np.zeros(3))
+    cells = _kernels.ray_cells(np.eye(3), np.array([[0, 1, 2]]), np.zeros(3))
+    base, first, members = _kernels.direction_grid(cells[0], cells[1], 2)
+    members[0] = bad
+    with pytest.raises(ValueError, match="out of range"):
+        _kernels.radial_gaps(np.eye(3), np.ones(3), *cells, 1e-9, 2, base, first, members)
+    with pytest.raises(ValueError, match="does not fit"):  # a grid of 2 buckets per axis read as one of 4
+        _kernels.radial_gaps(np.eye(3), np.ones(3), *cells, 1e-9, 4, *_kernels.direction_grid(cells[0], cells[1], 2))
+
+
+@PROPERTY
+@given(point_set=point_sets(min_points=1), seed=st.integers(0, 2**32 - 1), radius=st.sampled_from([0.0, 0.5, 3.0, 1e9]))
+def test_window_deviations_against_all_pairs(point_set, seed, radius):
+    """Weighted mean |zeta - window mean| over the points within radius (squared distance at
+    most radius**2, the point itself included) on any grid, against all pairs in NumPy."""
+    from segmetrics.mesh import point_grid
+
+    points = point_set.points
+    rng = np.random.default_rng(seed)
+    zeta, weights = rng.uniform(0, 10, len(points)), rng.uniform(0.1, 2.0, len(points))
+    squared = np.sum((points[:, None] - points[None]) ** 2, axis=2)
+    inside = squared <= radius ** 2
+    mean = (inside * weights * zeta).sum(axis=1) / (inside * weights).sum(axis=1)
+    expected = (inside * weights * np.abs(zeta[None] - mean[:, None])).sum(axis=1) / (inside * weights).sum(axis=1)
+    (found,) = _kernels.window_deviations(points, zeta, weights, radius, *point_grid(points, sizes_for(points, rng)))
+    assert found == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_window_deviations_refuse_a_grid_of_other_points():
+    from segmetrics.mesh import point_grid
+
+    points = np.eye(3)
+    grid = point_grid(points, np.ones(3))
+    with pytest.raises(ValueError, match="one zeta and one weight per vertex"):
+        _kernels.window_deviations(points, np.ones(2), np.ones(2), 1.0, *grid)
+    bucket_mm, low, shape, first, order, sorted_xyz = grid
+    with pytest.raises(ValueError, match="out of range"):
+        _kernels.window_deviations(points, np.ones(3), np.ones(3), 1.0, bucket_mm, low, shape, first, order + 1, sorted_xyz)

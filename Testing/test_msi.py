@@ -379,3 +379,23 @@ def test_points_in_polygon_equals_scikit_image(seed):
     points = np.concatenate([rng.normal(0, 1.5, (300, 2)), polygon, (polygon + np.roll(polygon, 1, axis=0)) / 2,
                              np.round(rng.normal(0, 1.5, (200, 2)) * 4) / 4])
     np.testing.assert_array_equal(msi.points_in_polygon(points, polygon), measure.points_in_poly(points, polygon))
+
+
+def test_msi_3d_shares_the_reference_to_test_distances_with_the_distance_group(monkeypatch):
+    """The distances from the reference vertices to the test surface are taken once per pair:
+    msi_3d after the distance group measures only the signed test-to-reference distances, and
+    gets the same value as alone."""
+    from segmetrics import distance, mesh
+
+    spacing = (2.0, 1.0, 1.0)
+    reference, test = ball(6.0, spacing, (12, 20, 20), (11.0, 9.5, 10.2)), ball(5.5, spacing, (12, 20, 20), (12.0, 10.5, 9.0))
+    alone = msi.compute(StructurePair("s", reference, test, spacing), Parameters())[1].value
+    measured = []
+    original = mesh.distances_to_surface
+    monkeypatch.setattr(mesh, "distances_to_surface", lambda points, surface, signed=False: (
+        measured.append(signed), original(points, surface, signed))[1])
+    pair = StructurePair("s", reference, test, spacing)
+    distance.compute(pair, Parameters())
+    assert measured == [False, False]  # reference to test, test to reference
+    assert msi.compute(pair, Parameters())[1].value == alone
+    assert measured == [False, False, True]  # msi_3d: only the signed test-to-reference distances

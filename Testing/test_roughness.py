@@ -16,7 +16,7 @@ from segmetrics import compare, registry
 from segmetrics.mesh import points as mesh_points
 from segmetrics.registry import Parameters, Status, StructurePair
 from segmetrics import mesh
-from segmetrics.roughness import (ROUGHNESS_ARRAY, _intersect, _ray_frames, _ray_hits, compute, paper_ard,
+from segmetrics.roughness import (ROUGHNESS_ARRAY, compute, paper_ard, radial_gaps,
                                   paper_roughness_index, paper_surface, paper_window, surface_centre)
 
 
@@ -150,44 +150,52 @@ def test_paper_2d_images_run(data_dir):
 
 
 def test_ray_cell_intersection_against_analytic_geometry():
-    """Triangle x + y <= 4 in the plane z = 5 and segment x = 3, 0 <= y <= 4; rays from the origin."""
-    triangle = np.array([[[0.0, 0.0, 5.0], [4.0, 0.0, 5.0], [0.0, 4.0, 5.0]]])
+    """Triangle x + y <= 4 in the plane z = 5 and segment x = 3, 0 <= y <= 4; rays from the origin
+    through points 100 mm out: the gap is 100 - t for a hit at distance t, else 100."""
+    triangle = np.array([[0.0, 0.0, 5.0], [4.0, 0.0, 5.0], [0.0, 4.0, 5.0]])
     directions = np.array([[1.0, 1.0, 5.0], [2.0, 2.0, 5.0], [3.0, 3.0, 5.0], [1.0, 1.0, -5.0], [0.0, 0.0, 1.0]])
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-    frames, numerators = _ray_frames(np.repeat(triangle, len(directions), axis=0))
-    hit, t = _intersect(directions, frames, numerators)
+    gaps = radial_gaps(100 * directions, np.zeros(3), triangle, np.array([[0, 1, 2]]))
     # (1,1,5) inside, (2,2,5) on the edge x + y = 4, (3,3,5) outside, behind the origin, a corner
-    assert hit.tolist() == [True, True, False, False, True]
-    assert t[hit] == pytest.approx([math.sqrt(27), math.sqrt(33), 5.0])
-    segment = np.array([[[3.0, 0.0], [3.0, 4.0]]])
+    assert gaps == pytest.approx([100 - math.sqrt(27), 100 - math.sqrt(33), 100, 100, 95.0], abs=1e-12)
+    segment = np.array([[3.0, 0.0], [3.0, 4.0]])
     directions = np.array([[0.6, 0.8], [0.8, 0.6], [1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]])
-    frames, numerators = _ray_frames(np.repeat(segment, len(directions), axis=0))
-    hit, t = _intersect(directions, frames, numerators)
-    assert hit.tolist() == [True, True, True, False, False]  # (3, 4) is the end point
-    assert t[hit] == pytest.approx([5.0, 3.75, 3.0])
+    gaps = radial_gaps(100 * directions, np.zeros(2), segment, np.array([[0, 1]]))
+    assert gaps == pytest.approx([95.0, 96.25, 97.0, 100, 100], abs=1e-12)  # (3, 4) is the end point
+
+
+def every_hit(directions, corners, tolerance=1e-9):
+    """Brute force: ``(ray, t)`` of every hit of rays from the origin against every cell given by
+    its corners (triangles in 3-D, segments in 2-D), by solving ``t d = a + u e1 (+ v e2)`` for
+    every (ray, cell) pair."""
+    ray, cell = np.divmod(np.arange(len(directions) * len(corners)), len(corners))
+    edges = corners[:, 1:] - corners[:, :1]  # (cells, ndim - 1, ndim)
+    matrices = np.concatenate([directions[ray][:, :, None], -edges[cell].transpose(0, 2, 1)], axis=2)
+    solvable = np.abs(np.linalg.det(matrices)) > 1e-12
+    solution = np.linalg.solve(matrices[solvable], corners[cell[solvable], 0][:, :, None])[:, :, 0]
+    t, coordinates = solution[:, 0], solution[:, 1:]
+    hit = (t > 0) & (coordinates.min(axis=1) >= -tolerance) & (coordinates.sum(axis=1) <= 1 + tolerance)
+    return ray[solvable][hit], t[hit]
 
 
 @pytest.mark.parametrize("ndim", [2, 3])
-def test_angular_search_finds_every_hit_of_the_exhaustive_search(ndim):
+def test_direction_buckets_find_every_hit_of_the_exhaustive_search(ndim):
     """On a flat structure seen from inside (cells of every angular size, some wide around the
-    centre), the candidate search loses no hit: same (ray, t) as testing every ray against every cell."""
-    shape, spacing = ((3, 24, 24), (1.0, 0.8, 0.8)) if ndim == 3 else ((6, 60), (0.7, 0.9))
+    centre), the bucket search loses no hit: the same gaps as testing every ray against every cell."""
+    shape, spacing = ((3, 12, 12), (1.0, 0.8, 0.8)) if ndim == 3 else ((6, 60), (0.7, 0.9))
     flat = np.zeros(shape, bool)
-    flat[(slice(None),) + (slice(4, -4),) * (ndim - 1)] = True
+    flat[(slice(None),) + (slice(3, -3),) * (ndim - 1)] = True
     other = np.zeros(shape, bool)
-    other[(slice(None),) + (slice(6, -3),) * (ndim - 1)] = True
+    other[(slice(None),) + (slice(4, -2),) * (ndim - 1)] = True
     reference, test = mesh.pair_surfaces(flat, other, spacing)
     centre = surface_centre(reference.points, reference.sizes)
-    offsets = np.concatenate([test.points, reference.points]) - centre  # rays through both surfaces' vertices
-    directions = offsets / np.linalg.norm(offsets, axis=1, keepdims=True)
-    ray, t = _ray_hits(centre, directions, reference.points, reference.cells, max_pairs=5_000)
-    frames, numerators = _ray_frames(reference.points[reference.cells] - centre)
-    every_ray, every_cell = np.divmod(np.arange(len(directions) * len(reference.cells)), len(reference.cells))
-    hit, every_t = _intersect(directions[every_ray], frames[every_cell], numerators[every_cell])
-    assert len(ray) >= len(directions)  # every ray from inside a closed surface leaves it
-    found, expected = np.lexsort((t, ray)), np.lexsort((every_t[hit], every_ray[hit]))
-    assert np.array_equal(ray[found], every_ray[hit][expected])
-    assert np.array_equal(t[found], every_t[hit][expected])
+    points = np.concatenate([test.points, reference.points])  # rays through both surfaces' vertices
+    zeta = np.linalg.norm(points - centre, axis=1)
+    ray, t = every_hit((points - centre) / zeta[:, None], reference.points[reference.cells] - centre)
+    assert set(ray) == set(range(len(points)))  # every ray from inside a closed surface leaves it
+    expected = zeta.copy()
+    np.minimum.at(expected, ray, np.abs(zeta[ray] - t))
+    assert radial_gaps(points, centre, reference.points, reference.cells) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
 def test_identical_masks_give_zero_rr_and_ard():

@@ -423,3 +423,40 @@ def test_review_surfaces_are_built_on_the_given_masks_whatever_frame_the_metrics
     kept.GetPointData().GetArray("MSI").SetName("Marked")
     mrml.add_review_surfaces(same, reference, test, spacing, Parameters())
     assert same.extras["test_surface"] is kept and kept.GetPointData().GetArray("Marked") is not None
+
+
+@pytest.mark.parametrize("direction", [None, (-1.0, 0, 0, 0, 1.0, 0, 0, 0, -1.0)])  # stored as is; x and z reversed
+def test_review_surfaces_reuse_the_surfaces_compare_built(monkeypatch, direction):
+    """Nothing is meshed again for the review: the surfaces compare measured on (in its canonical
+    frame when the storage is reversed) give the same review surfaces and arrays as meshing the
+    given masks."""
+    from types import SimpleNamespace
+
+    from scipy.spatial import cKDTree
+
+    from segmetrics import Parameters, mesh
+    from segmetrics.mesh import points
+
+    grid = np.indices((12, 16, 18)) * np.array([2.0, 1.0, 1.0])[:, None, None, None]  # mm, (z, y, x)
+    reference, test = (sum((g - c) ** 2 for g, c in zip(grid, centre)) <= radius ** 2
+                       for centre, radius in (((11.3, 7.1, 8.2), 6.2), ((12.4, 7.9, 9.6), 5.7)))
+    spacing = (2.0, 1.0, 1.0)
+    images = [LabelImage(m.astype(np.uint8), spacing, direction=direction) for m in (reference, test)]
+    structure = compare(*images, metrics="distance").structures[0]
+    assert "test_surface" not in structure.extras and structure.extras["surfaces"].test is not None
+    meshed = SimpleNamespace(extras={})
+    mrml.add_review_surfaces(meshed, reference, test, spacing, Parameters())
+    monkeypatch.setattr(mesh, "pair_surfaces", lambda *args: pytest.fail("meshed again"))
+    mrml.add_review_surfaces(structure, reference, test, spacing, Parameters())
+    for role in ("reference", "test"):
+        reused, fresh = structure.extras[f"{role}_surface"], meshed.extras[f"{role}_surface"]
+        assert reused.GetNumberOfPoints() == fresh.GetNumberOfPoints()
+        gap, match = cKDTree(points(fresh)).query(points(reused))
+        assert gap.max() < 1e-4  # the same points (in another order when the storage is reversed)
+        for name in ("SignedDistance_mm", "MSI"):
+            values = [vtk_to_numpy(p.GetPointData().GetArray(name)) for p in (reused, fresh)]
+            difference = np.abs(values[0] - values[1][match])
+            if direction is None:  # one frame: the same numbers
+                assert difference.max() < 1e-9
+            else:  # compare meshed the mirrored masks: another triangulation, BMaxD of other nearest vertices
+                assert np.median(difference) < 1e-3 and np.mean(difference) < 0.01

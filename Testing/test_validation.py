@@ -73,6 +73,41 @@ def test_damaged_nii_gz_is_refused(tmp_path):
         load_label_image(tmp_path / "damaged.nii.gz")
 
 
+def test_gzipped_nifti_is_decompressed_once(tmp_path, monkeypatch):
+    """The stream's CRC is checked on the voxels ITK decompressed, not by reading the file a second time."""
+    from segmetrics import validation
+
+    array = (np.random.default_rng(5).random((20, 30, 40)) > 0.5).astype(np.uint8)
+    path = write(array, tmp_path / "a.nii.gz")
+    monkeypatch.setattr(validation, "_data_length", lambda path: pytest.fail(f"{path} decompressed twice"))
+    assert np.array_equal(load_label_image(path).array, array)
+
+
+def test_cut_nii_gz_with_a_trailer_of_the_right_length_is_refused(tmp_path):
+    """A stream cut short but ending in a trailer that declares the right length: the CRC of the
+    zero-filled voxels does not match, so the stream is read to its end and refused."""
+    array = (np.random.default_rng(6).random((20, 30, 40)) > 0.5).astype(np.uint8)
+    raw = write(array, tmp_path / "whole.nii.gz").read_bytes()
+    forged = raw[: len(raw) * 6 // 10] + raw[-8:]  # the intact file's own CRC and length
+    (tmp_path / "forged.nii.gz").write_bytes(forged)
+    with pytest.raises(ReadError, match="cut short or damaged"):
+        load_label_image(tmp_path / "forged.nii.gz")
+
+
+def test_voxel_check_accepts_an_intact_stream_read_differently(tmp_path):
+    """Voxels that differ from the file's bytes (e.g. converted by the reader) send the check to the
+    stream itself, which is intact here: no refusal."""
+    from segmetrics.validation import VoxelCheck, check_file
+
+    array = ball()
+    path = write(array, tmp_path / "a.nii.gz")
+    check = check_file(path, InputPolicy(), defer_data_check=True)
+    assert isinstance(check, VoxelCheck) and check.path == path
+    check.verify(array.astype(np.float32))
+    check.verify(array)
+    assert check_file(path, InputPolicy()) is None  # by default the stream is read here
+
+
 def test_nifti_shorter_than_its_header_declares_is_refused(tmp_path):
     array = ball()
     whole = write(array, tmp_path / "whole.nii")
@@ -452,6 +487,26 @@ def test_dicom_rt_dose_is_refused_and_ct_image_passes_the_dicom_check(tmp_path, 
         load_label_image(tmp_path / "dose")
     with pytest.raises(ReadError, match="intensity image"):  # an image, refused only as a label map
         load_label_image(data_dir / "dcmqi/ct-3slice/01.dcm")
+
+
+def test_dicom_header_is_parsed_once_per_file(tmp_path, monkeypatch):
+    """The validation layer and the reader's dispatch share one parse of a DICOM file's header; a
+    changed file is parsed again."""
+    import pydicom
+    from pydicom.uid import BasicTextSRStorage, RTDoseStorage
+
+    parses = []
+    read = pydicom.dcmread
+    monkeypatch.setattr(pydicom, "dcmread", lambda *args, **kwargs: (parses.append(args[0]), read(*args, **kwargs))[1])
+    path = write_dicom_object(tmp_path / "object.dcm", RTDoseStorage, "RTDOSE")
+    for _ in range(2):
+        with pytest.raises(ReadError, match="RT Dose Storage"):
+            load_label_image(path)
+    assert len(parses) == 1
+    write_dicom_object(path, BasicTextSRStorage, "SR")  # another version of the file
+    with pytest.raises(ReadError, match="Basic Text SR Storage"):
+        load_label_image(path)
+    assert len(parses) == 2
 
 
 # ------------------------------------------------------------------ 15: external data files

@@ -542,3 +542,223 @@ def triangle_areas(vertices, cells):
         cross = _cross(u, v)
         areas[t] = 0.5 * np.sqrt(_dot(cross, cross))
     return areas
+
+
+# --- rays from one centre -----------------------------------------------------------------------
+
+#: Most buckets per axis of the finest level of :func:`direction_grid` (a power of 2).
+MAX_DIRECTION_BUCKETS = 128
+
+
+@numba.njit(cache=True, nogil=True)
+def ray_cells(vertices, cells, centre):
+    """What rays from ``centre`` need of each cell (triangles: 3 vertex indices; segments: 2) of
+    ``vertices`` (rows x, y, z in mm; segments in the plane z = 0) for :func:`radial_gaps`:
+    ``(cell_dirs, reach, frames, numerators)``.
+
+    ``cell_dirs``: unit mean direction of the cell's corners as seen from ``centre``; ``reach``:
+    the largest chord between it and a corner's direction (2 beyond 1, where the cap may no longer
+    hold the cell), widened by a relative 1e-9 and 1e-12 so that a ray through a corner stays
+    in despite rounding. ``frames`` (3 × 3) and ``numerators``: Möller–Trumbore with the ray's
+    origin at ``centre``: for a ray of direction ``d`` and ``det = d · frames[k, 0]`` the
+    barycentric coordinates of the crossing are ``d · frames[k, 1:] / det`` (the segment
+    parameter and 0 for a segment) and its distance along the ray ``numerators[k] / det``.
+    ValueError for a vertex index out of range."""
+    corners = cells.shape[1]
+    if vertices.shape[1] != 3 or len(centre) != 3 or corners not in (2, 3):
+        raise ValueError("ray_cells: needs vertices of 3 components and cells of 2 or 3 corners")
+    m = len(cells)
+    cell_dirs, reach = np.zeros((m, 3)), np.empty(m)
+    frames, numerators = np.zeros((m, 3, 3)), np.empty(m)
+    seen = np.empty((3, 3))  # per corner: position relative to centre
+    unit = np.empty((3, 3))
+    for k in range(m):
+        for c in range(corners):
+            if not 0 <= cells[k, c] < len(vertices):
+                raise ValueError("ray_cells: a cell's vertex index is out of range")
+            for axis in range(3):
+                seen[c, axis] = vertices[cells[k, c], axis] - centre[axis]
+            length = max(np.sqrt(seen[c, 0] ** 2 + seen[c, 1] ** 2 + seen[c, 2] ** 2), 1e-300)
+            for axis in range(3):
+                unit[c, axis] = seen[c, axis] / length
+                cell_dirs[k, axis] += unit[c, axis]
+        length = max(np.sqrt(cell_dirs[k, 0] ** 2 + cell_dirs[k, 1] ** 2 + cell_dirs[k, 2] ** 2), 1e-300)
+        for axis in range(3):
+            cell_dirs[k, axis] /= length
+        chord = 0.0
+        for c in range(corners):
+            dx, dy, dz = unit[c, 0] - cell_dirs[k, 0], unit[c, 1] - cell_dirs[k, 1], unit[c, 2] - cell_dirs[k, 2]
+            chord = max(chord, np.sqrt(dx * dx + dy * dy + dz * dz))
+        reach[k] = (2.0 if chord > 1.0 else chord) * (1 + 1e-9) + 1e-12
+        a = (seen[0, 0], seen[0, 1], seen[0, 2])
+        e1 = _minus(seen[1], a)
+        if corners == 2:  # segment a + s e1 against the ray t d (in the plane): d x e1 = det, a x d = s det
+            frames[k, 0, 0], frames[k, 0, 1] = e1[1], -e1[0]
+            frames[k, 1, 0], frames[k, 1, 1] = -a[1], a[0]
+            numerators[k] = a[0] * e1[1] - a[1] * e1[0]
+        else:
+            minus_a = (-a[0], -a[1], -a[2])
+            e2 = _minus(seen[2], a)
+            q = _cross(minus_a, e1)
+            for row, vector in enumerate((_cross(e2, e1), _cross(e2, minus_a), q)):
+                frames[k, row, 0], frames[k, row, 1], frames[k, row, 2] = vector
+            numerators[k] = _dot(e2, q)
+    return cell_dirs, reach, frames, numerators
+
+
+@numba.njit(cache=True)
+def direction_grid(cell_dirs, reach, finest):
+    """Levels of buckets over the cube ``[-1, 1]**3`` of unit directions, for :func:`radial_gaps`.
+
+    Cell ``k`` is seen from the rays' origin within the cap of chord ``reach[k]`` around the unit
+    vector ``cell_dirs[k]`` (rows of 3). Level ``L`` has ``n = finest >> L`` buckets per axis of
+    side ``2 / n``; a cell is filed in every bucket of its cap's bounding box on the first level
+    whose buckets are at least ``reach[k]`` wide (at most 3 per axis; the last level is one
+    bucket). Returns ``(base, first, members)``: bucket ``(i, j, l)`` of level ``L`` is
+    ``key = base[L] + (i * n + j) * n + l`` and holds cells ``members[first[key]:first[key + 1]]``.
+    ValueError for a ``finest`` that is not a power of 2 or for rows that are not 3 components."""
+    if finest < 1 or finest & (finest - 1) != 0:
+        raise ValueError("direction_grid: finest must be a power of 2")
+    if cell_dirs.shape[1] != 3 or len(reach) != len(cell_dirs):
+        raise ValueError("direction_grid: needs one reach per cell direction of 3 components")
+    levels = 1
+    while finest >> levels > 0:
+        levels += 1
+    base = np.zeros(levels + 1, dtype=np.int64)
+    for level in range(levels):
+        n = finest >> level
+        base[level + 1] = base[level] + n * n * n
+    keys = np.empty((len(cell_dirs), 3, 2), dtype=np.int64)  # per cell and axis: first and last bucket
+    level_of = np.empty(len(cell_dirs), dtype=np.int64)
+    first = np.zeros(base[levels] + 1, dtype=np.int64)
+    for k in range(len(cell_dirs)):
+        level = 0
+        while level < levels - 1 and not reach[k] <= 2.0 / (finest >> level):  # NaN: the last level
+            level += 1
+        level_of[k] = level
+        n = finest >> level
+        for axis in range(3):
+            keys[k, axis, 0] = _cell(cell_dirs[k, axis] - reach[k], -1.0, 2.0 / n, n)
+            keys[k, axis, 1] = _cell(cell_dirs[k, axis] + reach[k], -1.0, 2.0 / n, n)
+        for i in range(keys[k, 0, 0], keys[k, 0, 1] + 1):
+            for j in range(keys[k, 1, 0], keys[k, 1, 1] + 1):
+                for l in range(keys[k, 2, 0], keys[k, 2, 1] + 1):
+                    first[base[level] + (i * n + j) * n + l + 1] += 1
+    first = np.cumsum(first)
+    members = np.empty(first[-1], dtype=np.int64)
+    filled = first[:-1].copy()
+    for k in range(len(cell_dirs)):
+        n = finest >> level_of[k]
+        for i in range(keys[k, 0, 0], keys[k, 0, 1] + 1):
+            for j in range(keys[k, 1, 0], keys[k, 1, 1] + 1):
+                for l in range(keys[k, 2, 0], keys[k, 2, 1] + 1):
+                    key = base[level_of[k]] + (i * n + j) * n + l
+                    members[filled[key]] = k
+                    filled[key] += 1
+    return base, first, members
+
+
+@numba.njit(cache=True, nogil=True)
+def radial_gaps(directions, zeta, cell_dirs, reach, frames, numerators, tolerance, finest, base, first, members):
+    """Per ray ``t * directions[r]`` (t > 0, unit rows of 3, from the origin), the least
+    ``|zeta[r] - t|`` over its hits of the cells, or ``zeta[r]`` when it hits none; returned as a
+    1-tuple. A ray meets the cells filed in its bucket of each level of :func:`direction_grid`
+    whose cap holds it (chord at most ``reach``); a hit is the Möller–Trumbore test on the cell's
+    ``frames`` (3 × 3: the vector giving ``det``, then those giving the barycentric coordinates;
+    zero rows for segments) and ``numerators`` (``t * det``), corners included up to
+    ``tolerance``. ValueError for a grid that does not fit ``finest`` or a member out of range."""
+    levels = len(base) - 1
+    if (finest >> (levels - 1)) != 1 or len(first) != base[levels] + 1 or first[-1] != len(members):
+        raise ValueError("radial_gaps: the grid does not fit finest")
+    if directions.shape[1] != 3 or cell_dirs.shape[1] != 3 or frames.shape[1] != 3 or frames.shape[2] != 3:
+        raise ValueError("radial_gaps: needs rows and frames of 3 components")
+    if len(zeta) != len(directions) or len(reach) != len(cell_dirs) or len(frames) != len(cell_dirs) \
+            or len(numerators) != len(cell_dirs):
+        raise ValueError("radial_gaps: one zeta per direction, one reach, frame and numerator per cell")
+    for m in members:
+        if not 0 <= m < len(cell_dirs):
+            raise ValueError("radial_gaps: a member is out of range")
+    for k in range(len(first) - 1):
+        if not 0 <= first[k] <= first[k + 1]:
+            raise ValueError("radial_gaps: bucket bounds are not increasing")
+    gaps = zeta.copy()
+    for r in range(len(directions)):
+        dx, dy, dz = directions[r, 0], directions[r, 1], directions[r, 2]
+        for level in range(levels):
+            n = finest >> level
+            i, j, l = _cell(dx, -1.0, 2.0 / n, n), _cell(dy, -1.0, 2.0 / n, n), _cell(dz, -1.0, 2.0 / n, n)
+            key = base[level] + (i * n + j) * n + l
+            for p in range(first[key], first[key + 1]):
+                k = members[p]
+                ex, ey, ez = dx - cell_dirs[k, 0], dy - cell_dirs[k, 1], dz - cell_dirs[k, 2]
+                if not np.sqrt(ex * ex + ey * ey + ez * ez) <= reach[k]:
+                    continue
+                det = dx * frames[k, 0, 0] + dy * frames[k, 0, 1] + dz * frames[k, 0, 2]
+                if not abs(det) > 1e-300:
+                    continue
+                inv = 1.0 / det
+                u = (dx * frames[k, 1, 0] + dy * frames[k, 1, 1] + dz * frames[k, 1, 2]) * inv
+                v = (dx * frames[k, 2, 0] + dy * frames[k, 2, 1] + dz * frames[k, 2, 2]) * inv
+                t = numerators[k] * inv
+                if u >= -tolerance and v >= -tolerance and u + v <= 1 + tolerance and t > 0:
+                    gaps[r] = min(gaps[r], abs(zeta[r] - t))
+    return (gaps,)
+
+
+# --- windows on a surface -----------------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, first, order, sorted_xyz):
+    """Per centre (rows x, y, z in mm), over the vertices of a :func:`vertex_grid` within
+    ``radius`` mm of it (squared distance at most ``radius ** 2``): the ``weights``-weighted mean
+    of ``|zeta - m|``, with ``m`` their weighted mean of ``zeta``; returned as a 1-tuple (NaN for
+    a window of zero weight). ValueError for a grid that is not one of :func:`vertex_grid` or
+    per-vertex arrays of another length."""
+    if centres.shape[1] != 3:
+        raise ValueError("window_deviations: needs centres of 3 components")
+    if not (bucket_mm > 0 and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
+            and first[-1] == len(order) and sorted_xyz.shape == (3, len(order))):
+        raise ValueError("window_deviations: the grid is not one of vertex_grid")
+    if len(zeta) != len(order) or len(weights) != len(order):
+        raise ValueError("window_deviations: one zeta and one weight per vertex of the grid")
+    for vertex in order:
+        if not 0 <= vertex < len(order):
+            raise ValueError("window_deviations: a vertex of the grid is out of range")
+    for key in range(len(first) - 1):
+        if not first[key] <= first[key + 1]:
+            raise ValueError("window_deviations: bucket bounds are not increasing")
+    limit = radius ** 2
+    rings = int(np.ceil(radius / bucket_mm)) if radius < np.inf else max(shape[0], shape[1], shape[2])
+    xs, ys, zs = sorted_xyz[0], sorted_xyz[1], sorted_xyz[2]
+    result = np.empty(len(centres))
+    for c in range(len(centres)):
+        x, y, z = centres[c, 0], centres[c, 1], centres[c, 2]
+        i, j, k = _cells(x, y, z, low, bucket_mm, shape)
+        start, stop = max(k - rings, 0), min(k + rings, shape[2] - 1)
+        total, moment, deviation = 0.0, 0.0, 0.0
+        for stage in range(2):  # the window's mean, then the mean deviation from it
+            mean = moment / total if stage == 1 and total > 0 else 0.0
+            for a in range(max(i - rings, 0), min(i + rings, shape[0] - 1) + 1):
+                for b in range(max(j - rings, 0), min(j + rings, shape[1] - 1) + 1):
+                    column = (a * shape[1] + b) * shape[2]
+                    for n in range(first[column + start], first[column + stop + 1]):
+                        if (x - xs[n]) ** 2 + (y - ys[n]) ** 2 + (z - zs[n]) ** 2 <= limit:
+                            vertex = order[n]
+                            if stage == 0:
+                                total += weights[vertex]
+                                moment += weights[vertex] * zeta[vertex]
+                            else:
+                                deviation += weights[vertex] * abs(zeta[vertex] - mean)
+        result[c] = deviation / total if total > 0 else np.nan
+    return (result,)
+
+
+def compile_roughness_kernels() -> None:
+    """Compile, or load from numba's disk cache, the kernels of :mod:`segmetrics.roughness`
+    (:func:`ray_cells`, :func:`direction_grid`, :func:`radial_gaps`, :func:`window_deviations`)
+    on one triangle (the argument types are those of every call)."""
+    corners = np.eye(3)
+    cells = ray_cells(corners, np.array([[0, 1, 2]], dtype=np.int64), np.zeros(3))
+    radial_gaps(np.ones((1, 3)) / np.sqrt(3), np.ones(1), *cells, 1e-9, 1, *direction_grid(cells[0], cells[1], 1))
+    window_deviations(corners, np.ones(3), np.ones(3), 1.0, 1.0, *vertex_grid(corners, 1.0))

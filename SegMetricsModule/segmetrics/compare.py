@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -45,6 +45,30 @@ class StructureResult:
         """
         statuses = {v.status for v in self.values} - {Status.OK, Status.NOT_APPLICABLE}
         return ", ".join(sorted(statuses)) or Status.OK
+
+
+@dataclass(frozen=True)
+class PairSurfaces:
+    """The 3-D surfaces the metric groups measured a structure pair on (``extras["surfaces"]``).
+
+    ``reference`` and ``test`` are :class:`segmetrics.mesh.Surface` (``None`` for an empty mask) in
+    the groups' working frame: the canonical orientation of the pair's bounding box, mapped to the
+    stored array by ``orientation`` (a :class:`~segmetrics.orientation.Reorientation`), with
+    ``spacing`` the working image's voxel size (mm, its array order). Distances between them are
+    those of the stored masks; their vertices are in the order of the polydata in ``extras``.
+    """
+
+    reference: object
+    test: object
+    orientation: Reorientation
+    spacing: tuple
+
+    def polydata(self, which: str):
+        """``vtkPolyData`` of the ``"reference"`` or ``"test"`` surface in the stored image's
+        index-scaled frame (:meth:`~segmetrics.orientation.Reorientation.polydata_to_stored`)."""
+        from .mesh import to_polydata
+
+        return self.orientation.polydata_to_stored(to_polydata(getattr(self, which)), self.spacing)
 
 
 @dataclass
@@ -225,11 +249,15 @@ def _pair_box(reference: LabelImage, test: LabelImage, ref_label, test_label, wh
 
 
 def _mask(image: LabelImage, label, view: Reorientation) -> np.ndarray:
-    """The canonical mask of one label within the pair's box (all ``False`` for ``None``)."""
+    """The canonical mask of one label within the pair's box (all ``False`` for ``None``). The
+    bytes of a one-byte 0/1 image (a boolean mask) are that mask: it is read, not copied, where
+    :meth:`Reorientation.mask` can (its voxels keep their storage order)."""
     if label is None:
         return np.zeros(view.array(image.array).shape, dtype=bool)
     if label in image.segment_masks:
         return view.mask(image.segment_masks[label])
+    if label == 1 and image.array.dtype.kind in "bu" and image.array.itemsize == 1 and image.labels() == [1]:
+        return view.mask(image.array.view(bool))
     return view.mask(image.array, label)
 
 
@@ -293,7 +321,8 @@ def compare(
     storage orientation (:mod:`segmetrics.orientation`), each structure pair within the bounding
     box of its voxels (labels and boxes are found in one pass per image), while everything that
     refers to the array (``msi_axis``, per-slice MSI rows, surface polydata in ``extras``) stays in
-    the stored array's indices and index-scaled frame.
+    the stored array's indices and index-scaled frame. When the groups built 3-D surfaces, a
+    structure's ``extras["surfaces"]`` (:class:`PairSurfaces`) keeps them, e.g. for the Slicer review.
     """
     from .io import load_pair
     from .provenance import describe_input, grid_info, provenance
@@ -345,6 +374,10 @@ def compare(
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]
         extras = view.surfaces_to_stored(pair.extras, grid.spacing)
+        if pair.reference.ndim == 3 and ("surface", "test") in pair.cache:  # built by segmetrics.mesh.cached_surface
+            kept = [pair.cache[("surface", side)] for side in ("reference", "test")]  # without their search structures:
+            kept = [None if surface is None else replace(surface) for surface in kept]  # results hold less memory
+            extras["surfaces"] = PairSurfaces(*kept, view, grid.spacing)
         results.append(StructureResult(name, ref_label, test_label, values, extras))
         if progress is not None:
             progress(index + 1, len(pairs), name)
@@ -355,4 +388,4 @@ def compare(
                             provenance(inputs, settings, grid=grid_info(reference)))
 
 
-__all__ = ["compare", "ComparisonResult", "StructureResult", "NothingToCompareError", "Parameters", "Status"]
+__all__ = ["compare", "ComparisonResult", "PairSurfaces", "StructureResult", "NothingToCompareError", "Parameters", "Status"]

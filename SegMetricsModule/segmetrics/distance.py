@@ -95,8 +95,13 @@ def surface_distances(reference, test, spacing, mode: str = "exact") -> SurfaceD
     return _sorted_by_distance([_directed(ref, tst), _directed(tst, ref)], mode)
 
 
-def exact_surface_distances(reference: mesh.Surface | None, test: mesh.Surface | None) -> SurfaceDistances:
-    """``exact``-mode :class:`SurfaceDistances` between two surfaces of :mod:`segmetrics.mesh` (``None`` = empty mask)."""
+def exact_surface_distances(reference: mesh.Surface | None, test: mesh.Surface | None, distances=None) -> SurfaceDistances:
+    """``exact``-mode :class:`SurfaceDistances` between two surfaces of :mod:`segmetrics.mesh` (``None`` = empty mask).
+
+    ``distances(source)``, when given, returns the distances (mm) from the vertices of ``source``
+    (one of the two surfaces) to the other (e.g. :func:`segmetrics.mesh.cached_distances` of a
+    pair); default :func:`segmetrics.mesh.distances_to_surface`.
+    """
     mesh.prepare_searches(reference, test)
     directed = []
     for source, target in ((reference, test), (test, reference)):
@@ -104,6 +109,8 @@ def exact_surface_distances(reference: mesh.Surface | None, test: mesh.Surface |
             directed.append((np.zeros(0), np.zeros(0)))
         elif target is None:
             directed.append((np.full(len(source.sizes), np.inf), source.sizes))
+        elif distances is not None:
+            directed.append((distances(source), source.sizes))
         else:
             directed.append((mesh.distances_to_surface(source.points, target), source.sizes))
     return _sorted_by_distance(directed, "exact")
@@ -119,12 +126,15 @@ def _sorted_by_distance(directed: list, mode: str) -> SurfaceDistances:
 def cached_surface_distances(pair: StructurePair, mode: str) -> SurfaceDistances:
     """:func:`surface_distances` of a structure pair, kept in ``pair.cache[("surface_distances", mode)]``.
 
-    ``exact`` mode measures on the pair's shared surfaces (:func:`segmetrics.mesh.cached_surface`).
+    ``exact`` mode measures on the pair's shared surfaces (:func:`segmetrics.mesh.cached_surface`)
+    with their shared directed distances (:func:`segmetrics.mesh.cached_distances`).
     """
     key = ("surface_distances", mode)
     if key not in pair.cache:
-        if mode == "exact":  # on the pair's shared surfaces
-            pair.cache[key] = exact_surface_distances(mesh.cached_surface(pair, "reference"), mesh.cached_surface(pair, "test"))
+        if mode == "exact":  # on the pair's shared surfaces, with the directed distances other groups share
+            reference = mesh.cached_surface(pair, "reference")
+            pair.cache[key] = exact_surface_distances(reference, mesh.cached_surface(pair, "test"), lambda source: mesh.cached_distances(
+                pair, "reference" if source is reference else "test"))
         else:
             pair.cache[key] = surface_distances(pair.reference, pair.test, pair.spacing, mode)
     return pair.cache[key]

@@ -74,14 +74,15 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold
     """Read one file into a :class:`LabelImage` (labels unchanged; see :func:`load_label_image`).
 
     The file-level checks of :func:`segmetrics.validation.check_file` run first (DICOM class,
-    external data files, header spacing, compressed-stream integrity). An RT Structure Set is
+    external data files, header spacing, compressed-stream integrity; a gzipped NIfTI's CRC is
+    checked on the voxels as read, so that it is decompressed once). An RT Structure Set is
     rasterised on its own contour grid (:func:`segmetrics.dicom.contour_grid`; see
     :func:`load_pair` for other grids); ``threshold`` binarises a FRACTIONAL DICOM SEG (default 0.5).
     """
     path = Path(path)
     if not path.is_file():
         raise ReadError(f"{path}: no such file")
-    check_file(path, input_policy or InputPolicy())
+    voxel_check = check_file(path, input_policy or InputPolicy(), defer_data_check=True)
     name = path.name.lower()
     kind = dicom.dicom_kind(path)
     if kind == "rtstruct":
@@ -97,13 +98,18 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold
     except ReadError:
         raise
     except Exception as error:  # SimpleITK, PIL and slicerio raise many types for one cause
+        if voxel_check is not None:
+            voxel_check.check_stream()  # a damaged gzip stream is named as such
         raise ReadError(f"{path}: cannot be read as an image ({_reason(error)})") from error
     if image.GetNumberOfComponentsPerPixel() != 1:
         raise ReadError(f"{path}: has {image.GetNumberOfComponentsPerPixel()} components per voxel, not a label map")
     try:
-        return LabelImage.from_sitk(image)
+        label_image = LabelImage.from_sitk(image)
     except ValueError as error:  # geometry refused (spacing, origin, direction)
         raise ReadError(f"{path}: {error}") from error
+    if voxel_check is not None:
+        voxel_check.verify(label_image.array)
+    return label_image
 
 
 def load_pair(reference, test, spacing=None, threshold: float | None = None, *,

@@ -360,6 +360,7 @@ def compile_kernels() -> None:
         mask[(slice(1, -1),) * len(shape)] = True
         surface = smooth_surface(mask, (1.0,) * len(shape))
         distances_to_surface(surface.points + 0.3, surface)
+    _kernels.compile_roughness_kernels()
 
 
 def kernel_cache_missing() -> bool:
@@ -501,6 +502,18 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
             raise ValueError("signed distances need every vertex of the surface on a triangle")
         distances[todo] *= np.where(np.sum(offset * _feature_normals(cell, feature, surface), axis=1) < 0, -1.0, 1.0)
     return distances
+
+
+def cached_distances(pair, source: str) -> np.ndarray:
+    """Unsigned :func:`distances_to_surface` (mm) from the vertices of a structure pair's
+    ``source`` surface (``"reference"`` or ``"test"``, :func:`cached_surface`) to the other one,
+    computed once per pair and kept in ``pair.cache[("distances", source)]``, so that the groups
+    measuring on both surfaces (distance, 3-D MSI) share them. Both surfaces must exist."""
+    key = ("distances", source)
+    if key not in pair.cache:
+        target = cached_surface(pair, "test" if source == "reference" else "reference")
+        pair.cache[key] = distances_to_surface(cached_surface(pair, source).points, target)
+    return pair.cache[key]
 
 
 def _three_components(points: np.ndarray) -> np.ndarray:

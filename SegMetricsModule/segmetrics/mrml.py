@@ -397,24 +397,33 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
 
     ``extras["test_surface"]`` and ``extras["reference_surface"]`` become ``vtkPolyData`` of the two
     masks as given here (the reference grid's array order; index-scaled mm, see
-    :mod:`segmetrics.mesh`), whatever frame the metric groups worked in. The test surface the
-    metric groups made is kept, with its arrays (e.g. ``Roughness_mm``), when it is the same
-    surface. Each surface gets ``SignedDistance_mm`` (signed bidirectional local distance to the
-    other surface, + outside it) and ``MSI`` (its weight at the levels of ``params``) unless it has
-    them. On the reference surface the levels swap sides: a reference vertex outside the test was
-    missed (the inner level's error), one inside the test is over-contoured (the outer level's).
-    A pair with one empty side gets that side's surface only, without arrays.
+    :mod:`segmetrics.mesh`). The surfaces :func:`segmetrics.compare` built for the metrics are used
+    when the structure keeps them (``extras["surfaces"]``, a comparison of these same masks), with
+    the polydata it made (and their arrays, e.g. ``Roughness_mm``); otherwise both masks are meshed
+    here, and a test surface the metric groups made in whatever frame is kept, with its arrays, only
+    when it is the same surface. Each surface gets ``SignedDistance_mm`` (signed bidirectional local
+    distance to the other surface, + outside it) and ``MSI`` (its weight at the levels of
+    ``params``) unless it has them. On the reference surface the levels swap sides: a reference
+    vertex outside the test was missed (the inner level's error), one inside the test is
+    over-contoured (the outer level's). A pair with one empty side gets that side's surface only,
+    without arrays.
     """
     from . import mesh, msi
 
     if reference_mask.ndim != 3:
         return
-    reference, test = mesh.pair_surfaces(reference_mask, test_mask, spacing)
-    polydata = {"reference": mesh.to_polydata(reference), "test": mesh.to_polydata(test)}
-    computed = structure.extras.get("test_surface")
-    if computed is not None and test is not None and computed.GetNumberOfPoints() == len(test.points) \
-            and np.allclose(mesh.points(computed), test.points + test.origin, atol=1e-6):
-        polydata["test"] = computed
+    built = structure.extras.get("surfaces")
+    if built is not None:  # compare's surfaces of these masks, in its working frame
+        reference, test = built.reference, built.test
+        polydata = {role: structure.extras.get(f"{role}_surface") for role in ("reference", "test")}
+        polydata = {role: built.polydata(role) if view is None else view for role, view in polydata.items()}
+    else:
+        reference, test = mesh.pair_surfaces(reference_mask, test_mask, spacing)
+        polydata = {"reference": mesh.to_polydata(reference), "test": mesh.to_polydata(test)}
+        computed = structure.extras.get("test_surface")
+        if computed is not None and test is not None and computed.GetNumberOfPoints() == len(test.points) \
+                and np.allclose(mesh.points(computed), test.points + test.origin, atol=1e-6):
+            polydata["test"] = computed
     for role, surface in (("reference", reference), ("test", test)):
         if surface is not None:
             structure.extras[f"{role}_surface"] = polydata[role]

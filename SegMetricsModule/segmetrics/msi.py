@@ -591,7 +591,7 @@ def combine_slices(rows) -> float:
 # ---------------------------------------------------------------- 3-D surface MSI
 
 
-def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.0):
+def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.0, reference_to_test=None):
     """Per-vertex signed BLD and MSI weight on a test surface, and the area-weighted MSI.
 
     FMinD is the distance from a test vertex to the reference surface and its sign says
@@ -606,6 +606,9 @@ def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.
         :func:`segmetrics.mesh.cached_surface`.
     il, ol : float
         Severity levels inside / outside the reference.
+    reference_to_test : ndarray (M,), optional
+        The distances (mm) from the reference vertices to the test surface when already known
+        (e.g. :func:`segmetrics.mesh.cached_distances`); default: computed here.
 
     Returns
     -------
@@ -618,7 +621,7 @@ def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.
     """
     test, reference = (s if isinstance(s, mesh.Surface) else mesh.Surface.from_polydata(s) for s in (test_surface, reference_surface))
     signed = mesh.distances_to_surface(test.points, reference, signed=True)
-    back = mesh.distances_to_surface(reference.points, test)
+    back = mesh.distances_to_surface(reference.points, test) if reference_to_test is None else reference_to_test
     bld = bidirectional_local_distance(test.points, reference.points, np.abs(signed), back, test.tree)
     inside = signed < 0
     weights = weight_function(bld, np.where(inside, il, ol))
@@ -635,12 +638,12 @@ def _msi_3d(pair: StructurePair, params: Parameters) -> float:
     """``msi_3d`` on the pair's shared surfaces; adds the per-vertex arrays to ``extras["test_surface"]``."""
     test = mesh.cached_surface(pair, "test")
     if params.msi_units == "pixel":  # same masks at unit spacing: vertices correspond one to one
-        surfaces = mesh.pair_surfaces(pair.reference, pair.test, (1, 1, 1))[::-1]
+        surfaces, back = mesh.pair_surfaces(pair.reference, pair.test, (1, 1, 1))[::-1], None
         name = "SignedDistance_px"
-    else:
-        surfaces = [test, mesh.cached_surface(pair, "reference")]
+    else:  # the pair's shared surfaces and reference-to-test distances (also the distance group's)
+        surfaces, back = [test, mesh.cached_surface(pair, "reference")], mesh.cached_distances(pair, "reference")
         name = "SignedDistance_mm"
-    signed, weights, _ = surface_msi(*surfaces, params.msi_il, params.msi_ol)
+    signed, weights, _ = surface_msi(*surfaces, params.msi_il, params.msi_ol, back)
     polydata = mesh.cached_test_surface(pair)
     _add_point_array(polydata, name, signed)
     _add_point_array(polydata, "MSI", weights)

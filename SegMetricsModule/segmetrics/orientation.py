@@ -76,10 +76,15 @@ class Reorientation:
 
     def mask(self, stored: np.ndarray, label=None) -> np.ndarray:
         """The canonical boolean mask of a stored mask, or of the voxels of a stored label map
-        equal to ``label``, as a C-ordered array (a stored boolean mask itself when nothing moves):
-        only ``box`` is read. When the rows of the array change axis the copy goes by blocks that
-        fit in the cache."""
+        equal to ``label``: only ``box`` is read. A stored boolean mask whose axes keep their
+        order and direction is not copied: its ``box`` comes back as a read-only view (C-ordered
+        only when the box spans whole rows). Otherwise a C-ordered array; when the rows of the
+        array change axis the copy goes by blocks that fit in the cache."""
         region = stored[self.box] if self.box is not None else stored
+        if label is None and region.dtype == bool and self.axes == tuple(range(len(self.axes))) and not any(self.flipped):
+            view = region.view()
+            view.flags.writeable = False  # the caller's array: metrics read it, never write
+            return view
         region = region == label if label is not None else region.astype(bool, copy=False)
         source = self._turn(region)
         if self.axes[-1] == len(self.axes) - 1:  # rows stay rows: a plain copy reads them in order

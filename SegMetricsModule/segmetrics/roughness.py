@@ -18,10 +18,9 @@ import itertools
 import math
 
 import numpy as np
-from scipy.spatial import cKDTree
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
-from . import mesh
+from . import _kernels, mesh
 from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +146,8 @@ def paper_window(shape) -> int:
 DEFAULT_WINDOW_MM = 3.0
 #: Barycentric tolerance of the ray/simplex test (a ray through a shared edge or vertex hits).
 _HIT_TOLERANCE = 1e-9
+#: Width of a finest direction bucket of :func:`radial_gaps`, in median cap radii (chords).
+DIRECTION_BUCKET_REACHES = 2.0
 
 
 def surface_centre(points: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -154,15 +155,15 @@ def surface_centre(points: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.average(points, axis=0, weights=weights)
 
 
-def local_roughness(surface: mesh.Surface, radius: float, max_pairs: int = 4_000_000) -> np.ndarray:
+def local_roughness(surface: mesh.Surface, radius: float) -> np.ndarray:
     """Per-vertex roughness: mean ``|ζ - mean ζ|`` over the window centred on each vertex (mm).
 
     ζ is the distance of a vertex to the weighted centre of gravity of the surface. The window of
     vertex ``j`` holds every vertex within ``radius`` (mm, Euclidean) of it, itself included;
     both means over the window are weighted by the vertices' areas (lengths in 2-D). This is the
     paper's per-window term ``(1/N) Σ |ζ_i - mean ζ|`` with one window per vertex. The windows
-    come from the surface's KD-tree (:attr:`segmetrics.mesh.Surface.tree`) as sparse
-    (window, member) pairs, a block of windows at a time.
+    are scanned in the buckets of the surface's vertex grid (:attr:`segmetrics.mesh.Surface.vertex_grid`,
+    :func:`segmetrics._kernels.window_deviations`, in threads).
 
     Parameters
     ----------
@@ -170,8 +171,6 @@ def local_roughness(surface: mesh.Surface, radius: float, max_pairs: int = 4_000
         Vertices (mm) with their areas (mm²) or lengths (mm, 2-D) as weights.
     radius : float
         Window radius in mm.
-    max_pairs : int
-        Approximate number of (window, member) pairs held in memory at once.
 
     Returns
     -------
@@ -180,130 +179,9 @@ def local_roughness(surface: mesh.Surface, radius: float, max_pairs: int = 4_000
     """
     points, weights = surface.points, surface.sizes
     zeta = np.linalg.norm(points - surface_centre(points, weights), axis=1)
-    sample = points[:: max(len(points) // 200, 1)]
-    chunk = max(int(max_pairs / surface.tree.query_ball_point(sample, radius, return_length=True).mean()), 1)
-    result = np.empty(len(points))
-    for start in range(0, len(points), chunk):
-        centres = points[start:start + chunk]
-        pairs = mesh.kd_tree(centres).sparse_distance_matrix(surface.tree, radius, output_type="ndarray")
-        window, member = pairs["i"], pairs["j"]
-        total = np.bincount(window, weights[member], len(centres))
-        mean = np.bincount(window, weights[member] * zeta[member], len(centres)) / total
-        deviation = weights[member] * np.abs(zeta[member] - mean[window])
-        result[start:start + chunk] = np.bincount(window, deviation, len(centres)) / total
-    return result
-
-
-def _ray_hits(centre, directions, vertices, cells, max_pairs: int = 1_000_000):
-    """Intersections of rays ``centre + t * directions[k]`` (t > 0) with segments or triangles.
-
-    Candidate (ray, cell) pairs come from an angular search: as seen from ``centre``, a ray can
-    only hit a cell if its unit direction lies within the cell's angular radius (the largest
-    chord between the cell's mean direction and its corners' directions) of the cell's mean
-    direction. Cells are grouped by angular radius into classes a factor 2 apart, each searched
-    with its own radius, so that wide cells (close to the centre) do not widen the search for all
-    the others: with one radius for all, rays on flat or thin structures seen from inside met
-    thousands of candidates each. Cells wider than a chord of 1 (60°, where the cap may no longer
-    contain the cell) are tested against every ray. Rays are processed in blocks of about
-    ``max_pairs`` candidate pairs.
-
-    Parameters
-    ----------
-    centre : ndarray, shape (ndim,)
-        Origin of every ray (mm, same frame and axis order as ``vertices``).
-    directions : ndarray, shape (k, ndim)
-        Unit ray directions.
-    vertices : ndarray, shape (n, ndim)
-        Surface vertices (mm).
-    cells : ndarray of int, shape (m, ndim)
-        Segments (2-D) or triangles (3-D) as vertex indices.
-    max_pairs : int
-        Approximate number of candidate (ray, cell) pairs held in memory at once.
-
-    Returns
-    -------
-    ray, t : ndarray
-        Index of the ray and distance (mm) along it of each hit.
-    """
-    corners = vertices[cells] - centre  # (m, ndim corners, ndim)
-    corner_dirs = corners / np.maximum(np.linalg.norm(corners, axis=2, keepdims=True), 1e-300)
-    cell_dirs = corner_dirs.sum(axis=1)
-    cell_dirs /= np.maximum(np.linalg.norm(cell_dirs, axis=1, keepdims=True), 1e-300)
-    chord = np.linalg.norm(corner_dirs - cell_dirs[:, None], axis=2).max(axis=1)
-    frames, numerators = _ray_frames(corners)
-    # unit vectors are at most 2 apart; the slack keeps a ray through a corner despite rounding
-    reach = np.where(chord > 1.0, 2.0, chord) * (1 + 1e-9) + 1e-12
-    exponent = np.frexp(reach)[1]  # classes a factor 2 apart: 2**(exponent - 1) <= reach < 2**exponent
-    classes = []
-    for value in np.unique(exponent):
-        members = np.flatnonzero(exponent == value)
-        classes.append((members, reach[members].max(), cKDTree(cell_dirs[members])))
-    sample = directions[:: max(len(directions) // 200, 1)]
-    per_ray = sum(tree.query_ball_point(sample, radius, return_length=True).mean() for _, radius, tree in classes)
-    chunk = max(int(max_pairs / max(per_ray, 1.0)), 1)
-    rays, distances = [], []
-    for start in range(0, len(directions), chunk):
-        block = directions[start:start + chunk]
-        block_tree = cKDTree(block)
-        ray, cell = [], []
-        for members, radius, tree in classes:
-            found = block_tree.sparse_distance_matrix(tree, radius, output_type="ndarray")
-            found = found[found["v"] <= reach[members[found["j"]]]]
-            ray.append(found["i"])
-            cell.append(members[found["j"]])
-        ray, cell = np.concatenate(ray), np.concatenate(cell)
-        hit, t = _intersect(block[ray], frames[cell], numerators[cell])
-        rays.append(ray[hit] + start)
-        distances.append(t[hit])
-    return np.concatenate(rays), np.concatenate(distances)
-
-
-def _ray_frames(corners):
-    """Per cell, what a ray from the origin needs to intersect it (Möller–Trumbore, origin 0).
-
-    For a ray of direction ``d`` and ``det = d · frames[:, 0]``, the cell's barycentric
-    coordinates of the crossing point are ``d · frames[:, k] / det`` (k ≥ 1: ``u, v`` of a
-    triangle, the segment parameter ``s`` in 2-D) and the distance along the ray is
-    ``numerators / det``: with the origin fixed, everything but ``d`` is a property of the cell.
-
-    Parameters
-    ----------
-    corners : ndarray, shape (m, ndim, ndim)
-        Corners of segments (2-D) or triangles (3-D) relative to the ray origin (mm).
-
-    Returns
-    -------
-    frames : ndarray, shape (m, ndim, ndim)
-        Per cell, the vector giving ``det`` then those giving the barycentric coordinates.
-    numerators : ndarray, shape (m,)
-        Per cell, ``t * det`` (mm).
-    """
-    a = corners[:, 0]
-    e1 = corners[:, 1] - a
-    if corners.shape[1] == 2:  # segment a + s * e1 against ray t * d; x × y = x0 y1 - x1 y0
-        det_vector = np.stack([e1[:, 1], -e1[:, 0]], axis=1)  # d · det_vector = d × e1
-        s_vector = np.stack([-a[:, 1], a[:, 0]], axis=1)  # d · s_vector = a × d = s * det
-        return np.stack([det_vector, s_vector], axis=1), a[:, 0] * e1[:, 1] - a[:, 1] * e1[:, 0]
-    e2 = corners[:, 2] - a
-    q = np.cross(-a, e1)
-    frames = np.stack([np.cross(e2, e1), np.cross(e2, -a), q], axis=1)
-    return frames, np.einsum("ij,ij->i", e2, q)
-
-
-def _intersect(d, frames, numerators):
-    """Ray (origin 0, direction ``d``) against cells given by :func:`_ray_frames`, pairwise.
-
-    Returns whether each ray hits its cell (edges and corners included, up to
-    :data:`_HIT_TOLERANCE` in barycentric coordinates, ``t > 0``) and the distance ``t`` (mm).
-    """
-    projections = np.einsum("ij,ikj->ik", d, frames)
-    det = projections[:, 0]
-    ok = np.abs(det) > 1e-300
-    inv = 1.0 / np.where(ok, det, 1.0)
-    coordinates = projections[:, 1:] * inv[:, None]
-    t = numerators * inv
-    inside = np.all(coordinates >= -_HIT_TOLERANCE, axis=1) & (coordinates.sum(axis=1) <= 1 + _HIT_TOLERANCE)
-    return ok & inside & (t > 0), t
+    centres = np.pad(np.asarray(points, dtype=float), ((0, 0), (0, 3 - points.shape[1])))
+    shared = (zeta, np.asarray(weights, dtype=float), float(radius), *surface.vertex_grid)
+    return _kernels.in_threads(_kernels.window_deviations, (centres,), shared)[0]
 
 
 def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
@@ -312,6 +190,15 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
     For point ``p`` at distance ζ from ``centre``, the ray from ``centre`` through ``p`` is cast
     against the other surface; the gap is ``min |ζ - t|`` over its hits at distances ``t``, or ζ
     when the ray misses (the other object has no extent in that direction).
+
+    A ray can only hit a cell if, as seen from ``centre``, its unit direction lies within the
+    cell's angular radius (the largest chord between the cell's mean direction and its corners'
+    directions, 2 for cells wider than a chord of 1, where the cap may no longer contain the cell)
+    of the cell's mean direction. The cells are filed by these caps in buckets of directions, on
+    levels of bucket sizes a factor 2 apart so that wide cells (close to the centre) do not widen
+    the search for all the others (:func:`segmetrics._kernels.direction_grid`); each ray tests the
+    cells of its buckets (:func:`segmetrics._kernels.radial_gaps`, in threads; Möller–Trumbore
+    with the cells prepared by :func:`segmetrics._kernels.ray_cells`).
 
     Parameters
     ----------
@@ -329,11 +216,23 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
     """
     offsets = points - centre
     zeta = np.linalg.norm(offsets, axis=1)
-    directions = offsets / np.maximum(zeta, 1e-300)[:, None]
-    ray, t = _ray_hits(centre, directions, other_vertices, other_cells)
-    gaps = zeta.copy()
-    np.minimum.at(gaps, ray, np.abs(zeta[ray] - t))
-    return gaps
+    missing = 3 - points.shape[1]  # 2-D: rays and segments in the plane z = 0
+    directions = np.pad(offsets / np.maximum(zeta, 1e-300)[:, None], ((0, 0), (0, missing)))
+    vertices = np.pad(np.asarray(other_vertices, dtype=float), ((0, 0), (0, missing)))
+    cells = _kernels.ray_cells(vertices, np.asarray(other_cells, dtype=np.int64), np.pad(np.asarray(centre, dtype=float), (0, missing)))
+    finest = _direction_buckets(cells[1])
+    shared = (*cells, _HIT_TOLERANCE, finest, *_kernels.direction_grid(cells[0], cells[1], finest))
+    return _kernels.in_threads(_kernels.radial_gaps, (directions, zeta), shared)[0]
+
+
+def _direction_buckets(reach: np.ndarray) -> int:
+    """Buckets per axis of the finest level of :func:`radial_gaps`' direction buckets (over the
+    cube ``[-1, 1]**3``): buckets :data:`DIRECTION_BUCKET_REACHES` median cap radii wide, as a
+    power of 2 of at most :data:`segmetrics._kernels.MAX_DIRECTION_BUCKETS`."""
+    if len(reach) == 0:
+        return 1
+    wanted = 2.0 / (DIRECTION_BUCKET_REACHES * float(np.median(reach)))
+    return int(2 ** np.clip(np.floor(np.log2(max(wanted, 1.0))), 0, np.log2(_kernels.MAX_DIRECTION_BUCKETS)))
 
 
 def roughness_index(surface: mesh.Surface, radius: float) -> tuple:
