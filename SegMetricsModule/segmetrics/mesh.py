@@ -331,6 +331,7 @@ def _flying_edges(field: np.ndarray, spacing: np.ndarray):
     surface.ComputeGradientsOff()
     surface.ComputeScalarsOff()
     surface.Update()
+    image.GetPointData().SetScalars(None)  # VTK's pipeline outlives this call: let the field go now
     output = surface.GetOutput()
     if output.GetNumberOfPoints() == 0:
         return np.zeros((0, 3)), np.zeros((0, 3), dtype=np.int64)
