@@ -375,3 +375,28 @@ def test_contour_points_parsed_from_the_raw_text_equal_pydicoms_values(data_dir)
         got = structures.contours[int(roi.ReferencedROINumber)]
         assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
     assert sum(len(p) for p in structures.polygons()) == 88158
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+def test_a_non_finite_contour_coordinate_is_one_line_naming_the_file_and_roi(tmp_path, bad):
+    import warnings
+
+    write_rtstruct(tmp_path / "rt.dcm", {"Heart": [rectangle(0, 0, 5, 5, 0.0)]})
+    text = (tmp_path / "rt.dcm").read_bytes().replace(b"5.000000", bad.encode().ljust(8), 1)
+    (tmp_path / "rt.dcm").write_bytes(text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pydicom: invalid DS value
+        with pytest.raises(ReadError, match=r"rt\.dcm: ROI 1 has a contour with unreadable ContourData \(a coordinate "
+                                            r"is NaN or infinite\)"):
+            load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm")
+
+
+def test_contours_folded_onto_a_line_enclose_nothing(tmp_path):
+    line = np.array([[0, 0, 0], [5, 5, 0], [10, 10, 0], [5, 5, 0]], float)  # zero area: out and back
+    bowtie = np.array([[0, 0, 2], [10, 10, 2], [10, 0, 2], [0, 10, 2]], float)  # crossing, area 50 mm²
+    write_rtstruct(tmp_path / "rt.dcm", {"line": [line], "bowtie": [bowtie]})
+    structures = read_structure_set(tmp_path / "rt.dcm")
+    assert structures.contours[1] == [] and len(structures.contours[2]) == 1
+    result = compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", metrics=["dice", "msi", "contours"])
+    assert result["line"].status == "both_empty" and result["line"].extras.get("msi_slices", []) == []
+    assert result["bowtie"].value("dice") == 1.0 and result["bowtie"].value("msi") == 1.0

@@ -14,7 +14,8 @@ RT Structure Set (read with pydicom)
     Each ROI (``ROINumber`` becomes the label value, ``ROIName`` the structure name) is a set of
     ``CLOSED_PLANAR`` polygons in patient mm. ROIs without any contour are kept as empty
     structures; ROIs made only of ``POINT``/``OPEN_*`` contours (markers, isocentres) are not
-    volumes and are left out. Polygons are rasterised on a grid (:func:`rasterise`):
+    volumes and are left out, as are polygons enclosing no area (:func:`encloses_area`); a NaN or
+    infinite coordinate is refused. Polygons are rasterised on a grid (:func:`rasterise`):
 
     - **rule**: a pixel belongs to the ROI when its *centre* lies inside by the **even-odd rule**
       over all polygons of that ROI on that slice (a contour inside another is a hole, "keyhole"
@@ -146,7 +147,7 @@ def read_structure_set(path) -> StructureSet:
                 points = _contour_points(contour)
             except ValueError as error:
                 raise ReadError(f"{path}: ROI {number} has a contour with unreadable ContourData ({error})") from error
-            if len(points) >= 3:
+            if encloses_area(points):
                 contours.setdefault(number, []).append(points)
     for number in markers - {n for n, polygons in contours.items() if polygons}:
         names.pop(number, None)  # a marker (POINT, OPEN_PLANAR), not a volume
@@ -170,8 +171,19 @@ def _contour_points(contour) -> np.ndarray:
     if value is None:
         return np.empty((0, 3))
     if isinstance(value, bytes):  # not converted yet: "x1\\y1\\z1\\..." as in the file
-        return np.array(value.split(b"\\") if value.strip() else [], dtype=float).reshape(-1, 3)
-    return np.asarray(value, dtype=float).reshape(-1, 3)
+        points = np.array(value.split(b"\\") if value.strip() else [], dtype=float).reshape(-1, 3)
+    else:
+        points = np.asarray(value, dtype=float).reshape(-1, 3)
+    if not np.all(np.isfinite(points)):
+        raise ValueError("a coordinate is NaN or infinite")
+    return points
+
+
+def encloses_area(points) -> bool:
+    """Whether a closed polygon (``(N, 3)`` mm) can enclose an area: at least 3 points not all on
+    one line (within 1e-6 mm); fewer points, or a polygon folded onto a line, encloses nothing and
+    is left out like an empty contour."""
+    return len(points) >= 3 and np.linalg.matrix_rank(points - points.mean(axis=0), tol=1e-6) >= 2
 
 
 def read_rtstruct(path) -> ContourImage:
