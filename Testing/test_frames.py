@@ -328,6 +328,20 @@ def test_cli_refuses_folders_in_the_old_order_by_name(tmp_path, capsys):
     assert main(["frames", "--reference", str(predictions), "--test", str(labels), "--format", "json"]) == 0
 
 
+@pytest.mark.parametrize("first, second", [("preds", "gts"), ("y_pred", "y_true"), ("inferTs", "labelsTs"),
+                                           ("PREDICTIONS", "GroundTruth"), ("test", "gt")])
+def test_folder_names_in_the_old_order_are_recognised_in_common_spellings(tmp_path, first, second):
+    from segmetrics.frames import swapped_by_name
+
+    for name in (first, second, "run_a", f"{first}_{second}"):
+        (tmp_path / name).mkdir()
+    assert swapped_by_name(tmp_path / first, tmp_path / second)
+    assert swapped_by_name(tmp_path / second, tmp_path / first) is None
+    # a name of neither kind, or of both, says nothing
+    assert swapped_by_name(tmp_path / first, tmp_path / "run_a") is None
+    assert swapped_by_name(tmp_path / f"{first}_{second}", tmp_path / second) is None
+
+
 def test_cli_warns_about_probability_maps_given_as_the_reference(tmp_path, capsys):
     first, second = tmp_path / "run_a", tmp_path / "run_b"  # names that tell nothing
     first.mkdir()

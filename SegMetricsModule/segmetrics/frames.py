@@ -321,12 +321,15 @@ def pair_frames(prediction_dir, ground_truth_dir):
 PREDICTION_WORDS = ("pred", "prediction", "predictions", "predicted", "test", "output", "outputs", "out", "result",
                     "results", "infer", "inference", "auto", "model")
 REFERENCE_WORDS = ("gt", "ground", "groundtruth", "truth", "label", "labels", "ref", "reference", "references",
-                   "mask", "masks", "manual", "annotation", "annotations", "gold", "target", "targets")
+                   "mask", "masks", "manual", "annotation", "annotations", "gold", "target", "targets", "true")
 
 
 def _folder_kind(folder) -> str | None:
-    """``"prediction"`` or ``"reference"`` when the folder's name holds words of one kind only, else None."""
-    words = {word for word in re.split(r"[^a-z]+", Path(folder).resolve().name.lower()) if word}
+    """``"prediction"`` or ``"reference"`` when the folder's name holds words of one kind only, else None.
+    Words are split at non-letters and at camel case (``labelsTs``, ``GroundTruth``); a plural ``s`` is
+    dropped too (``preds``, ``gts``)."""
+    found = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", Path(folder).resolve().name)
+    words = {word.lower() for word in found} | {word.lower().removesuffix("s") for word in found}
     is_prediction, is_reference = bool(words & set(PREDICTION_WORDS)), bool(words & set(REFERENCE_WORDS))
     return "prediction" if is_prediction and not is_reference else "reference" if is_reference and not is_prediction else None
 
