@@ -83,7 +83,8 @@ def summary_rows(agg: Aggregate) -> tuple:
 
 def summary_table(agg: Aggregate):
     """The overall table as a :class:`rich.table.Table` (for the terminal; short metric names and
-    values rounded for display as in ``segmetrics compare``)."""
+    values rounded for display as in ``segmetrics compare``). On a narrow terminal only the metric
+    names are shortened (with an ellipsis), never a number or the misses."""
     from rich import box
     from rich.table import Table
 
@@ -91,14 +92,20 @@ def summary_table(agg: Aggregate):
 
     table = Table(title=f"{agg.n_cases} cases, all classes ({len(agg.failed)} failed, {len(agg.misses)} misses)",
                   box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("metric", "used/n", "mean", "class mean", "median", "95% CI", "misses"):
-        table.add_column(name, justify="left" if name in ("metric", "misses") else "right", no_wrap=True)
+    header = ("metric", "used/n", "mean", "class mean", "median", "95% CI", "misses")
+    rows = []
     for r in agg.rows:
         if r["structure"] == OVERALL and r["metric"] in _shown_metrics(agg):
             value = functools.partial(display_value, unit=r["unit"])
             ci = "–" if math.isnan(r["ci_low"]) else f"{value(r['ci_low'])}–{value(r['ci_high'])}"
-            table.add_row(SHORT_NAMES.get(r["metric"], r["metric"]), f"{r['n_used']}/{r['n']}", value(r["mean"]),
-                          value(r["class_mean"]), value(r["median"]), ci, _misses(r))
+            rows.append((SHORT_NAMES.get(r["metric"], r["metric"]), f"{r['n_used']}/{r['n']}", value(r["mean"]),
+                         value(r["class_mean"]), value(r["median"]), ci, _misses(r)))
+    for column, name in enumerate(header):
+        width = None if name == "metric" else max(len(cell) for cell in (name, *(row[column] for row in rows)))
+        table.add_column(name, justify="left" if name in ("metric", "misses") else "right", no_wrap=width is not None,
+                         overflow="ellipsis", min_width=width)
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
