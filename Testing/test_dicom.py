@@ -400,3 +400,20 @@ def test_contours_folded_onto_a_line_enclose_nothing(tmp_path):
     result = compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", metrics=["dice", "msi", "contours"])
     assert result["line"].status == "both_empty" and result["line"].extras.get("msi_slices", []) == []
     assert result["bowtie"].value("dice") == 1.0 and result["bowtie"].value("msi") == 1.0
+
+
+@pytest.mark.parametrize("numbers, problem", [((0, 2), "ROI number 0 \\('a'\\) is not a positive number"),
+                                              ((-3, 2), "ROI number -3 \\('a'\\) is not a positive number"),
+                                              ((1, 1), "ROI number 1 \\('a'\\) is used by more than one ROI")])
+def test_roi_numbers_that_cannot_be_label_values_are_refused(tmp_path, numbers, problem):
+    """ROI number 0 was label 0, the background: a square far from the test's scored Dice 1; two ROIs
+    with one number were merged under the last name; a negative one was a traceback."""
+    import pydicom
+
+    write_rtstruct(tmp_path / "rt.dcm", {"a": [rectangle(40, 40, 50, 50, 0.0)], "b": [rectangle(0, 0, 10, 10, 0.0)]})
+    dataset = pydicom.dcmread(tmp_path / "rt.dcm")
+    for roi, contours, number in zip(dataset.StructureSetROISequence, dataset.ROIContourSequence, numbers):
+        roi.ROINumber = contours.ReferencedROINumber = number
+    dataset.save_as(tmp_path / "rt.dcm")
+    with pytest.raises(ReadError, match=r"rt\.dcm: " + problem):
+        read_structure_set(tmp_path / "rt.dcm")

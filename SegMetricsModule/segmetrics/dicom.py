@@ -134,7 +134,13 @@ def read_structure_set(path) -> StructureSet:
         raise ReadError(f"{path}: not a readable DICOM file ({error})") from error
     if str(dataset.get("SOPClassUID", "")) != RTStructureSetStorage:
         raise ReadError(f"{path}: is not a DICOM RT Structure Set")
-    names = {int(roi.ROINumber): str(roi.ROIName) for roi in dataset.get("StructureSetROISequence", [])}
+    rois = [(int(roi.ROINumber), str(roi.ROIName)) for roi in dataset.get("StructureSetROISequence", [])]
+    for number, name in rois:
+        if number < 1 or [n for n, _ in rois].count(number) > 1:
+            problem = "is not a positive number" if number < 1 else "is used by more than one ROI"
+            raise ReadError(f"{path}: ROI number {number} ({name!r}) {problem}; segmetrics uses the ROI numbers as "
+                            "label values, one per structure")
+    names = dict(rois)
     contours = {number: [] for number in names}
     markers = set()
     for roi in dataset.get("ROIContourSequence", []):
