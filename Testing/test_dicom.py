@@ -417,3 +417,17 @@ def test_roi_numbers_that_cannot_be_label_values_are_refused(tmp_path, numbers, 
     dataset.save_as(tmp_path / "rt.dcm")
     with pytest.raises(ReadError, match=r"rt\.dcm: " + problem):
         read_structure_set(tmp_path / "rt.dcm")
+
+
+def test_contour_planes_sharing_a_thick_slice_are_united_not_cancelled(tmp_path):
+    """Squares every 1.5 mm on a 3 mm grid: planes 0 and 1.5 mm (and 3 and 4.5 mm) fall on one
+    slice; the even-odd rule across the two planes made the identical squares cancel out."""
+    grid = sitk.GetImageFromArray(np.zeros((4, 20, 20), np.uint8))
+    grid.SetSpacing((1.0, 1.0, 3.0))
+    grid.SetOrigin((-2.0, -2.0, 0.0))
+    sitk.WriteImage(grid, str(tmp_path / "grid.nrrd"))
+    square = [rectangle(0, 0, 10, 10, z) for z in (0.0, 1.5, 3.0, 4.5, 6.0)]
+    write_rtstruct(tmp_path / "rt.dcm", {"a": square})
+    image = load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm", image=tmp_path / "grid.nrrd")[0]
+    assert image.mask(1).sum(axis=(1, 2)).tolist() == [100, 100, 100, 0]  # 10 x 10 pixel centres each
+    assert any("each holds their union" in note for note in image.notes)

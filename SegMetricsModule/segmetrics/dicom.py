@@ -270,16 +270,18 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     """Fill every ROI's polygons on ``grid`` (3-D): pixel centres inside, even-odd per slice.
 
     A polygon goes to the slice nearest to its plane; polygons outside the grid are counted in
-    ``notes``; a polygon not parallel to the slices raises :class:`ReadError`.
+    ``notes``; a polygon not parallel to the slices raises :class:`ReadError`. The even-odd rule
+    applies within a plane: when several contour planes fall on one slice (slices thicker than
+    the contour spacing), the slice holds the union of their fills (and a note says so).
     """
     if grid.ndim != 3:
         raise ReadError(f"{structures.source}: contours need a 3-D grid, got a {grid.ndim}-D one")
     shape = grid.array.shape
     direction = np.asarray(grid.direction).reshape(3, 3)
     scale = np.asarray(grid.spacing[::-1])  # ITK (i, j, k) order
-    masks, outside = {}, {}
+    masks, outside, shared = {}, {}, {}
     for label, polygons in structures.contours.items():
-        by_slice: dict = {}
+        by_slice: dict = {}  # slice -> {plane (multiples of PLANE_TOLERANCE_MM) -> rings}
         for points in polygons:
             i, j, k = (((points - grid.origin) @ direction) / scale).T  # continuous ITK indices
             if np.ptp(k) > 0.1:
@@ -287,15 +289,22 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
                                 "to the image slices (oblique image or non-planar contour)")
             plane = int(np.round(k.mean()))
             if 0 <= plane < shape[0]:
-                by_slice.setdefault(plane, []).append(np.column_stack([j, i]))
+                position = int(np.round(k.mean() * scale[2] / PLANE_TOLERANCE_MM))
+                by_slice.setdefault(plane, {}).setdefault(position, []).append(np.column_stack([j, i]))
             else:
                 outside[label] = outside.get(label, 0) + 1
-        masks[label] = {plane: fill_even_odd(rings, shape[1:]) for plane, rings in by_slice.items()}
+        masks[label] = {plane: np.logical_or.reduce([fill_even_odd(rings, shape[1:]) for rings in planes.values()])
+                        for plane, planes in by_slice.items()}
+        if any(len(planes) > 1 for planes in by_slice.values()):
+            shared[label] = sum(len(planes) > 1 for planes in by_slice.values())
     image = _label_image(masks, structures.names, structures.source, grid.spacing, grid.origin, grid.direction,
                          ContourImage, shape)
     image.contours = {label: list(polygons) for label, polygons in structures.contours.items()}
     image.notes = [f"{structures.source}: {count} contour(s) of {structures.names[label]!r} lie outside the grid "
                    "and were not rasterised" for label, count in outside.items()]
+    image.notes += [f"{structures.source}: {count} slice(s) of the grid hold several contour planes of "
+                    f"{structures.names[label]!r} (slices thicker than the contour spacing): each holds their union"
+                    for label, count in shared.items()]
     return image
 
 
