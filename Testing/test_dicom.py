@@ -431,3 +431,9 @@ def test_contour_planes_sharing_a_thick_slice_are_united_not_cancelled(tmp_path)
     image = load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm", image=tmp_path / "grid.nrrd")[0]
     assert image.mask(1).sum(axis=(1, 2)).tolist() == [100, 100, 100, 0]  # 10 x 10 pixel centres each
     assert any("each holds their union" in note for note in image.notes)
+
+
+def test_a_contour_grid_too_large_for_memory_is_refused_in_one_line(tmp_path):
+    write_rtstruct(tmp_path / "rt.dcm", {"body": [rectangle(0, 0, 400, 300, 0.0)]})
+    with pytest.raises(ReadError, match=r"rt\.dcm: a 0\.0001 mm contour grid would hold 1 x 300000\d x 400000\d voxels"):
+        load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm", contour_resolution_mm=0.0001)  # 12 TB

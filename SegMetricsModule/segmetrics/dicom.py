@@ -52,6 +52,9 @@ from .validation import ReadError, check_unique_names, dicom_class, looks_like_d
 DEFAULT_CONTOUR_RESOLUTION_MM = 1.0
 #: Contour planes closer than this (mm) are one plane.
 PLANE_TOLERANCE_MM = 0.01
+#: Largest grid (voxels) :func:`contour_grid` builds: 1 GiB of labels, e.g. 200 planes of 2300 x 2300
+#: pixels (0.2 mm over a 46 cm body outline); a finer resolution is refused before any memory is taken.
+MAX_CONTOUR_GRID_VOXELS = 2**30
 
 
 @dataclass
@@ -239,6 +242,10 @@ def contour_grid(structure_sets, resolution_mm: float = DEFAULT_CONTOUR_RESOLUTI
     columns, rows = np.ceil((high - low) / resolution_mm).astype(int) + 1
     origin = low[0] * axes[0] + low[1] * axes[1] + planes[0] * axes[2]
     shape = (int(round(offsets[-1])) + 1, rows, columns)
+    if np.prod(shape, dtype=float) > MAX_CONTOUR_GRID_VOXELS:
+        sources = ", ".join(s.source for s in structure_sets)
+        raise ReadError(f"{sources}: a {resolution_mm:g} mm contour grid would hold {' x '.join(map(str, shape))} "
+                        f"voxels; give a coarser --contour-resolution or the image series (--image DIR)")
     return LabelImage(np.zeros(shape, np.uint8), (step, resolution_mm, resolution_mm), origin, axes.T.ravel())
 
 
