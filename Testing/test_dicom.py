@@ -437,3 +437,17 @@ def test_a_contour_grid_too_large_for_memory_is_refused_in_one_line(tmp_path):
     write_rtstruct(tmp_path / "rt.dcm", {"body": [rectangle(0, 0, 400, 300, 0.0)]})
     with pytest.raises(ReadError, match=r"rt\.dcm: a 0\.0001 mm contour grid would hold 1 x 300000\d x 400000\d voxels"):
         load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm", contour_resolution_mm=0.0001)  # 12 TB
+
+
+def test_rois_without_a_name_are_named_by_number_and_a_contour_without_its_roi_number_is_one_line(tmp_path):
+    import pydicom
+
+    write_rtstruct(tmp_path / "rt.dcm", {"": [rectangle(0, 0, 10, 10, 0.0)], "b": [rectangle(20, 0, 30, 10, 0.0)]})
+    dataset = pydicom.dcmread(tmp_path / "rt.dcm")
+    del dataset.StructureSetROISequence[1].ROIName  # type 2, yet missing in some exports
+    dataset.save_as(tmp_path / "rt.dcm")
+    assert read_structure_set(tmp_path / "rt.dcm").names == {1: "1", 2: "2"}
+    del dataset.ROIContourSequence[0].ReferencedROINumber
+    dataset.save_as(tmp_path / "rt.dcm")
+    with pytest.raises(ReadError, match=r"rt\.dcm: an item of the structure set has no valid ReferencedROINumber"):
+        read_structure_set(tmp_path / "rt.dcm")

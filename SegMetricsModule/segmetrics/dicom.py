@@ -137,17 +137,23 @@ def read_structure_set(path) -> StructureSet:
         raise ReadError(f"{path}: not a readable DICOM file ({error})") from error
     if str(dataset.get("SOPClassUID", "")) != RTStructureSetStorage:
         raise ReadError(f"{path}: is not a DICOM RT Structure Set")
-    rois = [(int(roi.ROINumber), str(roi.ROIName)) for roi in dataset.get("StructureSetROISequence", [])]
+    try:
+        numbers = [_roi_number(roi, "ROINumber") for roi in dataset.get("StructureSetROISequence", [])]
+        contour_numbers = [_roi_number(roi, "ReferencedROINumber") for roi in dataset.get("ROIContourSequence", [])]
+    except ValueError as error:
+        raise ReadError(f"{path}: {error}") from error
+    # an ROI without a name (ROIName is type 2: present, maybe empty) is named by its number
+    rois = [(number, str(roi.get("ROIName") or number))
+            for number, roi in zip(numbers, dataset.get("StructureSetROISequence", []))]
     for number, name in rois:
-        if number < 1 or [n for n, _ in rois].count(number) > 1:
+        if number < 1 or numbers.count(number) > 1:
             problem = "is not a positive number" if number < 1 else "is used by more than one ROI"
             raise ReadError(f"{path}: ROI number {number} ({name!r}) {problem}; segmetrics uses the ROI numbers as "
                             "label values, one per structure")
     names = dict(rois)
     contours = {number: [] for number in names}
     markers = set()
-    for roi in dataset.get("ROIContourSequence", []):
-        number = int(roi.ReferencedROINumber)
+    for number, roi in zip(contour_numbers, dataset.get("ROIContourSequence", [])):
         for contour in roi.get("ContourSequence", []):
             if contour.get("ContourGeometricType", "CLOSED_PLANAR") != "CLOSED_PLANAR":
                 markers.add(number)
@@ -170,6 +176,14 @@ def read_structure_set(path) -> StructureSet:
     series = {str(s.SeriesInstanceUID) for frame in referenced for study in frame.get("RTReferencedStudySequence", [])
               for s in study.get("RTReferencedSeriesSequence", []) if s.get("SeriesInstanceUID")}
     return StructureSet(str(path), names, contours, frozenset(frames), frozenset(series))
+
+
+def _roi_number(item, keyword: str) -> int:
+    """The ROI number ``keyword`` of a sequence item; ValueError naming it when absent or not an integer."""
+    try:
+        return int(item.get(keyword))
+    except (TypeError, ValueError):
+        raise ValueError(f"an item of the structure set has no valid {keyword} ({item.get(keyword)!r})") from None
 
 
 def _contour_points(contour) -> np.ndarray:
