@@ -305,6 +305,23 @@ def test_per_slice_msi_ticks_are_whole_slices(tmp_path, saved_figures):
     assert ticks and all(float(t).is_integer() for t in ticks)
 
 
+@pytest.mark.parametrize("positions", [(5.0, 7.0, 9.0, 11.0), (0.0, 2.0, 4.0, 6.0), (11.0, 9.0, 7.0, 5.0)])
+def test_per_slice_msi_top_axis_shows_the_rows_positions(tmp_path, saved_figures, positions):
+    """Contour planes at 5..11 mm (RT Structure Sets: patient positions, not slice x spacing), masks
+    (slice x 2 mm) and a grid stored head first (positions decrease): slice k sits at positions[k]."""
+    from types import SimpleNamespace
+
+    from segmetrics.report import _msi_curve
+
+    rows = [SimpleNamespace(slice=k, msi=0.5, position_mm=p) for k, p in enumerate(positions)]
+    assert _msi_curve(rows, "planes", tmp_path / "curve.png")
+    axes = saved_figures[-1].axes[0]
+    (top,) = axes.child_axes  # the secondary x axis in mm
+    step = positions[1] - positions[0]
+    expected = [positions[0] + x * step for x in axes.get_xlim()]  # slice index x -> mm, beyond the ends too
+    assert sorted(top.get_xlim()) == pytest.approx(sorted(expected))
+
+
 def test_templates_are_package_data_of_a_built_package(tmp_path):
     """``pip install .`` (not only editable) ships the report templates: setuptools' build_py, which
     builds the wheel's contents, copies every file of segmetrics/templates."""

@@ -166,7 +166,8 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
 
 def _msi_curve(rows, title: str, path: Path) -> bool:
     """Per-slice MSI of one structure pair (``extras["msi_slices"]``: :class:`segmetrics.msi.SliceMSI` rows),
-    by slice index with integer ticks (bottom) and position in mm (top)."""
+    by slice index with integer ticks (bottom) and position in mm (top: the rows' ``position_mm``,
+    slice x spacing for masks, the contour plane's position in patient mm for RT Structure Sets)."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -177,10 +178,12 @@ def _msi_curve(rows, title: str, path: Path) -> bool:
     ax = fig.subplots()
     ax.plot(*zip(*points), marker="o", markersize=3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    step = next((r.position_mm / r.slice for r in rows if r.slice), None)  # slice spacing in mm
-    if step:
-        top = ax.secondary_xaxis("top", functions=(lambda index: index * step, lambda mm: mm / step))
-        top.set_xlabel("position along the MSI axis (mm, from the first slice)", fontsize=8)
+    first, last = min(rows, key=lambda r: r.slice), max(rows, key=lambda r: r.slice)
+    step = (last.position_mm - first.position_mm) / (last.slice - first.slice) if last.slice > first.slice else 0
+    if step:  # position (mm) = first.position_mm + (index - first.slice) x step
+        top = ax.secondary_xaxis("top", functions=(lambda index: first.position_mm + (index - first.slice) * step,
+                                                   lambda mm: first.slice + (mm - first.position_mm) / step))
+        top.set_xlabel("position along the MSI axis (mm)", fontsize=8)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("slice index (MSI axis)")
     ax.set_ylabel("MSI")
