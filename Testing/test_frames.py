@@ -380,3 +380,11 @@ def test_cli_detection_counts_per_instance_size(tmp_path, capsys):
     assert [data[f"{kind}_small"] for kind in ("true_positives", "false_negatives", "false_positives")] == [2, 0, 2]
     assert main(["frames", str(gt_dir), str(pred_dir), "--instances", "--size-edges", "10,3"]) == 2
     assert "--size-edges 10,3: lesion_size_edges_mm must increase" in capsys.readouterr().err
+
+
+def test_class_names_that_look_like_rich_markup_are_shown_as_written(tmp_path, capsys):
+    pred_dir, gt_dir = write_frames(tmp_path)
+    (tmp_path / "markup.json").write_text(json.dumps({"1": "[/b]tool", "2": "[red]tissue"}))
+    out = tmp_path / "table.txt"
+    assert main(["frames", str(gt_dir), str(pred_dir), "--classes", str(tmp_path / "markup.json"), "-o", str(out)]) == 0
+    assert "[/b]tool (1)" in out.read_text() and "[red]tissue (2)" in out.read_text()

@@ -573,6 +573,7 @@ def write_frame_result(result: FrameResult, fmt: str = "table", path=None) -> No
     elif fmt == "table":
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text  # class names as plain text, not rich markup
 
         summary = Table(title="summary (edge rules: " + ", ".join(f"{k}={v}" for k, v in asdict(result.rules).items()) + ")")
         for column in ("metric", "value", "status"):
@@ -583,7 +584,7 @@ def write_frame_result(result: FrameResult, fmt: str = "table", path=None) -> No
         per_class.add_column("metric")
         per_class.add_column("unit")
         for cid, name in zip(result.class_ids, result.class_names):
-            per_class.add_column(f"{name} ({cid})", justify="right")
+            per_class.add_column(Text(f"{name} ({cid})"), justify="right")
         columns = [result.class_values(k) for k in range(len(result.class_ids))]
         per_class.add_row("status", "", *(values[0].status for values in columns), end_section=True)
         for row, first in enumerate(columns[0] if columns else []):
