@@ -451,3 +451,12 @@ def test_rois_without_a_name_are_named_by_number_and_a_contour_without_its_roi_n
     dataset.save_as(tmp_path / "rt.dcm")
     with pytest.raises(ReadError, match=r"rt\.dcm: an item of the structure set has no valid ReferencedROINumber"):
         read_structure_set(tmp_path / "rt.dcm")
+
+
+def test_a_name_map_keeps_the_empty_structures_it_names(tmp_path):
+    write_rtstruct(tmp_path / "rt.dcm", {"a": [rectangle(0, 0, 10, 10, 0.0)], "e": []})
+    reference, test = load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm")
+    for image in (reference, test):
+        apply_name_map(image, {1: "Alpha", 2: "Empty"})
+    result = compare(reference, test, metrics="dice")
+    assert [(s.structure, s.status) for s in result.structures] == [("Alpha", "ok"), ("Empty", "both_empty")]
