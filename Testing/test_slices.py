@@ -201,3 +201,17 @@ def test_mask_msi_of_two_structure_sets_joins_the_polygon_rows_slice_by_slice(tm
     assert [row["status"] for row in rows] == ["test_empty", "ok", "ok", "reference_empty"]
     assert [row["dice"] for row in rows] == pytest.approx([0.0, 2 * 90 / 200, 2 * 90 / 200, 0.0])  # 1 mm shift
     assert all(math.isfinite(row["msi"]) for row in rows)
+
+
+def test_msi_rows_along_another_axis_than_the_contour_planes_are_never_joined_with_them(tmp_path):
+    """--msi-axis 1 with the fda MSI on two structure sets: MSI rows are y slices, contour rows z
+    planes; a y slice and a z plane with the same index (or index and position) are not one slice."""
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [rectangle(0, 0, 10, 10, z) for z in (0.0, 1.0, 2.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"a": [rectangle(1, 0, 11, 10, z) for z in (0.0, 1.0, 2.0)]})
+    result = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi,contours",
+                     params={"msi_convention": "fda", "msi_axis": 1})["a"]
+    rows = slice_rows(result)
+    assert not any(math.isfinite(row["msi"]) and math.isfinite(row["dice"]) for row in rows)
+    assert sorted(row["position_mm"] for row in rows if math.isfinite(row["dice"])) == [0.0, 1.0, 2.0]
+    assert [row["dice"] for row in rows if math.isfinite(row["dice"])] == pytest.approx([0.9] * 3)
+    assert len([row for row in rows if math.isfinite(row["msi"])]) == len(result.extras["msi_slices"])
