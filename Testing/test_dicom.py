@@ -431,6 +431,13 @@ def test_contour_planes_sharing_a_thick_slice_are_united_not_cancelled(tmp_path)
     image = load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm", image=tmp_path / "grid.nrrd")[0]
     assert image.mask(1).sum(axis=(1, 2)).tolist() == [100, 100, 100, 0]  # 10 x 10 pixel centres each
     assert any("each holds their union" in note for note in image.notes)
+    # within one plane the even-odd rule holds: a hole stays a hole, whatever the plane's position
+    for z in (0.015, 3.005, 6.0):
+        corners = rectangle(0.5, 0.5, 10.5, 10.5, z)
+        outer = np.concatenate([np.linspace(a, b, 181, endpoint=False) for a, b in zip(corners, np.roll(corners, -1, 0))])
+        write_rtstruct(tmp_path / "rt.dcm", {"ring": [outer, rectangle(3.5, 3.5, 6.5, 6.5, z)]})
+        image = load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm", image=tmp_path / "grid.nrrd")[0]
+        assert image.mask(1).sum() == 100 - 9 and not image.notes  # pixel centres 1..10 minus 4..6, x and y
 
 
 def test_a_contour_grid_too_large_for_memory_is_refused_in_one_line(tmp_path):

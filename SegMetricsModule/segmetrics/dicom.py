@@ -302,7 +302,7 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     scale = np.asarray(grid.spacing[::-1])  # ITK (i, j, k) order
     masks, outside, shared = {}, {}, {}
     for label, polygons in structures.contours.items():
-        by_slice: dict = {}  # slice -> {plane (multiples of PLANE_TOLERANCE_MM) -> rings}
+        by_slice: dict = {}  # slice -> [(position along the slice normal (mm), ring)]
         for points in polygons:
             i, j, k = (((points - grid.origin) @ direction) / scale).T  # continuous ITK indices
             if np.ptp(k) > 0.1:
@@ -310,14 +310,13 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
                                 "to the image slices (oblique image or non-planar contour)")
             plane = int(np.round(k.mean()))
             if 0 <= plane < shape[0]:
-                position = int(np.round(k.mean() * scale[2] / PLANE_TOLERANCE_MM))
-                by_slice.setdefault(plane, {}).setdefault(position, []).append(np.column_stack([j, i]))
+                by_slice.setdefault(plane, []).append((k.mean() * scale[2], np.column_stack([j, i])))
             else:
                 outside[label] = outside.get(label, 0) + 1
-        masks[label] = {plane: np.logical_or.reduce([fill_even_odd(rings, shape[1:]) for rings in planes.values()])
-                        for plane, planes in by_slice.items()}
-        if any(len(planes) > 1 for planes in by_slice.values()):
-            shared[label] = sum(len(planes) > 1 for planes in by_slice.values())
+        filled = {plane: _fill_planes(entries, shape[1:]) for plane, entries in by_slice.items()}
+        masks[label] = {plane: mask for plane, (mask, _count) in filled.items()}
+        if any(count > 1 for _mask, count in filled.values()):
+            shared[label] = sum(count > 1 for _mask, count in filled.values())
     image = _label_image(masks, structures.names, structures.source, grid.spacing, grid.origin, grid.direction,
                          ContourImage, shape)
     image.contours = {label: list(polygons) for label, polygons in structures.contours.items()}
@@ -327,6 +326,18 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
                     f"{structures.names[label]!r} (slices thicker than the contour spacing): each holds their union"
                     for label, count in shared.items()]
     return image
+
+
+def _fill_planes(entries, shape) -> tuple:
+    """``(mask, number of planes)`` of one slice: the union over the contour planes of ``entries``
+    (``(position mm, ring)``; planes closer than :data:`PLANE_TOLERANCE_MM` are one) of each plane's
+    even-odd fill (:func:`fill_even_odd`)."""
+    positions = np.array([position for position, _ring in entries])
+    planes = distinct_planes(positions)
+    nearest = np.argmin(np.abs(positions[:, None] - planes[None, :]), axis=1)
+    fills = [fill_even_odd([ring for (_position, ring), n in zip(entries, nearest) if n == index], shape)
+             for index in range(len(planes))]
+    return np.logical_or.reduce(fills), len(planes)
 
 
 def fill_even_odd(rings, shape) -> np.ndarray:
