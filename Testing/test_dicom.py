@@ -375,3 +375,95 @@ def test_contour_points_parsed_from_the_raw_text_equal_pydicoms_values(data_dir)
         got = structures.contours[int(roi.ReferencedROINumber)]
         assert len(got) == len(expected) and all(np.array_equal(a, b) for a, b in zip(got, expected))
     assert sum(len(p) for p in structures.polygons()) == 88158
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+def test_a_non_finite_contour_coordinate_is_one_line_naming_the_file_and_roi(tmp_path, bad):
+    import warnings
+
+    write_rtstruct(tmp_path / "rt.dcm", {"Heart": [rectangle(0, 0, 5, 5, 0.0)]})
+    text = (tmp_path / "rt.dcm").read_bytes().replace(b"5.000000", bad.encode().ljust(8), 1)
+    (tmp_path / "rt.dcm").write_bytes(text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pydicom: invalid DS value
+        with pytest.raises(ReadError, match=r"rt\.dcm: ROI 1 has a contour with unreadable ContourData \(a coordinate "
+                                            r"is NaN or infinite\)"):
+            load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm")
+
+
+def test_contours_folded_onto_a_line_enclose_nothing(tmp_path):
+    line = np.array([[0, 0, 0], [5, 5, 0], [10, 10, 0], [5, 5, 0]], float)  # zero area: out and back
+    bowtie = np.array([[0, 0, 2], [10, 10, 2], [10, 0, 2], [0, 10, 2]], float)  # crossing, area 50 mm²
+    write_rtstruct(tmp_path / "rt.dcm", {"line": [line], "bowtie": [bowtie]})
+    structures = read_structure_set(tmp_path / "rt.dcm")
+    assert structures.contours[1] == [] and len(structures.contours[2]) == 1
+    result = compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", metrics=["dice", "msi", "contours"])
+    assert result["line"].status == "both_empty" and result["line"].extras.get("msi_slices", []) == []
+    assert result["bowtie"].value("dice") == 1.0 and result["bowtie"].value("msi") == 1.0
+
+
+@pytest.mark.parametrize("numbers, problem", [((0, 2), "ROI number 0 \\('a'\\) is not a positive number"),
+                                              ((-3, 2), "ROI number -3 \\('a'\\) is not a positive number"),
+                                              ((1, 1), "ROI number 1 \\('a'\\) is used by more than one ROI")])
+def test_roi_numbers_that_cannot_be_label_values_are_refused(tmp_path, numbers, problem):
+    """ROI number 0 was label 0, the background: a square far from the test's scored Dice 1; two ROIs
+    with one number were merged under the last name; a negative one was a traceback."""
+    import pydicom
+
+    write_rtstruct(tmp_path / "rt.dcm", {"a": [rectangle(40, 40, 50, 50, 0.0)], "b": [rectangle(0, 0, 10, 10, 0.0)]})
+    dataset = pydicom.dcmread(tmp_path / "rt.dcm")
+    for roi, contours, number in zip(dataset.StructureSetROISequence, dataset.ROIContourSequence, numbers):
+        roi.ROINumber = contours.ReferencedROINumber = number
+    dataset.save_as(tmp_path / "rt.dcm")
+    with pytest.raises(ReadError, match=r"rt\.dcm: " + problem):
+        read_structure_set(tmp_path / "rt.dcm")
+
+
+def test_contour_planes_sharing_a_thick_slice_are_united_not_cancelled(tmp_path):
+    """Squares every 1.5 mm on a 3 mm grid: planes 0 and 1.5 mm (and 3 and 4.5 mm) fall on one
+    slice; the even-odd rule across the two planes made the identical squares cancel out."""
+    grid = sitk.GetImageFromArray(np.zeros((4, 20, 20), np.uint8))
+    grid.SetSpacing((1.0, 1.0, 3.0))
+    grid.SetOrigin((-2.0, -2.0, 0.0))
+    sitk.WriteImage(grid, str(tmp_path / "grid.nrrd"))
+    square = [rectangle(0, 0, 10, 10, z) for z in (0.0, 1.5, 3.0, 4.5, 6.0)]
+    write_rtstruct(tmp_path / "rt.dcm", {"a": square})
+    image = load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm", image=tmp_path / "grid.nrrd")[0]
+    assert image.mask(1).sum(axis=(1, 2)).tolist() == [100, 100, 100, 0]  # 10 x 10 pixel centres each
+    assert any("each holds their union" in note for note in image.notes)
+    # within one plane the even-odd rule holds: a hole stays a hole, whatever the plane's position
+    for z in (0.015, 3.005, 6.0):
+        corners = rectangle(0.5, 0.5, 10.5, 10.5, z)
+        outer = np.concatenate([np.linspace(a, b, 181, endpoint=False) for a, b in zip(corners, np.roll(corners, -1, 0))])
+        write_rtstruct(tmp_path / "rt.dcm", {"ring": [outer, rectangle(3.5, 3.5, 6.5, 6.5, z)]})
+        image = load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm", image=tmp_path / "grid.nrrd")[0]
+        assert image.mask(1).sum() == 100 - 9 and not image.notes  # pixel centres 1..10 minus 4..6, x and y
+
+
+def test_a_contour_grid_too_large_for_memory_is_refused_in_one_line(tmp_path):
+    write_rtstruct(tmp_path / "rt.dcm", {"body": [rectangle(0, 0, 400, 300, 0.0)]})
+    with pytest.raises(ReadError, match=r"rt\.dcm: a 0\.0001 mm contour grid would hold 1 x 300000\d x 400000\d voxels"):
+        load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm", contour_resolution_mm=0.0001)  # 12 TB
+
+
+def test_rois_without_a_name_are_named_by_number_and_a_contour_without_its_roi_number_is_one_line(tmp_path):
+    import pydicom
+
+    write_rtstruct(tmp_path / "rt.dcm", {"": [rectangle(0, 0, 10, 10, 0.0)], "b": [rectangle(20, 0, 30, 10, 0.0)]})
+    dataset = pydicom.dcmread(tmp_path / "rt.dcm")
+    del dataset.StructureSetROISequence[1].ROIName  # type 2, yet missing in some exports
+    dataset.save_as(tmp_path / "rt.dcm")
+    assert read_structure_set(tmp_path / "rt.dcm").names == {1: "1", 2: "2"}
+    del dataset.ROIContourSequence[0].ReferencedROINumber
+    dataset.save_as(tmp_path / "rt.dcm")
+    with pytest.raises(ReadError, match=r"rt\.dcm: an item of the structure set has no valid ReferencedROINumber"):
+        read_structure_set(tmp_path / "rt.dcm")
+
+
+def test_a_name_map_keeps_the_empty_structures_it_names(tmp_path):
+    write_rtstruct(tmp_path / "rt.dcm", {"a": [rectangle(0, 0, 10, 10, 0.0)], "e": []})
+    reference, test = load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm")
+    for image in (reference, test):
+        apply_name_map(image, {1: "Alpha", 2: "Empty"})
+    result = compare(reference, test, metrics="dice")
+    assert [(s.structure, s.status) for s in result.structures] == [("Alpha", "ok"), ("Empty", "both_empty")]

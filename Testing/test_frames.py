@@ -328,6 +328,20 @@ def test_cli_refuses_folders_in_the_old_order_by_name(tmp_path, capsys):
     assert main(["frames", "--reference", str(predictions), "--test", str(labels), "--format", "json"]) == 0
 
 
+@pytest.mark.parametrize("first, second", [("preds", "gts"), ("y_pred", "y_true"), ("inferTs", "labelsTs"),
+                                           ("PREDICTIONS", "GroundTruth"), ("test", "gt")])
+def test_folder_names_in_the_old_order_are_recognised_in_common_spellings(tmp_path, first, second):
+    from segmetrics.frames import swapped_by_name
+
+    for name in (first, second, "run_a", f"{first}_{second}"):
+        (tmp_path / name).mkdir()
+    assert swapped_by_name(tmp_path / first, tmp_path / second)
+    assert swapped_by_name(tmp_path / second, tmp_path / first) is None
+    # a name of neither kind, or of both, says nothing
+    assert swapped_by_name(tmp_path / first, tmp_path / "run_a") is None
+    assert swapped_by_name(tmp_path / f"{first}_{second}", tmp_path / second) is None
+
+
 def test_cli_warns_about_probability_maps_given_as_the_reference(tmp_path, capsys):
     first, second = tmp_path / "run_a", tmp_path / "run_b"  # names that tell nothing
     first.mkdir()
@@ -366,3 +380,11 @@ def test_cli_detection_counts_per_instance_size(tmp_path, capsys):
     assert [data[f"{kind}_small"] for kind in ("true_positives", "false_negatives", "false_positives")] == [2, 0, 2]
     assert main(["frames", str(gt_dir), str(pred_dir), "--instances", "--size-edges", "10,3"]) == 2
     assert "--size-edges 10,3: lesion_size_edges_mm must increase" in capsys.readouterr().err
+
+
+def test_class_names_that_look_like_rich_markup_are_shown_as_written(tmp_path, capsys):
+    pred_dir, gt_dir = write_frames(tmp_path)
+    (tmp_path / "markup.json").write_text(json.dumps({"1": "[/b]tool", "2": "[red]tissue"}))
+    out = tmp_path / "table.txt"
+    assert main(["frames", str(gt_dir), str(pred_dir), "--classes", str(tmp_path / "markup.json"), "-o", str(out)]) == 0
+    assert "[/b]tool (1)" in out.read_text() and "[red]tissue (2)" in out.read_text()

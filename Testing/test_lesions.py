@@ -134,6 +134,9 @@ def test_size_edges_are_checked(edges):
 def test_size_edges_default_and_from_a_list():
     assert Parameters().lesion_size_edges_mm == (3.0, 10.0)
     assert Parameters(lesion_size_edges_mm=[5, 20]).lesion_size_edges_mm == (5.0, 20.0)
+    assert Parameters(lesion_size_edges_mm=np.array([5.0, 20.0])).lesion_size_edges_mm == (5.0, 20.0)
+    with pytest.raises(ParameterError, match="must be two diameters"):
+        Parameters(lesion_size_edges_mm=np.array([5.0, 20.0, 30.0]))
 
 
 def test_equivalent_diameter_is_that_of_the_ball_or_disc_of_equal_size():

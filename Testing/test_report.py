@@ -305,6 +305,23 @@ def test_per_slice_msi_ticks_are_whole_slices(tmp_path, saved_figures):
     assert ticks and all(float(t).is_integer() for t in ticks)
 
 
+@pytest.mark.parametrize("positions", [(5.0, 7.0, 9.0, 11.0), (0.0, 2.0, 4.0, 6.0), (11.0, 9.0, 7.0, 5.0)])
+def test_per_slice_msi_top_axis_shows_the_rows_positions(tmp_path, saved_figures, positions):
+    """Contour planes at 5..11 mm (RT Structure Sets: patient positions, not slice x spacing), masks
+    (slice x 2 mm) and a grid stored head first (positions decrease): slice k sits at positions[k]."""
+    from types import SimpleNamespace
+
+    from segmetrics.report import _msi_curve
+
+    rows = [SimpleNamespace(slice=k, msi=0.5, position_mm=p) for k, p in enumerate(positions)]
+    assert _msi_curve(rows, "planes", tmp_path / "curve.png")
+    axes = saved_figures[-1].axes[0]
+    (top,) = axes.child_axes  # the secondary x axis in mm
+    step = positions[1] - positions[0]
+    expected = [positions[0] + x * step for x in axes.get_xlim()]  # slice index x -> mm, beyond the ends too
+    assert sorted(top.get_xlim()) == pytest.approx(sorted(expected))
+
+
 def test_templates_are_package_data_of_a_built_package(tmp_path):
     """``pip install .`` (not only editable) ships the report templates: setuptools' build_py, which
     builds the wheel's contents, copies every file of segmetrics/templates."""
@@ -340,3 +357,30 @@ def test_report_module_imports_neither_jinja2_nor_pandas_until_a_report_is_built
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_terminal_summary_at_80_columns_shortens_names_never_numbers_or_misses():
+    from rich.console import Console
+
+    from segmetrics.report import summary_table
+
+    metrics = ("dice", "hd95_mm", "contour_mean_distance_mm", "lesion_recall_medium")
+    def record(case, metric, value, status="ok"):
+        return {"case_id": case, "structure": "liver", "metric": metric, "value": value,
+                "unit": "mm" if metric.endswith("mm") else "1", "status": status}
+
+    records = [record(f"c{i}", metric, 0.123456 + i / 10) for i in range(3) for metric in metrics]
+    records += [record("c3", metric, math.inf if metric.endswith("mm") else 0.0, "test_empty") for metric in metrics]
+    console = Console(width=80, record=True)
+    console.print(summary_table(aggregate(records)))
+    lines = console.export_text().splitlines()
+    assert max(map(len, lines)) <= 80
+    dice = next(line for line in lines if line.lstrip().startswith("Dice"))
+    dice_values = [0.123456, 0.223456, 0.323456, 0.0]
+    mean, median = f"{np.mean(dice_values):.3f}", f"{np.median(dice_values):.3f}"
+    assert dice.split()[1:] == ["4/4", mean, mean, median, dice.split()[5], "missed", "1"]
+    assert "…" not in dice and dice.split()[5].count(".") == 2  # the CI, both ends in full
+    assert all(line.rstrip().endswith("missed 1") for line in lines if "/4" in line)
+    wide = Console(width=200, record=True)
+    wide.print(summary_table(aggregate(records)))
+    assert "contour_mean_distance_mm" in wide.export_text() and "…" not in wide.export_text()

@@ -355,3 +355,14 @@ def test_batch_keeps_the_resampling_notes_and_the_report_shows_them(tmp_path):
     _, html_path = report_batch(tmp_path / "out", cases, tmp_path / "report", job=job)
     page = html_path.read_text()
     assert page.index("Notes on the inputs") < page.index("id='contents'") and "warning: 16.7 %" in page
+
+
+def test_names_that_look_like_rich_markup_are_shown_as_written():
+    """'[/bold]' in a name raised rich's MarkupError; '[red]lung[/red]' lost its brackets."""
+    names = {1: "[/bold]x", 2: "[red]lung[/red]"}
+    reference = np.zeros((3, 8, 8), np.uint8)
+    reference[1, 1:4, 1:4], reference[1, 5:7, 5:7] = 1, 2
+    result = segmetrics.compare(LabelImage(reference, (1.0, 1.0, 1.0), names=names),
+                                LabelImage(reference, (1.0, 1.0, 1.0), names=names), metrics="dice")
+    text = _render(result, 80)
+    assert "[/bold]x" in text and "[red]lung[/red]" in text

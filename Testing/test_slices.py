@@ -187,3 +187,31 @@ def test_polygon_rows_on_a_flipped_image_grid_use_its_stored_slices(tmp_path):
     assert [row["position_mm"] for row in rows] == pytest.approx([12.0, 9.0, 6.0, 3.0])
     assert [row["status"] for row in rows] == ["reference_empty", "ok", "ok", "test_empty"]
     assert result.get("msi").params["axis"] == 0
+
+
+@pytest.mark.parametrize("msi", [{"msi_units": "pixel"}, {"msi_convention": "fda"}])
+def test_mask_msi_of_two_structure_sets_joins_the_polygon_rows_slice_by_slice(tmp_path, msi):
+    """MSI in pixels or the fda convention runs on the rasterised masks (rows at slice x spacing),
+    the contour rows on the polygons (plane positions, here 5 to 11 mm): one row per slice, not two."""
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [rectangle(0, 0, 10, 10, z) for z in (5.0, 7.0, 9.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"a": [rectangle(1, 0, 11, 10, z) for z in (7.0, 9.0, 11.0)]})
+    result = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi,contours", params=msi)["a"]
+    rows = slice_rows(result)
+    assert [(row["slice"], row["position_mm"]) for row in rows] == [(0, 5.0), (1, 7.0), (2, 9.0), (3, 11.0)]
+    assert [row["status"] for row in rows] == ["test_empty", "ok", "ok", "reference_empty"]
+    assert [row["dice"] for row in rows] == pytest.approx([0.0, 2 * 90 / 200, 2 * 90 / 200, 0.0])  # 1 mm shift
+    assert all(math.isfinite(row["msi"]) for row in rows)
+
+
+def test_msi_rows_along_another_axis_than_the_contour_planes_are_never_joined_with_them(tmp_path):
+    """--msi-axis 1 with the fda MSI on two structure sets: MSI rows are y slices, contour rows z
+    planes; a y slice and a z plane with the same index (or index and position) are not one slice."""
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [rectangle(0, 0, 10, 10, z) for z in (0.0, 1.0, 2.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"a": [rectangle(1, 0, 11, 10, z) for z in (0.0, 1.0, 2.0)]})
+    result = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi,contours",
+                     params={"msi_convention": "fda", "msi_axis": 1})["a"]
+    rows = slice_rows(result)
+    assert not any(math.isfinite(row["msi"]) and math.isfinite(row["dice"]) for row in rows)
+    assert sorted(row["position_mm"] for row in rows if math.isfinite(row["dice"])) == [0.0, 1.0, 2.0]
+    assert [row["dice"] for row in rows if math.isfinite(row["dice"])] == pytest.approx([0.9] * 3)
+    assert len([row for row in rows if math.isfinite(row["msi"])]) == len(result.extras["msi_slices"])

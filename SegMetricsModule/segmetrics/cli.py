@@ -146,7 +146,7 @@ def _structure_progress():
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    bar = Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    console=console, transient=True, disable=not console.is_terminal)
     task = bar.add_task("compare", total=None)
     with bar:
@@ -476,6 +476,9 @@ def check_options(args) -> None:
         selection = resolve_selection(args.metrics)  # unknown names raise ValueError
         if not selection:
             raise UserError(f"--metrics {args.metrics!r}: no metric selected; give metric or group names")
+        if getattr(args, "slices", None) and not {"msi", "contours"} & set(selection):
+            raise UserError(f"--slices {args.slices}: the per-slice table comes from the msi and contours groups, "
+                            f"and --metrics {args.metrics} selects neither; add msi or contours to --metrics")
         if getattr(args, "sort", None) and not any(args.sort in names for names in selection.values()):
             raise UserError(f"--sort {args.sort}: not among the selected metrics ({args.metrics}); "
                             "give a metric name such as dice or hd95_mm")
@@ -506,11 +509,18 @@ def check_output_folder(path, option: str) -> None:
 
 
 def check_outputs(args) -> None:
-    """Check every output location of the command before the work starts (see :data:`OUTPUTS`)."""
+    """Check every output location of the command before the work starts (see :data:`OUTPUTS`);
+    two output files in one place would overwrite each other."""
+    seen = {}
     for option, kind in OUTPUTS.get(args.command, {}).items():
         path = getattr(args, option, None)
         if path is not None:
             (check_output_file if kind == "file" else check_output_folder)(path, _flag(option))
+            place = Path(path).resolve()
+            if kind == "file" and place in seen:
+                raise UserError(f"{_flag(option)} {path}: the same place as {_flag(seen[place])}; "
+                                "give each output its own name")
+            seen.setdefault(place, option)
 
 
 def _one_line(error: Exception) -> str:

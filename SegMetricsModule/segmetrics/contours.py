@@ -21,7 +21,8 @@ shapely:
   taken between samples, so these are exact to within one step. Planes contoured on one side
   only are in the per-plane table, not here.
 
-The per-plane rows go to ``extras["contour_slices"]``: ``slice`` (the user's stored array's slice
+The per-plane rows go to ``extras["contour_slices"]`` (the stored array axis they cut to
+``extras["contour_axis"]``): ``slice`` (the user's stored array's slice
 index, as in the per-slice MSI rows; for polygons the grid slice the plane was rasterised on),
 ``position_mm`` (masks: slice × spacing; polygons: position along the plane normal, patient mm),
 ``dice`` (the slice's Dice: pixel counts, or exact areas of the even-odd filled polygons),
@@ -123,15 +124,16 @@ def mask_slices(reference, test, spacing, axis: int):
 
 
 def _planes(pair: StructurePair, params: Parameters):
-    """``(step, planes)``: the boundary sampling step (mm) and, per plane holding either side,
-    ``(stored slice, position mm, reference rings, test rings, Dice)``: the polygons of two RT
-    Structure Sets, else the slice contours of the masks."""
+    """``(step, axis, planes)``: the boundary sampling step (mm), the stored array axis the planes
+    cut (None for a 2-D pair) and, per plane holding either side, ``(stored slice, position mm,
+    reference rings, test rings, Dice)``: the polygons of two RT Structure Sets, else the slice
+    contours of the masks."""
     if pair.contours is not None:
         axes, planes = contour_planes(pair)
-        _axis, slices = plane_slices(pair, list(planes), axes[2])
+        axis, slices = plane_slices(pair, list(planes), axes[2])
         per_plane = zip(slices, planes.items(), contour_regions(pair))
-        return SAMPLE_STEP_MM, [(index, position, *rings, polygon_dice(*regions))
-                                for index, (position, rings), regions in per_plane]
+        return SAMPLE_STEP_MM, axis, [(index, position, *rings, polygon_dice(*regions))
+                                      for index, (position, rings), regions in per_plane]
     volume = pair.reference.ndim == 3
     axis = pair_slice_axis(pair, params) if volume else 0
     in_plane = np.delete(pair.spacing, axis) if volume else pair.spacing
@@ -141,13 +143,14 @@ def _planes(pair: StructurePair, params: Parameters):
     for k, reference, test, dice in mask_slices(pair.reference, pair.test, pair.spacing, axis):
         index = orientation.stored_index(axis, k) if volume else 0
         planes.append((index, index * spacing, reference, test, dice))
-    return max(SAMPLE_STEP_MM, min(in_plane) / 10), sorted(planes, key=lambda plane: plane[0])
+    stored_axis = orientation.stored_axis(axis) if volume else None
+    return max(SAMPLE_STEP_MM, min(in_plane) / 10), stored_axis, sorted(planes, key=lambda plane: plane[0])
 
 
 def compute(pair: StructurePair, params: Parameters) -> list:
     """The contour metrics of one pair: on its polygons when both inputs are RT Structure Sets,
     else on the slice contours of its masks."""
-    step, planes = _planes(pair, params)
+    step, axis, planes = _planes(pair, params)
     reference = [plane for plane in planes if plane[2]]
     test = [plane for plane in planes if plane[3]]
     status = emptiness_status(bool(reference), bool(test))
@@ -170,6 +173,7 @@ def compute(pair: StructurePair, params: Parameters) -> list:
             weights.append(plane_weights)
         rows.append(row)
     pair.extras["contour_slices"] = rows
+    pair.extras["contour_axis"] = axis
     apl = sum(row["apl_mm"] for row in rows)
     reference_length = sum(row["reference_length_mm"] for row in rows)
     if distances:

@@ -14,7 +14,8 @@ RT Structure Set (read with pydicom)
     Each ROI (``ROINumber`` becomes the label value, ``ROIName`` the structure name) is a set of
     ``CLOSED_PLANAR`` polygons in patient mm. ROIs without any contour are kept as empty
     structures; ROIs made only of ``POINT``/``OPEN_*`` contours (markers, isocentres) are not
-    volumes and are left out. Polygons are rasterised on a grid (:func:`rasterise`):
+    volumes and are left out, as are polygons enclosing no area (:func:`encloses_area`); a NaN or
+    infinite coordinate is refused. Polygons are rasterised on a grid (:func:`rasterise`):
 
     - **rule**: a pixel belongs to the ROI when its *centre* lies inside by the **even-odd rule**
       over all polygons of that ROI on that slice (a contour inside another is a hole, "keyhole"
@@ -51,6 +52,9 @@ from .validation import ReadError, check_unique_names, dicom_class, looks_like_d
 DEFAULT_CONTOUR_RESOLUTION_MM = 1.0
 #: Contour planes closer than this (mm) are one plane.
 PLANE_TOLERANCE_MM = 0.01
+#: Largest grid (voxels) :func:`contour_grid` builds: 1 GiB of labels, e.g. 200 planes of 2300 x 2300
+#: pixels (0.2 mm over a 46 cm body outline); a finer resolution is refused before any memory is taken.
+MAX_CONTOUR_GRID_VOXELS = 2**30
 
 
 @dataclass
@@ -133,11 +137,23 @@ def read_structure_set(path) -> StructureSet:
         raise ReadError(f"{path}: not a readable DICOM file ({error})") from error
     if str(dataset.get("SOPClassUID", "")) != RTStructureSetStorage:
         raise ReadError(f"{path}: is not a DICOM RT Structure Set")
-    names = {int(roi.ROINumber): str(roi.ROIName) for roi in dataset.get("StructureSetROISequence", [])}
+    try:
+        numbers = [_roi_number(roi, "ROINumber") for roi in dataset.get("StructureSetROISequence", [])]
+        contour_numbers = [_roi_number(roi, "ReferencedROINumber") for roi in dataset.get("ROIContourSequence", [])]
+    except ValueError as error:
+        raise ReadError(f"{path}: {error}") from error
+    # an ROI without a name (ROIName is type 2: present, maybe empty) is named by its number
+    rois = [(number, str(roi.get("ROIName") or number))
+            for number, roi in zip(numbers, dataset.get("StructureSetROISequence", []))]
+    for number, name in rois:
+        if number < 1 or numbers.count(number) > 1:
+            problem = "is not a positive number" if number < 1 else "is used by more than one ROI"
+            raise ReadError(f"{path}: ROI number {number} ({name!r}) {problem}; segmetrics uses the ROI numbers as "
+                            "label values, one per structure")
+    names = dict(rois)
     contours = {number: [] for number in names}
     markers = set()
-    for roi in dataset.get("ROIContourSequence", []):
-        number = int(roi.ReferencedROINumber)
+    for number, roi in zip(contour_numbers, dataset.get("ROIContourSequence", [])):
         for contour in roi.get("ContourSequence", []):
             if contour.get("ContourGeometricType", "CLOSED_PLANAR") != "CLOSED_PLANAR":
                 markers.add(number)
@@ -146,7 +162,7 @@ def read_structure_set(path) -> StructureSet:
                 points = _contour_points(contour)
             except ValueError as error:
                 raise ReadError(f"{path}: ROI {number} has a contour with unreadable ContourData ({error})") from error
-            if len(points) >= 3:
+            if encloses_area(points):
                 contours.setdefault(number, []).append(points)
     for number in markers - {n for n, polygons in contours.items() if polygons}:
         names.pop(number, None)  # a marker (POINT, OPEN_PLANAR), not a volume
@@ -162,6 +178,14 @@ def read_structure_set(path) -> StructureSet:
     return StructureSet(str(path), names, contours, frozenset(frames), frozenset(series))
 
 
+def _roi_number(item, keyword: str) -> int:
+    """The ROI number ``keyword`` of a sequence item; ValueError naming it when absent or not an integer."""
+    try:
+        return int(item.get(keyword))
+    except (TypeError, ValueError):
+        raise ValueError(f"an item of the structure set has no valid {keyword} ({item.get(keyword)!r})") from None
+
+
 def _contour_points(contour) -> np.ndarray:
     """``(N, 3)`` points (mm) of a contour's ``ContourData``. The raw text is parsed by NumPy:
     pydicom's one ``DSfloat`` object per number took 3 s for a real 10-ROI structure set."""
@@ -170,8 +194,19 @@ def _contour_points(contour) -> np.ndarray:
     if value is None:
         return np.empty((0, 3))
     if isinstance(value, bytes):  # not converted yet: "x1\\y1\\z1\\..." as in the file
-        return np.array(value.split(b"\\") if value.strip() else [], dtype=float).reshape(-1, 3)
-    return np.asarray(value, dtype=float).reshape(-1, 3)
+        points = np.array(value.split(b"\\") if value.strip() else [], dtype=float).reshape(-1, 3)
+    else:
+        points = np.asarray(value, dtype=float).reshape(-1, 3)
+    if not np.all(np.isfinite(points)):
+        raise ValueError("a coordinate is NaN or infinite")
+    return points
+
+
+def encloses_area(points) -> bool:
+    """Whether a closed polygon (``(N, 3)`` mm) can enclose an area: at least 3 points not all on
+    one line (within 1e-6 mm); fewer points, or a polygon folded onto a line, encloses nothing and
+    is left out like an empty contour."""
+    return len(points) >= 3 and np.linalg.matrix_rank(points - points.mean(axis=0), tol=1e-6) >= 2
 
 
 def read_rtstruct(path) -> ContourImage:
@@ -221,6 +256,10 @@ def contour_grid(structure_sets, resolution_mm: float = DEFAULT_CONTOUR_RESOLUTI
     columns, rows = np.ceil((high - low) / resolution_mm).astype(int) + 1
     origin = low[0] * axes[0] + low[1] * axes[1] + planes[0] * axes[2]
     shape = (int(round(offsets[-1])) + 1, rows, columns)
+    if np.prod(shape, dtype=float) > MAX_CONTOUR_GRID_VOXELS:
+        sources = ", ".join(s.source for s in structure_sets)
+        raise ReadError(f"{sources}: a {resolution_mm:g} mm contour grid would hold {' x '.join(map(str, shape))} "
+                        f"voxels; give a coarser --contour-resolution or the image series (--image DIR)")
     return LabelImage(np.zeros(shape, np.uint8), (step, resolution_mm, resolution_mm), origin, axes.T.ravel())
 
 
@@ -252,16 +291,18 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     """Fill every ROI's polygons on ``grid`` (3-D): pixel centres inside, even-odd per slice.
 
     A polygon goes to the slice nearest to its plane; polygons outside the grid are counted in
-    ``notes``; a polygon not parallel to the slices raises :class:`ReadError`.
+    ``notes``; a polygon not parallel to the slices raises :class:`ReadError`. The even-odd rule
+    applies within a plane: when several contour planes fall on one slice (slices thicker than
+    the contour spacing), the slice holds the union of their fills (and a note says so).
     """
     if grid.ndim != 3:
         raise ReadError(f"{structures.source}: contours need a 3-D grid, got a {grid.ndim}-D one")
     shape = grid.array.shape
     direction = np.asarray(grid.direction).reshape(3, 3)
     scale = np.asarray(grid.spacing[::-1])  # ITK (i, j, k) order
-    masks, outside = {}, {}
+    masks, outside, shared = {}, {}, {}
     for label, polygons in structures.contours.items():
-        by_slice: dict = {}
+        by_slice: dict = {}  # slice -> [(position along the slice normal (mm), ring)]
         for points in polygons:
             i, j, k = (((points - grid.origin) @ direction) / scale).T  # continuous ITK indices
             if np.ptp(k) > 0.1:
@@ -269,16 +310,34 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
                                 "to the image slices (oblique image or non-planar contour)")
             plane = int(np.round(k.mean()))
             if 0 <= plane < shape[0]:
-                by_slice.setdefault(plane, []).append(np.column_stack([j, i]))
+                by_slice.setdefault(plane, []).append((k.mean() * scale[2], np.column_stack([j, i])))
             else:
                 outside[label] = outside.get(label, 0) + 1
-        masks[label] = {plane: fill_even_odd(rings, shape[1:]) for plane, rings in by_slice.items()}
+        filled = {plane: _fill_planes(entries, shape[1:]) for plane, entries in by_slice.items()}
+        masks[label] = {plane: mask for plane, (mask, _count) in filled.items()}
+        if any(count > 1 for _mask, count in filled.values()):
+            shared[label] = sum(count > 1 for _mask, count in filled.values())
     image = _label_image(masks, structures.names, structures.source, grid.spacing, grid.origin, grid.direction,
                          ContourImage, shape)
     image.contours = {label: list(polygons) for label, polygons in structures.contours.items()}
     image.notes = [f"{structures.source}: {count} contour(s) of {structures.names[label]!r} lie outside the grid "
                    "and were not rasterised" for label, count in outside.items()]
+    image.notes += [f"{structures.source}: {count} slice(s) of the grid hold several contour planes of "
+                    f"{structures.names[label]!r} (slices thicker than the contour spacing): each holds their union"
+                    for label, count in shared.items()]
     return image
+
+
+def _fill_planes(entries, shape) -> tuple:
+    """``(mask, number of planes)`` of one slice: the union over the contour planes of ``entries``
+    (``(position mm, ring)``; planes closer than :data:`PLANE_TOLERANCE_MM` are one) of each plane's
+    even-odd fill (:func:`fill_even_odd`)."""
+    positions = np.array([position for position, _ring in entries])
+    planes = distinct_planes(positions)
+    nearest = np.argmin(np.abs(positions[:, None] - planes[None, :]), axis=1)
+    fills = [fill_even_odd([ring for (_position, ring), n in zip(entries, nearest) if n == index], shape)
+             for index in range(len(planes))]
+    return np.logical_or.reduce(fills), len(planes)
 
 
 def fill_even_odd(rings, shape) -> np.ndarray:

@@ -321,12 +321,15 @@ def pair_frames(prediction_dir, ground_truth_dir):
 PREDICTION_WORDS = ("pred", "prediction", "predictions", "predicted", "test", "output", "outputs", "out", "result",
                     "results", "infer", "inference", "auto", "model")
 REFERENCE_WORDS = ("gt", "ground", "groundtruth", "truth", "label", "labels", "ref", "reference", "references",
-                   "mask", "masks", "manual", "annotation", "annotations", "gold", "target", "targets")
+                   "mask", "masks", "manual", "annotation", "annotations", "gold", "target", "targets", "true")
 
 
 def _folder_kind(folder) -> str | None:
-    """``"prediction"`` or ``"reference"`` when the folder's name holds words of one kind only, else None."""
-    words = {word for word in re.split(r"[^a-z]+", Path(folder).resolve().name.lower()) if word}
+    """``"prediction"`` or ``"reference"`` when the folder's name holds words of one kind only, else None.
+    Words are split at non-letters and at camel case (``labelsTs``, ``GroundTruth``); a plural ``s`` is
+    dropped too (``preds``, ``gts``)."""
+    found = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", Path(folder).resolve().name)
+    words = {word.lower() for word in found} | {word.lower().removesuffix("s") for word in found}
     is_prediction, is_reference = bool(words & set(PREDICTION_WORDS)), bool(words & set(REFERENCE_WORDS))
     return "prediction" if is_prediction and not is_reference else "reference" if is_reference and not is_prediction else None
 
@@ -570,6 +573,7 @@ def write_frame_result(result: FrameResult, fmt: str = "table", path=None) -> No
     elif fmt == "table":
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text  # class names as plain text, not rich markup
 
         summary = Table(title="summary (edge rules: " + ", ".join(f"{k}={v}" for k, v in asdict(result.rules).items()) + ")")
         for column in ("metric", "value", "status"):
@@ -580,7 +584,7 @@ def write_frame_result(result: FrameResult, fmt: str = "table", path=None) -> No
         per_class.add_column("metric")
         per_class.add_column("unit")
         for cid, name in zip(result.class_ids, result.class_names):
-            per_class.add_column(f"{name} ({cid})", justify="right")
+            per_class.add_column(Text(f"{name} ({cid})"), justify="right")
         columns = [result.class_values(k) for k in range(len(result.class_ids))]
         per_class.add_row("status", "", *(values[0].status for values in columns), end_section=True)
         for row, first in enumerate(columns[0] if columns else []):

@@ -143,12 +143,13 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
 
 
 def apply_name_map(image: LabelImage, names: dict) -> None:
-    """Name the labels ``image`` holds from a ``{label value: name}`` map (others stay unnamed).
+    """Name the labels ``image`` holds, and its named empty structures (an RT Structure Set's ROI
+    without contours, an empty SEG segment), from a ``{label value: name}`` map (others stay unnamed).
 
     Raises :class:`ReadError` when names would merge structures (see
     :func:`segmetrics.validation.check_structure_names`).
     """
-    image.names = {label: names[label] for label in image.labels() if label in names}
+    image.names = {label: names[label] for label in sorted({*image.labels(), *image.names}) if label in names}
     check_structure_names(image, "name map")
 
 

@@ -238,6 +238,7 @@ def _table(result, structures, metrics, voxel_mm, show_status: bool):
     """One rich table: a row per structure, a column per metric, a last row of means."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text  # names as plain text: "[red]" in a name is not rich markup
 
     from .registry import metric_specs
 
@@ -251,7 +252,7 @@ def _table(result, structures, metrics, voxel_mm, show_status: bool):
     for structure in structures:
         values = {v.metric: v.value for v in structure.values}
         cells = [display_value(values.get(m), specs[m].unit if m in specs else "", voxel_mm) for m in metrics]
-        table.add_row(structure.structure, *([structure.status] if show_status else []), *cells)
+        table.add_row(Text(structure.structure), *([structure.status] if show_status else []), *cells)
     if len(structures) > 1:
         means = result.class_means()
         cells = [display_value(means[m]["mean"], means[m]["unit"], voxel_mm) for m in metrics]

@@ -109,6 +109,7 @@ class Parameters:
         self.apl_tolerance_mm = positive_number("apl_tolerance_mm", self.apl_tolerance_mm)
         self.lesion_iou = positive_number("lesion_iou", self.lesion_iou, maximum=1.0)
         edges = self.lesion_size_edges_mm
+        edges = edges.tolist() if isinstance(edges, np.ndarray) else edges  # a NumPy array is a sequence too
         if isinstance(edges, (str, bytes)) or not isinstance(edges, Sequence) or len(edges) != 2:
             raise ParameterError(f"lesion_size_edges_mm must be two diameters in mm (small | medium | large), "
                                  f"got {edges!r}")

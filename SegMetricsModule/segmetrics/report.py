@@ -83,7 +83,8 @@ def summary_rows(agg: Aggregate) -> tuple:
 
 def summary_table(agg: Aggregate):
     """The overall table as a :class:`rich.table.Table` (for the terminal; short metric names and
-    values rounded for display as in ``segmetrics compare``)."""
+    values rounded for display as in ``segmetrics compare``). On a narrow terminal only the metric
+    names are shortened (with an ellipsis), never a number or the misses."""
     from rich import box
     from rich.table import Table
 
@@ -91,14 +92,20 @@ def summary_table(agg: Aggregate):
 
     table = Table(title=f"{agg.n_cases} cases, all classes ({len(agg.failed)} failed, {len(agg.misses)} misses)",
                   box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("metric", "used/n", "mean", "class mean", "median", "95% CI", "misses"):
-        table.add_column(name, justify="left" if name in ("metric", "misses") else "right", no_wrap=True)
+    header = ("metric", "used/n", "mean", "class mean", "median", "95% CI", "misses")
+    rows = []
     for r in agg.rows:
         if r["structure"] == OVERALL and r["metric"] in _shown_metrics(agg):
             value = functools.partial(display_value, unit=r["unit"])
             ci = "–" if math.isnan(r["ci_low"]) else f"{value(r['ci_low'])}–{value(r['ci_high'])}"
-            table.add_row(SHORT_NAMES.get(r["metric"], r["metric"]), f"{r['n_used']}/{r['n']}", value(r["mean"]),
-                          value(r["class_mean"]), value(r["median"]), ci, _misses(r))
+            rows.append((SHORT_NAMES.get(r["metric"], r["metric"]), f"{r['n_used']}/{r['n']}", value(r["mean"]),
+                         value(r["class_mean"]), value(r["median"]), ci, _misses(r)))
+    for column, name in enumerate(header):
+        width = None if name == "metric" else max(len(cell) for cell in (name, *(row[column] for row in rows)))
+        table.add_column(name, justify="left" if name in ("metric", "misses") else "right", no_wrap=width is not None,
+                         overflow="ellipsis", min_width=width)
+    for row in rows:
+        table.add_row(*row)
     return table
 
 
@@ -159,7 +166,8 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
 
 def _msi_curve(rows, title: str, path: Path) -> bool:
     """Per-slice MSI of one structure pair (``extras["msi_slices"]``: :class:`segmetrics.msi.SliceMSI` rows),
-    by slice index with integer ticks (bottom) and position in mm (top)."""
+    by slice index with integer ticks (bottom) and position in mm (top: the rows' ``position_mm``,
+    slice x spacing for masks, the contour plane's position in patient mm for RT Structure Sets)."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -170,10 +178,12 @@ def _msi_curve(rows, title: str, path: Path) -> bool:
     ax = fig.subplots()
     ax.plot(*zip(*points), marker="o", markersize=3)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    step = next((r.position_mm / r.slice for r in rows if r.slice), None)  # slice spacing in mm
-    if step:
-        top = ax.secondary_xaxis("top", functions=(lambda index: index * step, lambda mm: mm / step))
-        top.set_xlabel("position along the MSI axis (mm, from the first slice)", fontsize=8)
+    first, last = min(rows, key=lambda r: r.slice), max(rows, key=lambda r: r.slice)
+    step = (last.position_mm - first.position_mm) / (last.slice - first.slice) if last.slice > first.slice else 0
+    if step:  # position (mm) = first.position_mm + (index - first.slice) x step
+        top = ax.secondary_xaxis("top", functions=(lambda index: first.position_mm + (index - first.slice) * step,
+                                                   lambda mm: first.slice + (mm - first.position_mm) / step))
+        top.set_xlabel("position along the MSI axis (mm)", fontsize=8)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("slice index (MSI axis)")
     ax.set_ylabel("MSI")

@@ -2,7 +2,10 @@
 side, joining what the ``msi`` and ``contours`` groups measured on that slice.
 
 Rows come from the structure's ``extras["msi_slices"]`` (:class:`segmetrics.msi.SliceMSI`) and
-``extras["contour_slices"]`` (:mod:`segmetrics.contours`), matched by slice index and position;
+``extras["contour_slices"]`` (:mod:`segmetrics.contours`), matched by slice index and position, or
+by slice index alone when both cut the same axis but place a slice differently (two RT Structure
+Sets with the ``fda`` or pixel MSI, measured on the rasterised masks: the row keeps the contour
+plane's position);
 a column whose group did not run is NaN. Slices are those of the MSI slice axis of the user's
 stored array (``slice``); for two RT Structure Sets, one row per contour plane, ``slice`` being the
 grid slice the plane was rasterised on and ``position_mm`` the plane's position along its normal.
@@ -37,10 +40,17 @@ def slice_rows(structure) -> list:
     """The per-slice rows (dicts with :data:`SLICE_COLUMNS` then :data:`MSI_DETAIL_COLUMNS`) of a
     :class:`segmetrics.compare.StructureResult`, in slice order; empty when neither group ran."""
     rows: dict = {}
+    sources: dict = {}  # key -> the sources already merged into that row
+    msi = next((v for v in structure.values if v.metric == "msi"), None)
+    same_axis = msi is not None and msi.params.get("axis") == structure.extras.get("contour_axis")
     for source in ("msi_slices", "contour_slices"):
         for row in structure.extras.get(source, []):
             row = row if isinstance(row, dict) else vars(row)
-            key = (int(row["slice"]), round(float(row["position_mm"]), 6))
+            # rows of groups cutting different axes (msi_axis across the contour planes) never join
+            key = (int(row["slice"]), round(float(row["position_mm"]), 6), "" if same_axis else source)
+            if key not in rows and same_axis:  # the same slice placed otherwise (MSI on the masks of polygons)
+                key = next((k for k in rows if k[0] == key[0] and source not in sources[k]), key)
+            sources.setdefault(key, set()).add(source)
             merged = rows.setdefault(key, {**dict.fromkeys(SLICE_COLUMNS, math.nan),
                                            **dict.fromkeys(MSI_DETAIL_COLUMNS, math.nan)})
             merged.update((name, value) for name, value in row.items() if name in merged)
