@@ -82,11 +82,12 @@ def test_box_edges_and_corners_stay_within_a_quarter_voxel(spacing):
 @pytest.mark.parametrize("spacing", SPACINGS)
 def test_hausdorff_distance_into_a_through_slot(spacing):
     """A block and the same block with a slot 3 voxels wide (y), 6 deep (x), through z: the HD is
-    the slot floor's distance to the block's surface, min(6 x voxels, 4 z voxels), to a quarter voxel."""
+    the largest distance from the slot floor to the block's surface, min(6 x voxels, 4 z voxels,
+    5 y voxels) (at the floor's middle in z and y = 7.5, as far from both y faces), to a quarter voxel."""
     reference = box_mask((14, 16, 18), (3, 3, 3), (11, 13, 15))
     test = reference.copy()
     test[3:11, 7:10, 3:9] = False
-    truth = min(6 * spacing[2], 4 * spacing[0])
+    truth = min(6 * spacing[2], 4 * spacing[0], 5 * spacing[1])
     hd = distance.hausdorff(distance.surface_distances(reference, test, spacing))
     assert hd == pytest.approx(truth, abs=0.25 * min(spacing))
 

@@ -28,7 +28,7 @@ Every case is rasterised on ``--offsets`` grids (default 8) whose origins differ
 sub-voxel shifts (seeded per case), and the errors are averaged over them.
 
 Run: ``python bench/bench_sharp_surfaces.py`` (about a minute on two cores); ``--candidates`` adds
-the candidate surfaces, ``--centroids`` samples every exact-mode surface at its triangle
+the candidate surfaces (about 15 s each; ``--candidates "name;name"`` some of them), ``--centroids`` samples every exact-mode surface at its triangle
 centroids instead of its vertices, ``--cases box,slot`` runs some families only, ``--verbose``
 prints every case's values.
 """
@@ -383,26 +383,193 @@ def _feature_nets(padded, spacing, iterations=40, box_voxels=0.9, width=4):
     return points, cells
 
 
-def _projected_nets(padded, spacing, width=4, reach=0.45):
+def _corner_bit(corner):
+    """Bit of a dual cell's corner ``(z, y, x)`` (0 or 1 each) in its configuration."""
+    return int(corner[0]) * 4 + int(corner[1]) * 2 + int(corner[2])
+
+
+def _cube_edges():
+    """The 12 edges of a dual cell as (lower corner bit, upper corner bit), edge ``4 a + 2 u + v``
+    along array axis ``a`` at coordinates ``(u, v)`` on the other two axes (increasing order)."""
+    edges = []
+    for axis in range(3):
+        first, second = [k for k in range(3) if k != axis]
+        for u in (0, 1):
+            for v in (0, 1):
+                low = np.zeros(3, int)
+                low[first], low[second] = u, v
+                high = low.copy()
+                high[axis] = 1
+                edges.append((_corner_bit(low), _corner_bit(high)))
+    return edges
+
+
+CORNERS = np.array([[b >> 2 & 1, b >> 1 & 1, b & 1] for b in range(8)])
+EDGES = _cube_edges()
+
+
+def _loops(key):
+    """``(loop of each of a dual cell's 12 edges, -1 where the surface does not cross; number of
+    loops)`` for ``key = 64 * configuration + switches``: the configuration has bit ``4 z + 2 y +
+    x`` set for each inside corner, switch bit ``2 axis + side`` marks a face whose diagonal is
+    resolved the other way (see :func:`_manifold_nets`). Crossing edges on one face of the cell
+    join when they are the face's only two; on a face with its inside corners on a diagonal they
+    join around each inside corner (voxels touching along an edge stay apart), on a switched face
+    around each outside corner. Each loop is a closed ring around the cell: a vertex of its own."""
+    config, switches = divmod(int(key), 64)
+    inside = [(config >> b) & 1 for b in range(8)]
+    crossing = [e for e, (low, high) in enumerate(EDGES) if inside[low] != inside[high]]
+    parent = {e: e for e in crossing}
+
+    def root(e):
+        while parent[e] != e:
+            e = parent[e]
+        return e
+
+    for axis in range(3):
+        for side in (0, 1):
+            on_face = [e for e in crossing if CORNERS[EDGES[e][0], axis] == side and CORNERS[EDGES[e][1], axis] == side]
+            if len(on_face) == 2:
+                parent[root(on_face[0])] = root(on_face[1])
+            elif len(on_face) == 4:
+                around_inside = not switches >> (2 * axis + side) & 1
+                for b in range(8):
+                    if inside[b] == around_inside and CORNERS[b, axis] == side:
+                        pair = [e for e in on_face if b in EDGES[e]]
+                        parent[root(pair[0])] = root(pair[1])
+    loops, labels = np.full(12, -1, np.int64), {}
+    for e in crossing:
+        loops[e] = labels.setdefault(root(e), len(labels))
+    return loops, len(labels)
+
+
+def _joined_off_face():
+    """``(256, 6)`` bool: per configuration and face ``2 axis + side``, whether the face's two
+    inside corners, on a diagonal, are joined by cube edges through inside corners off the face."""
+    table = np.zeros((256, 6), bool)
+    for config in range(256):
+        inside = [(config >> b) & 1 for b in range(8)]
+        for axis in range(3):
+            for side in (0, 1):
+                on = [b for b in range(8) if CORNERS[b, axis] == side and inside[b]]
+                if len(on) != 2 or np.abs(CORNERS[on[0]] - CORNERS[on[1]]).sum() != 2:
+                    continue
+                reached, todo = {on[0]}, [on[0]]
+                while todo:
+                    b = todo.pop()
+                    for low, high in EDGES:
+                        for here, there in ((low, high), (high, low)):
+                            if here == b and inside[there] and there not in reached and (CORNERS[there, axis] != side or there == on[1]):
+                                reached.add(there)
+                                todo.append(there)
+                table[config, 2 * axis + side] = on[1] in reached
+    return table
+
+
+JOINED_OFF_FACE = _joined_off_face()
+
+
+def _manifold_nets(padded):
+    """Surface nets of a padded boolean mask (array order) with one vertex per loop of each dual
+    cell (:func:`_loops`), so edge- and corner-only contacts give a manifold surface:
+    ``(vertex positions in voxels (array order), the dual cell's centre of each vertex,
+    whether its cell has one loop, outward triangles in (x, y, z) winding)``. A cell with one
+    loop puts its vertex at its centre, one with several at the mean of each loop's crossing
+    edges' midpoints."""
+    m = padded.astype(np.uint8)
+    shape = np.array(m.shape) - 1
+    config = np.zeros(shape, np.int64)
+    for b in range(8):
+        dz, dy, dx = b >> 2 & 1, b >> 1 & 1, b & 1
+        config |= m[dz:dz + shape[0], dy:dy + shape[1], dx:dx + shape[2]].astype(np.int64) << b
+    # a diagonal face whose inside corners are joined off the face in both cells around it is
+    # resolved the other way: otherwise one loop on each side crosses it twice (an edge of four quads)
+    joined = np.pad(JOINED_OFF_FACE[config], ((1, 1), (1, 1), (1, 1), (0, 0)))
+    switches = np.zeros(shape, np.int64)
+    for axis in range(3):
+        for side in (0, 1):
+            neighbour = tuple(slice(1 + (2 * side - 1) * (k == axis), n + 1 + (2 * side - 1) * (k == axis)) for k, n in enumerate(shape))
+            both = joined[1:-1, 1:-1, 1:-1, 2 * axis + side] & joined[neighbour + (2 * axis + 1 - side,)]
+            switches |= both.astype(np.int64) << (2 * axis + side)
+    keys = (64 * config + switches).ravel()
+    unique, config = np.unique(keys, return_inverse=True)
+    table = [_loops(key) for key in unique]
+    loops, counts = np.array([t[0] for t in table]), np.array([t[1] for t in table])[config]
+    config = config.ravel()
+    first = np.cumsum(counts) - counts
+    cell_of_vertex = np.repeat(np.arange(len(config)), counts)
+    quads, midpoints, owners = [], [], []
+    for axis in range(3):
+        one, two = [k for k in range(3) if k != axis]
+        step = np.eye(3, dtype=int)[axis]
+        low = np.argwhere(m[tuple(slice(0, n - s) for n, s in zip(m.shape, step))] != m[tuple(slice(s, None) for s in step)])
+        ring = []
+        for d1, d2 in ((0, 0), (-1, 0), (-1, -1), (0, -1)):  # counter-clockwise in the (one, two) plane
+            cell = low.copy()
+            cell[:, one] += d1
+            cell[:, two] += d2
+            flat = np.ravel_multi_index(cell.T, shape)
+            ring.append(first[flat] + loops[config[flat], 4 * axis - 2 * d1 - d2])
+        ring = np.stack(ring, axis=1)
+        # counter-clockwise faces +axis for axes 0 and 2, -axis for 1; outward is +axis when `low` is inside
+        flip = (m[tuple(low.T)] == 1) != (axis != 1)
+        ring[flip] = ring[flip, ::-1]
+        quads.append(ring)
+        midpoints.append(np.repeat(low + 0.5 * step, 4, axis=0))
+        owners.append(ring.ravel())
+    quads = np.concatenate(quads)
+    owners, midpoints = np.concatenate(owners), np.concatenate(midpoints)
+    centres = np.stack(np.unravel_index(cell_of_vertex, shape), axis=1) + 0.5
+    hits = np.bincount(owners, minlength=len(centres))
+    means = np.stack([np.bincount(owners, midpoints[:, k], len(centres)) for k in range(3)], axis=1) / hits[:, None]
+    single = counts[cell_of_vertex] == 1
+    start = np.where(single[:, None], centres, means)
+    return start, centres, single, quads
+
+
+def _triangulate(quads, points, quad_centres=False):
+    """Two triangles per quad, split along its shorter diagonal, winding reversed for (x, y, z)
+    points; with ``quad_centres``, four around a new vertex at the quad's mean instead:
+    ``(points, triangles)``."""
+    if quad_centres:
+        centre = len(points) + np.arange(len(quads))
+        fan = np.concatenate([np.stack([quads[:, k], quads[:, (k + 1) % 4], centre], 1) for k in range(4)])
+        return np.concatenate([points, points[quads].mean(axis=1)]), fan[:, ::-1]
+    a, b, c, d = quads.T
+    short = np.linalg.norm(points[a] - points[c], axis=1) <= np.linalg.norm(points[b] - points[d], axis=1)
+    first = np.where(short[:, None], np.stack([a, b, c], 1), np.stack([a, b, d], 1))
+    second = np.where(short[:, None], np.stack([a, c, d], 1), np.stack([b, c, d], 1))
+    return points, np.concatenate([first, second])[:, ::-1]
+
+
+def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partial_axes=2, quad_centres=False):
     """Surface nets whose vertices move from their dual-cell centres onto the 0.5 level of the
     package's clamped Gaussian field (trilinear inside the cell, Newton steps, at most ``reach``
     voxels from the centre on each axis), except where the window is an edge, corner, tube or
-    speck of a box-like part (:func:`_box_like` with two partial axes): those stay sharp."""
+    speck of a box-like part (:func:`_box_like` with two partial axes): those stay sharp.
+    ``manifold``: the nets of :func:`_manifold_nets` instead of VTK's, their vertices in cells
+    of several loops kept where they start; ``partial_axes=1`` keeps flat box-like faces at the
+    cell centres too; ``quad_centres`` splits each quad into four triangles around its mean."""
     from scipy import ndimage
     from segmetrics import mesh
 
     field = mesh._surface_field(padded, mesh.SMOOTHING_SIGMA_VOXELS).astype(float)
-    start, cells = _surface_nets(padded, spacing)
-    centre = (start / spacing[::-1])[:, ::-1]  # voxel units, array order
+    if manifold:
+        start, centre, single, quads = _manifold_nets(padded)
+    else:
+        start, cells = _surface_nets(padded, spacing)
+        centre = start = (start / spacing[::-1])[:, ::-1]  # voxel units, array order
+        single = np.ones(len(start), bool)
     value = lambda at: ndimage.map_coordinates(field, at.T, order=1)  # noqa: E731  trilinear
-    moved, step = centre.copy(), 1e-3
+    moved, step = start.copy(), 1e-3
     for _ in range(8):
         gradient = np.stack([(value(moved + step * e) - value(moved - step * e)) / (2 * step) for e in np.eye(3)], 1)
         moved -= (value(moved) - 0.5)[:, None] * gradient / np.maximum(np.sum(gradient**2, axis=1, keepdims=True), 1e-12)
         moved = np.clip(moved, centre - reach, centre + reach)
-    sharp = _box_like(padded, np.floor(centre).astype(int) + 1, width, partial_axes=2)
-    moved[sharp] = centre[sharp]
-    return moved[:, ::-1] * spacing[::-1], cells
+    sharp = _box_like(padded, np.floor(centre).astype(int) + 1, width, partial_axes) | ~single
+    moved[sharp] = start[sharp]
+    points = moved[:, ::-1] * spacing[::-1]
+    return _triangulate(quads, points, quad_centres) if manifold else (points, cells)
 
 
 def _adaptive_blur(padded, spacing, width=5, weight_sigma=0.7):
@@ -425,6 +592,8 @@ CANDIDATES = {
     "nets, box-like vertices fixed": _feature_nets,
     "blur, mask where box-like": _adaptive_blur,
     "nets on the blur, sharp edges": _projected_nets,
+    "manifold nets, quad centres": lambda p, s: _projected_nets(p, s, manifold=True, quad_centres=True),
+    "manifold nets, quad centres, flat fixed": lambda p, s: _projected_nets(p, s, manifold=True, partial_axes=1, quad_centres=True),
 }
 
 
@@ -473,14 +642,15 @@ def meshmetrics(reference, test, spacing):
     return result
 
 
-def methods(candidates=False):
+def methods(candidates=None):
     """``{name: run(reference, test, spacing) -> metrics}``; MeshMetrics when importable (not on
     PyPI: github.com/gasperpodobnik/MeshMetrics, 0.2.1 measured, needs SimpleITKUtilities)."""
     found = {"segmetrics exact": ours("exact"), "segmetrics deepmind": ours("deepmind"), "DeepMind surface-distance": deepmind}
     if importlib.util.find_spec("MeshMetrics") is not None:
         found["MeshMetrics"] = meshmetrics
     if candidates:
-        found.update({name: with_surface(make, ours("exact")) for name, make in CANDIDATES.items()})
+        wanted = list(CANDIDATES) if candidates == "all" else candidates.split(";")
+        found.update({name: with_surface(CANDIDATES[name], ours("exact")) for name in wanted})
     return found
 
 
@@ -488,7 +658,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", help="comma-separated families (default all)")
     parser.add_argument("--verbose", action="store_true", help="print every case's values")
-    parser.add_argument("--candidates", action="store_true", help="also the candidate surfaces (patched in)")
+    parser.add_argument("--candidates", nargs="?", const="all",
+                        help="also the candidate surfaces (patched in): all, or names separated by ;")
     parser.add_argument("--centroids", action="store_true",
                         help="every exact-mode method samples distances at triangle centroids, not vertices")
     parser.add_argument("--offsets", type=int, default=8, help="grid origins (random sub-voxel shifts) per case")
