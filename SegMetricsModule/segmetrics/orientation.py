@@ -77,8 +77,8 @@ class Reorientation:
     def mask(self, stored: np.ndarray, label=None) -> np.ndarray:
         """The canonical boolean mask of a stored mask, or of the voxels of a stored label map
         equal to ``label``: only ``box`` is read. A stored boolean mask whose axes keep their
-        order and direction is not copied: its ``box`` comes back as a read-only view (C-ordered
-        only when the box spans whole rows). Otherwise a C-ordered array; when the rows of the
+        order and direction is not copied: its ``box`` comes back as a read-only view (strided:
+        C-ordered only when the box spans every axis but the first). Otherwise a C-ordered array; when the rows of the
         array change axis the copy goes by blocks that fit in the cache."""
         region = stored[self.box] if self.box is not None else stored
         if label is None and region.dtype == bool and self.axes == tuple(range(len(self.axes))) and not any(self.flipped):
