@@ -94,18 +94,45 @@ def test_cut_nii_gz_with_a_trailer_of_the_right_length_is_refused(tmp_path):
         load_label_image(tmp_path / "forged.nii.gz")
 
 
-def test_voxel_check_accepts_an_intact_stream_read_differently(tmp_path):
+def test_voxel_check_accepts_an_intact_stream_read_differently(tmp_path, monkeypatch):
     """Voxels that differ from the file's bytes (e.g. converted by the reader) send the check to the
-    stream itself, which is intact here: no refusal."""
+    stream itself, which is intact here: no refusal; the voxels as stored need no second read."""
+    from segmetrics import validation
     from segmetrics.validation import VoxelCheck, check_file
 
     array = ball()
     path = write(array, tmp_path / "a.nii.gz")
     check = check_file(path, InputPolicy(), defer_data_check=True)
     assert isinstance(check, VoxelCheck) and check.path == path
-    check.verify(array.astype(np.float32))
+    reads = []
+    read_stream = validation._data_length
+    monkeypatch.setattr(validation, "_data_length", lambda path: (reads.append(path), read_stream(path))[1])
     check.verify(array)
-    assert check_file(path, InputPolicy()) is None  # by default the stream is read here
+    assert reads == []
+    check.verify(array.astype(np.float32))
+    assert reads == [path]
+    assert check_file(path, InputPolicy()) is None and len(reads) == 2  # by default the stream is read here
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_big_endian_nii_gz_is_read_and_checked_on_its_stream(tmp_path, damaged):
+    """ITK swaps a big-endian file's voxels, so they do not give the stream's CRC: an intact file
+    still reads to its values, a damaged one is refused."""
+    nib = pytest.importorskip("nibabel")
+    z, y, x = np.indices((20, 30, 40)) // 10
+    array = (256 + 100 * z + 10 * y + x).astype(np.int16)  # (z, y, x): blocks of labels whose two bytes vary
+    header = nib.Nifti1Header(endianness=">")
+    header.set_data_dtype(">i2")
+    nib.save(nib.Nifti1Image(array.transpose(2, 1, 0), np.eye(4), header), tmp_path / "big.nii.gz")
+    assert nib.load(tmp_path / "big.nii.gz").header.endianness == ">"
+    if damaged:
+        raw = bytearray((tmp_path / "big.nii.gz").read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        (tmp_path / "big.nii.gz").write_bytes(bytes(raw))
+        with pytest.raises(ReadError, match="cut short or damaged"):
+            load_label_image(tmp_path / "big.nii.gz")
+    else:
+        assert np.array_equal(load_label_image(tmp_path / "big.nii.gz").array, array)
 
 
 def test_nifti_shorter_than_its_header_declares_is_refused(tmp_path):
