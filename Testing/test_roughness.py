@@ -198,6 +198,22 @@ def test_direction_buckets_find_every_hit_of_the_exhaustive_search(ndim):
     assert radial_gaps(points, centre, reference.points, reference.cells) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
+@pytest.mark.xfail(strict=True, reason="_kernels.window_deviations: int(ceil(radius / bucket_mm)) overflows int64 "
+                   "for a finite radius above ~9e18 bucket sizes, so every window is empty (NaN)")
+def test_a_window_wider_than_int64_buckets_holds_the_whole_surface():
+    """A window radius (mm) beyond the surface's extent holds every vertex: the same per-vertex
+    roughness as an infinite radius, the area-weighted mean |zeta - mean zeta| (NumPy)."""
+    from segmetrics.roughness import local_roughness
+
+    mask = np.zeros((10, 10, 10), bool)
+    mask[2:8, 3:7, 2:9] = True
+    surface = mesh.smooth_surface(mask, (1.0, 1.0, 1.0))
+    zeta = np.linalg.norm(surface.points - surface_centre(surface.points, surface.sizes), axis=1)
+    expected = np.average(np.abs(zeta - np.average(zeta, weights=surface.sizes)), weights=surface.sizes)
+    assert local_roughness(surface, np.inf) == pytest.approx(np.full(len(zeta), expected), rel=1e-9)
+    assert local_roughness(surface, 1e20) == pytest.approx(np.full(len(zeta), expected), rel=1e-9)
+
+
 def test_identical_masks_give_zero_rr_and_ard():
     mask = _spiky_ball(3)
     values, _ = _values(mask, mask, (1.0, 1.0, 1.0))
