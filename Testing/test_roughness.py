@@ -198,8 +198,6 @@ def test_direction_buckets_find_every_hit_of_the_exhaustive_search(ndim):
     assert radial_gaps(points, centre, reference.points, reference.cells) == pytest.approx(expected, rel=1e-12, abs=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="_kernels.radial_gaps checks only the number of levels, not that each level "
-                   "of base holds (finest >> level)**3 buckets: a grid of another finest is read out of bounds")
 def test_radial_gaps_kernel_refuses_a_grid_built_for_another_finest():
     """A direction grid of 2 buckets per axis (levels of 8 and 1 buckets) read as one of 3 (27 and 1):
     the same number of levels, but bucket keys past the grid."""
@@ -209,10 +207,10 @@ def test_radial_gaps_kernel_refuses_a_grid_built_for_another_finest():
     grid = _kernels.direction_grid(cells[0], cells[1], 2)
     with pytest.raises(ValueError, match="does not fit"):
         _kernels.radial_gaps(np.ones((1, 3)) / np.sqrt(3), np.ones(1), *cells, 1e-9, 3, *grid)
+    with pytest.raises(ValueError, match="power of 2"):  # memory grows with the cube of finest
+        _kernels.direction_grid(cells[0], cells[1], 2 * _kernels.MAX_DIRECTION_BUCKETS)
 
 
-@pytest.mark.xfail(strict=True, reason="_kernels.window_deviations: int(ceil(radius / bucket_mm)) overflows int64 "
-                   "for a finite radius above ~9e18 bucket sizes, so every window is empty (NaN)")
 def test_a_window_wider_than_int64_buckets_holds_the_whole_surface():
     """A window radius (mm) beyond the surface's extent holds every vertex: the same per-vertex
     roughness as an infinite radius, the area-weighted mean |zeta - mean zeta| (NumPy)."""

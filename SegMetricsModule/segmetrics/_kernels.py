@@ -617,8 +617,8 @@ def direction_grid(cell_dirs, reach, finest):
     bucket). Returns ``(base, first, members)``: bucket ``(i, j, l)`` of level ``L`` is
     ``key = base[L] + (i * n + j) * n + l`` and holds cells ``members[first[key]:first[key + 1]]``.
     ValueError for a ``finest`` that is not a power of 2 or for rows that are not 3 components."""
-    if finest < 1 or finest & (finest - 1) != 0:
-        raise ValueError("direction_grid: finest must be a power of 2")
+    if finest < 1 or finest & (finest - 1) != 0 or finest > MAX_DIRECTION_BUCKETS:
+        raise ValueError("direction_grid: finest must be a power of 2 up to MAX_DIRECTION_BUCKETS")
     if cell_dirs.shape[1] != 3 or len(reach) != len(cell_dirs):
         raise ValueError("direction_grid: needs one reach per cell direction of 3 components")
     levels = 1
@@ -668,8 +668,12 @@ def radial_gaps(directions, zeta, cell_dirs, reach, frames, numerators, toleranc
     zero rows for segments) and ``numerators`` (``t * det``), corners included up to
     ``tolerance``. ValueError for a grid that does not fit ``finest`` or a member out of range."""
     levels = len(base) - 1
-    if (finest >> (levels - 1)) != 1 or len(first) != base[levels] + 1 or first[-1] != len(members):
+    if levels < 1 or (finest >> (levels - 1)) != 1 or base[0] != 0 or len(first) != base[levels] + 1 \
+            or first[-1] != len(members):
         raise ValueError("radial_gaps: the grid does not fit finest")
+    for level in range(levels):
+        if base[level + 1] - base[level] != (finest >> level) ** 3:
+            raise ValueError("radial_gaps: the grid does not fit finest")
     if directions.shape[1] != 3 or cell_dirs.shape[1] != 3 or frames.shape[1] != 3 or frames.shape[2] != 3:
         raise ValueError("radial_gaps: needs rows and frames of 3 components")
     if len(zeta) != len(directions) or len(reach) != len(cell_dirs) or len(frames) != len(cell_dirs) \
@@ -715,8 +719,8 @@ def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, fir
     of ``|zeta - m|``, with ``m`` their weighted mean of ``zeta``; returned as a 1-tuple (NaN for
     a window of zero weight). ValueError for a grid that is not one of :func:`vertex_grid` or
     per-vertex arrays of another length."""
-    if centres.shape[1] != 3:
-        raise ValueError("window_deviations: needs centres of 3 components")
+    if centres.shape[1] != 3 or len(low) != 3 or len(shape) != 3:
+        raise ValueError("window_deviations: needs centres, grid corner and grid shape of 3 components")
     if not (bucket_mm > 0 and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
             and first[-1] == len(order) and sorted_xyz.shape == (3, len(order))):
         raise ValueError("window_deviations: the grid is not one of vertex_grid")
@@ -729,7 +733,8 @@ def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, fir
         if not first[key] <= first[key + 1]:
             raise ValueError("window_deviations: bucket bounds are not increasing")
     limit = radius ** 2
-    rings = int(np.ceil(radius / bucket_mm)) if radius < np.inf else max(shape[0], shape[1], shape[2])
+    widest = max(shape[0], shape[1], shape[2])
+    rings = int(np.ceil(radius / bucket_mm)) if radius / bucket_mm < widest else widest  # no int overflow
     xs, ys, zs = sorted_xyz[0], sorted_xyz[1], sorted_xyz[2]
     result = np.empty(len(centres))
     for c in range(len(centres)):
