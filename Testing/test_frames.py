@@ -388,3 +388,14 @@ def test_class_names_that_look_like_rich_markup_are_shown_as_written(tmp_path, c
     out = tmp_path / "table.txt"
     assert main(["frames", str(gt_dir), str(pred_dir), "--classes", str(tmp_path / "markup.json"), "-o", str(out)]) == 0
     assert "[/b]tool (1)" in out.read_text() and "[red]tissue (2)" in out.read_text()
+
+
+def test_old_order_message_names_folders_given_as_dot(tmp_path, monkeypatch):
+    """'.' and '..' paths are named by the folders they resolve to (the message showed '()')."""
+    from segmetrics.frames import swapped_by_name
+
+    (tmp_path / "predictions").mkdir()
+    (tmp_path / "labels").mkdir()
+    monkeypatch.chdir(tmp_path / "predictions")
+    reason = swapped_by_name(".", "../labels")
+    assert "(predictions)" in reason and "(labels)" in reason

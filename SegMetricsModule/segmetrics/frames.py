@@ -346,8 +346,8 @@ def swapped_by_name(reference_dir, test_dir) -> str | None:
     second like references (``gt``, ``labels``, ``ref``, ``masks``, ``ground_truth``, ...)."""
     if (_folder_kind(reference_dir), _folder_kind(test_dir)) != ("prediction", "reference"):
         return None
-    return (f"the first folder ({Path(reference_dir).name}) is named like predictions and the second "
-            f"({Path(test_dir).name}) like references")
+    return (f"the first folder ({Path(reference_dir).resolve().name}) is named like predictions and the second "
+            f"({Path(test_dir).resolve().name}) like references")
 
 
 def swapped_by_content(reference_dir, test_dir) -> str | None:

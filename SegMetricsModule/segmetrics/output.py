@@ -136,8 +136,9 @@ SHORT_NAMES = {
 def display_decimals(value: float, unit: str, voxel_mm: float | None = None) -> int:
     """Decimals shown for ``value`` in the terminal table (display only; files keep full precision).
 
-    Ratios (unit ``"1"``): :data:`RATIO_DECIMALS`. Whole counts (unit ``"count"``): none. Other units: :data:`DISPLAY_DIGITS` significant
-    digits; distances (mm) never finer than :data:`DISTANCE_STEP_VOXELS` of the smallest voxel size
+    Ratios (unit ``"1"``): :data:`RATIO_DECIMALS`. Whole counts (unit ``"count"``): none. Other
+    units (and means of counts): :data:`DISPLAY_DIGITS` significant digits; distances (mm) never
+    finer than :data:`DISTANCE_STEP_VOXELS` of the smallest voxel size
     ``voxel_mm`` (0.01 mm at 1 mm voxels, so HD95 0.000108 mm on a 3 mm grid shows as 0.00).
     """
     if unit == "1":
