@@ -13,7 +13,7 @@ from .geometry import GeometryMismatchError, LabelImage
 from .registry import MetricValue, ParameterError, Parameters, Status, metric_specs
 from .validation import InputPolicy, ReadError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Public names served lazily from submodules that need scikit-image.
 _LAZY = {

@@ -116,7 +116,7 @@ class ComparisonResult:
                  "status": s.status, **{v.metric: v.value for v in s.values}} for s in self.structures]
 
     def to_dataframe(self, layout: str = "wide"):
-        """The values as a ``pandas.DataFrame`` (pandas is optional: ``pip install pandas``).
+        """The values as a ``pandas.DataFrame`` (pandas comes with the pip package; inside Slicer: ``pip install pandas``).
 
         ``layout="wide"``: one row per structure (:meth:`wide_rows`), NaN for undefined values and
         ``inf`` for a missed structure's Hausdorff distances; ``layout="long"``: one row per structure
@@ -126,7 +126,7 @@ class ComparisonResult:
         try:
             import pandas as pd
         except ImportError as error:
-            raise ImportError("to_dataframe needs pandas, which is optional: pip install pandas") from error
+            raise ImportError("to_dataframe needs pandas (not part of Slicer's Python): pip install pandas") from error
         if layout not in ("wide", "long"):
             raise ValueError(f"layout must be 'wide' or 'long', got {layout!r}")
         rows = self.wide_rows() if layout == "wide" else self.records()
