@@ -442,7 +442,8 @@ def test_review_surfaces_reuse_the_surfaces_compare_built(monkeypatch, direction
                        for centre, radius in (((11.3, 7.1, 8.2), 6.2), ((12.4, 7.9, 9.6), 5.7)))
     spacing = (2.0, 1.0, 1.0)
     images = [LabelImage(m.astype(np.uint8), spacing, direction=direction) for m in (reference, test)]
-    structure = compare(*images, metrics="distance").structures[0]
+    assert "surfaces" not in compare(*images, metrics="distance").structures[0].extras  # kept only when asked
+    structure = compare(*images, metrics="distance", keep_surfaces=True).structures[0]
     assert "test_surface" not in structure.extras and structure.extras["surfaces"].test is not None
     meshed = SimpleNamespace(extras={})
     mrml.add_review_surfaces(meshed, reference, test, spacing, Parameters())

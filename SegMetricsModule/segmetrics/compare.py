@@ -276,6 +276,7 @@ def compare(
     synonyms: dict | None = None,
     image=None,
     contour_resolution_mm: float | None = None,
+    keep_surfaces: bool = False,
 ) -> ComparisonResult:
     """Compare a test segmentation with a reference, structure by structure.
 
@@ -313,6 +314,9 @@ def compare(
     contour_resolution_mm : float, optional
         Pixel size of a grid built from contour planes (default
         :data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
+    keep_surfaces : bool
+        Keep each structure's 3-D surfaces in ``extras["surfaces"]`` (:class:`PairSurfaces`), e.g.
+        for the Slicer review; off by default, so that results of many structures stay small.
 
     Raises :class:`NothingToCompareError` when neither image holds a structure and no ``labels``
     were given, and ``ValueError`` for parameters that do not fit the images (e.g. ``msi_axis``).
@@ -321,8 +325,7 @@ def compare(
     storage orientation (:mod:`segmetrics.orientation`), each structure pair within the bounding
     box of its voxels (labels and boxes are found in one pass per image), while everything that
     refers to the array (``msi_axis``, per-slice MSI rows, surface polydata in ``extras``) stays in
-    the stored array's indices and index-scaled frame. When the groups built 3-D surfaces, a
-    structure's ``extras["surfaces"]`` (:class:`PairSurfaces`) keeps them, e.g. for the Slicer review.
+    the stored array's indices and index-scaled frame.
     """
     from .io import load_pair
     from .provenance import describe_input, grid_info, provenance
@@ -374,7 +377,7 @@ def compare(
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]
         extras = view.surfaces_to_stored(pair.extras, grid.spacing)
-        if pair.reference.ndim == 3 and ("surface", "test") in pair.cache:  # built by segmetrics.mesh.cached_surface
+        if keep_surfaces and pair.reference.ndim == 3 and ("surface", "test") in pair.cache:  # built by segmetrics.mesh.cached_surface
             kept = [pair.cache[("surface", side)] for side in ("reference", "test")]  # without their search structures:
             kept = [None if surface is None else replace(surface) for surface in kept]  # results hold less memory
             extras["surfaces"] = PairSurfaces(*kept, view, grid.spacing)

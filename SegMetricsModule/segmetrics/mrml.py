@@ -495,7 +495,7 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
             for image in images:
                 image.names = {1: pair.name}
             step(1, "computing metrics")
-            structure = compare(images[0], images[1], metrics=metrics, params=params).structures[0]
+            structure = compare(images[0], images[1], metrics=metrics, params=params, keep_surfaces=True).structures[0]
             structure.reference_label, structure.test_label = pair.reference_id, pair.test_id
             step(2, "building the review surfaces")
             structure.extras["slice_centres"] = slice_centres(masks[0] | masks[1], msi_axis(structure))
