@@ -107,6 +107,44 @@ def test_square_with_a_hole_by_separate_contours_and_by_keyhole(tmp_path):
     assert image.names[3] == "empty" and not image.mask(3).any()
 
 
+def test_polygon_regions_follow_the_even_odd_rule_of_the_rasteriser(tmp_path):
+    """The exact polygon region (MSI, Dice on polygons) and the raster fill agree: a contour traced
+    twice or given twice cancels, a second ring inside is a hole, an out-and-back polygon (not on one
+    line) encloses nothing. Edges at .5 mm: the 1 mm grid's pixel count is the area, exactly."""
+    from segmetrics.dicom import even_odd_region
+
+    square, hole = rectangle(0.5, 0.5, 10.5, 10.5, 0), rectangle(3.5, 3.5, 6.5, 6.5, 0)
+    out_and_back = np.array([[0.5, 0.5, 0], [10.5, 0.5, 0], [10.5, 10.5, 0], [10.5, 0.5, 0]])
+    cases = {"traced_twice": ([np.vstack([square, square])], 0), "given_twice": ([square, square], 0),
+             "hole": ([square, hole], 100 - 9), "out_and_back": ([square, out_and_back], 100)}
+    for name, (rings, area) in cases.items():
+        assert even_odd_region([ring[:, :2] for ring in rings]).area == pytest.approx(area, abs=1e-9), name
+    write_rtstruct(tmp_path / "rt.dcm", {name: rings for name, (rings, _area) in cases.items()})
+    image = load_label_image(tmp_path / "rt.dcm")
+    for label, (rings, area) in enumerate(cases.values(), start=1):
+        assert image.mask(label).sum() == area, image.names[label]
+    result = compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", metrics=["dice", "msi", "contours"])
+    for name in ("traced_twice", "given_twice"):
+        assert result[name].status == "both_empty" and result[name].extras.get("msi_slices", []) == []
+    for name in ("hole", "out_and_back"):
+        assert [row.msi for row in result[name].extras["msi_slices"]] == [1.0]
+
+
+def test_polygon_regions_contain_the_pixel_centres_the_rasteriser_fills():
+    """Random self-crossing rings, repeated rings and out-and-back rings: the pixel centres inside
+    the exact region are those :func:`fill_even_odd` fills (random coordinates: no centre on an edge)."""
+    import shapely
+    from segmetrics.dicom import even_odd_region
+
+    rng = np.random.default_rng(3)
+    rows, columns = np.mgrid[0:30, 0:30]
+    for _ in range(60):
+        rings = [rng.uniform(-2, 32, (int(rng.integers(3, 8)), 2)) for _ in range(int(rng.integers(1, 4)))]
+        rings += [rings[0]] * int(rng.integers(0, 2)) + [np.vstack([rings[-1], rings[-1][-2:0:-1]])]
+        region = even_odd_region(rings)
+        assert np.array_equal(shapely.contains_xy(region, rows, columns), fill_even_odd(rings, (30, 30)))
+
+
 def test_rasterised_circle_area_and_dice_against_the_exact_disk(tmp_path):
     radius, resolution = 12.3, 0.5
     write_rtstruct(tmp_path / "rt.dcm", {"disk": [circle(radius, z) for z in (0.0, 2.0, 4.0)]})

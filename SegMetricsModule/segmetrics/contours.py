@@ -66,7 +66,7 @@ def boundary(rings):
 
 
 def polygon_dice(reference, test) -> float:
-    """Dice of two sides' filled contours on one plane (:func:`segmetrics.msi.filled_region`, exact
+    """Dice of two sides' filled contours on one plane (:func:`segmetrics.dicom.even_odd_region`, exact
     areas, mm²); NaN when both are empty."""
     total = reference.area + test.area
     return 2 * reference.intersection(test).area / total if total > 0 else math.nan

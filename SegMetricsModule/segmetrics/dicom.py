@@ -365,6 +365,28 @@ def fill_even_odd(rings, shape) -> np.ndarray:
     return np.cumsum(steps, axis=1)[:, :-1] > 0
 
 
+def even_odd_region(rings):
+    """The region (shapely geometry, in-plane mm) inside closed ``rings`` (``(N, 2)`` arrays, closed
+    implicitly) by the even-odd rule of :func:`fill_even_odd`, exactly: the faces of the arrangement
+    of all ring edges (noded by shapely) whose interior is crossed an odd number of times. A ring
+    inside another is a hole, a ring given twice (or traced twice) cancels, an out-and-back polygon
+    encloses nothing, a self-crossing ring keeps each of its lobes."""
+    import shapely
+    from skimage.measure import points_in_poly
+
+    rings = [np.asarray(ring, dtype=float) for ring in rings if len(ring) >= 3]
+    if not rings:
+        return shapely.Polygon()
+    edges = shapely.union_all([shapely.LineString(np.vstack([ring, ring[:1]])) for ring in rings])
+    faces = shapely.get_parts(shapely.polygonize(shapely.get_parts(edges)))
+    faces = faces[shapely.area(faces) > 0]
+    if not len(faces):
+        return shapely.Polygon()
+    probes = shapely.get_coordinates(shapely.point_on_surface(faces))  # inside a face: on no edge
+    odd = np.logical_xor.reduce([points_in_poly(probes, ring) for ring in rings])
+    return shapely.union_all(faces[odd])
+
+
 def read_image_grid(path) -> LabelImage:
     """The grid of an image: a DICOM series folder (sorted by position with SimpleITK's
     ``ImageSeriesReader``; the folder must hold one image series) or any image file."""
