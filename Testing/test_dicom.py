@@ -440,6 +440,17 @@ def test_contours_folded_onto_a_line_enclose_nothing(tmp_path):
     assert result["bowtie"].value("dice") == 1.0 and result["bowtie"].value("msi") == 1.0
 
 
+def test_contours_enclosing_no_area_are_counted_in_a_note_naming_the_roi(tmp_path):
+    two_points = np.array([[0, 0, 0], [5, 5, 0]], float)
+    out_and_back = np.array([[0, 0, 0], [10, 0, 0], [10, 10, 0], [10, 0, 0]], float)  # not on one line
+    write_rtstruct(tmp_path / "rt.dcm", {"gtv": [two_points, out_and_back, rectangle(0, 0, 4, 4, 0)],
+                                         "ctv": [rectangle(0, 0, 8, 8, 0)]})
+    assert read_structure_set(tmp_path / "rt.dcm").dropped == {1: 2}
+    notes = compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", metrics=["dice"]).notes
+    dropped = [note for note in notes if "enclose no area" in note]
+    assert len(dropped) == 2 and all("2 contour(s) of 'gtv'" in note for note in dropped)  # one per side
+
+
 @pytest.mark.parametrize("numbers, problem", [((0, 2), "ROI number 0 \\('a'\\) is not a positive number"),
                                               ((-3, 2), "ROI number -3 \\('a'\\) is not a positive number"),
                                               ((1, 1), "ROI number 1 \\('a'\\) is used by more than one ROI")])
