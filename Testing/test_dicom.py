@@ -386,8 +386,10 @@ def test_a_structure_set_from_another_frame_of_reference_is_refused(tmp_path, da
     result = compare(folder / "rtss.dcm", folder / "rtss.dcm", image=ct.parent, metrics="dice")
     assert not any("warning" in note for note in result.notes)  # the series the contours reference
     other = _modified_copy(folder / "rtss.dcm", tmp_path / "other.dcm", FrameOfReferenceUID="1.2.3.4")
+    advice = {ct.parent: r"\(give the image series the contours were drawn on \(CLI: --image DIR\)\)$",
+              None: r"\(compare structure sets drawn on the same scan, or register them first\)$"}
     for reference, test, image in ((other, other, ct.parent), (folder / "rtss.dcm", other, None)):
-        with pytest.raises(ReadError, match=r"frame of reference .* not the same patient coordinates"):
+        with pytest.raises(ReadError, match=r"frame of reference .* not the same patient coordinates " + advice[image]):
             compare(reference, test, image=image, metrics="dice")
     assert main(["compare", str(other), str(other), "--image", str(ct.parent), "--metrics", "dice"]) != 0
     error = capsys.readouterr().err.strip()

@@ -461,18 +461,20 @@ def check_frames_of_reference(structure_sets, others=(), image=None, image_frame
     that of the image ``image`` (``image_frame``, from :func:`read_image_series`), of the other
     DICOM inputs ``others`` (paths; inputs that are not DICOM carry no frame of reference and are
     not checked) or of each other: their patient coordinates do not belong together."""
-    known = [(str(image), {image_frame})] if image is not None and image_frame else []
-    known += [(str(other), {frame}) for other in others
+    same_scan = "compare {} drawn on the same scan, or register them first"
+    known = [(str(image), {image_frame}, "give the image series the contours were drawn on (CLI: --image DIR)")
+             ] if image is not None and image_frame else []
+    known += [(str(other), {frame}, same_scan.format("inputs")) for other in others
               if isinstance(other, (str, Path)) and Path(other).is_file() and looks_like_dicom(Path(other))
               and (frame := dicom_identity(other)[0])]
-    known += [(s.source, s.frames_of_reference) for s in structure_sets if s.frames_of_reference]
+    known += [(s.source, s.frames_of_reference, same_scan.format("structure sets"))
+              for s in structure_sets if s.frames_of_reference]
     for structures in structure_sets:
-        for source, frames in known:
+        for source, frames, advice in known:
             if structures.frames_of_reference and not structures.frames_of_reference & frames:
                 raise ReadError(f"{structures.source}: contours are in frame of reference "
                                 f"{', '.join(sorted(structures.frames_of_reference))} but {source} is in "
-                                f"{', '.join(sorted(frames))}: not the same patient coordinates (give the image "
-                                "series the contours were drawn on)")
+                                f"{', '.join(sorted(frames))}: not the same patient coordinates ({advice})")
 
 
 def series_warnings(structures: StructureSet, image, series: str | None) -> list:
