@@ -281,12 +281,14 @@ def rings_by_plane(reference, test) -> tuple:
     """``(axes, planes)`` of two sides' planar polygons (patient mm): ``axes`` the rows ``u, v, n``
     of :func:`plane_axes`, ``planes`` ``{position along n (mm): (reference rings, test rings)}`` in
     increasing order, each side a list (maybe empty) of ``(N, 2)`` rings in in-plane ``(u, v)`` mm,
-    closed implicitly (polygons closer than :data:`PLANE_TOLERANCE_MM` share a plane)."""
+    closed implicitly (polygons closer than :data:`PLANE_TOLERANCE_MM` share a plane). A polygon's
+    position is the median of its points' (a mean adds float noise: -122.44 became -122.44000000000004),
+    so an axial plane's position is its z coordinate as written in the file."""
     polygons = list(reference) + list(test)
     if not polygons:
         return np.eye(3), {}
     axes = plane_axes(polygons)
-    offsets = np.array([float(np.mean(p @ axes[2])) for p in polygons])
+    offsets = np.array([float(np.median(p @ axes[2])) for p in polygons])  # one of the points': exact
     planes = distinct_planes(offsets)
     rings: dict = {}
     for index, polygon in enumerate(polygons):
