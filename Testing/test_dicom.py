@@ -128,6 +128,9 @@ def test_polygon_regions_follow_the_even_odd_rule_of_the_rasteriser(tmp_path):
         assert result[name].status == "both_empty" and result[name].extras.get("msi_slices", []) == []
     for name in ("hole", "out_and_back"):
         assert [row.msi for row in result[name].extras["msi_slices"]] == [1.0]
+    lengths = {name: [row["reference_length_mm"] for row in result[name].extras.get("contour_slices", [])]
+               for name in cases}  # the contours drawn are the filled region's boundary
+    assert lengths == {"traced_twice": [], "given_twice": [], "hole": [40.0 + 12.0], "out_and_back": [40.0]}
 
 
 def test_polygon_regions_contain_the_pixel_centres_the_rasteriser_fills():
