@@ -107,6 +107,47 @@ def test_square_with_a_hole_by_separate_contours_and_by_keyhole(tmp_path):
     assert image.names[3] == "empty" and not image.mask(3).any()
 
 
+def test_polygon_regions_follow_the_even_odd_rule_of_the_rasteriser(tmp_path):
+    """The exact polygon region (MSI, Dice on polygons) and the raster fill agree: a contour traced
+    twice or given twice cancels, a second ring inside is a hole, an out-and-back polygon (not on one
+    line) encloses nothing. Edges at .5 mm: the 1 mm grid's pixel count is the area, exactly."""
+    from segmetrics.dicom import even_odd_region
+
+    square, hole = rectangle(0.5, 0.5, 10.5, 10.5, 0), rectangle(3.5, 3.5, 6.5, 6.5, 0)
+    out_and_back = np.array([[0.5, 0.5, 0], [10.5, 0.5, 0], [10.5, 10.5, 0], [10.5, 0.5, 0]])
+    cases = {"traced_twice": ([np.vstack([square, square])], 0), "given_twice": ([square, square], 0),
+             "hole": ([square, hole], 100 - 9), "out_and_back": ([square, out_and_back], 100)}
+    for name, (rings, area) in cases.items():
+        assert even_odd_region([ring[:, :2] for ring in rings]).area == pytest.approx(area, abs=1e-9), name
+    write_rtstruct(tmp_path / "rt.dcm", {name: rings for name, (rings, _area) in cases.items()})
+    image = load_label_image(tmp_path / "rt.dcm")
+    for label, (rings, area) in enumerate(cases.values(), start=1):
+        assert image.mask(label).sum() == area, image.names[label]
+    result = compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", metrics=["dice", "msi", "contours"])
+    for name in ("traced_twice", "given_twice"):
+        assert result[name].status == "both_empty" and result[name].extras.get("msi_slices", []) == []
+    for name in ("hole", "out_and_back"):
+        assert [row.msi for row in result[name].extras["msi_slices"]] == [1.0]
+    lengths = {name: [row["reference_length_mm"] for row in result[name].extras.get("contour_slices", [])]
+               for name in cases}  # the contours drawn are the filled region's boundary
+    assert lengths == {"traced_twice": [], "given_twice": [], "hole": [40.0 + 12.0], "out_and_back": [40.0]}
+
+
+def test_polygon_regions_contain_the_pixel_centres_the_rasteriser_fills():
+    """Random self-crossing rings, repeated rings and out-and-back rings: the pixel centres inside
+    the exact region are those :func:`fill_even_odd` fills (random coordinates: no centre on an edge)."""
+    import shapely
+    from segmetrics.dicom import even_odd_region
+
+    rng = np.random.default_rng(3)
+    rows, columns = np.mgrid[0:30, 0:30]
+    for _ in range(60):
+        rings = [rng.uniform(-2, 32, (int(rng.integers(3, 8)), 2)) for _ in range(int(rng.integers(1, 4)))]
+        rings += [rings[0]] * int(rng.integers(0, 2)) + [np.vstack([rings[-1], rings[-1][-2:0:-1]])]
+        region = even_odd_region(rings)
+        assert np.array_equal(shapely.contains_xy(region, rows, columns), fill_even_odd(rings, (30, 30)))
+
+
 def test_rasterised_circle_area_and_dice_against_the_exact_disk(tmp_path):
     radius, resolution = 12.3, 0.5
     write_rtstruct(tmp_path / "rt.dcm", {"disk": [circle(radius, z) for z in (0.0, 2.0, 4.0)]})
@@ -348,8 +389,10 @@ def test_a_structure_set_from_another_frame_of_reference_is_refused(tmp_path, da
     result = compare(folder / "rtss.dcm", folder / "rtss.dcm", image=ct.parent, metrics="dice")
     assert not any("warning" in note for note in result.notes)  # the series the contours reference
     other = _modified_copy(folder / "rtss.dcm", tmp_path / "other.dcm", FrameOfReferenceUID="1.2.3.4")
+    advice = {ct.parent: r"\(give the image series the contours were drawn on \(CLI: --image DIR\)\)$",
+              None: r"\(compare structure sets drawn on the same scan, or register them first\)$"}
     for reference, test, image in ((other, other, ct.parent), (folder / "rtss.dcm", other, None)):
-        with pytest.raises(ReadError, match=r"frame of reference .* not the same patient coordinates"):
+        with pytest.raises(ReadError, match=r"frame of reference .* not the same patient coordinates " + advice[image]):
             compare(reference, test, image=image, metrics="dice")
     assert main(["compare", str(other), str(other), "--image", str(ct.parent), "--metrics", "dice"]) != 0
     error = capsys.readouterr().err.strip()
@@ -400,6 +443,17 @@ def test_contours_folded_onto_a_line_enclose_nothing(tmp_path):
     result = compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", metrics=["dice", "msi", "contours"])
     assert result["line"].status == "both_empty" and result["line"].extras.get("msi_slices", []) == []
     assert result["bowtie"].value("dice") == 1.0 and result["bowtie"].value("msi") == 1.0
+
+
+def test_contours_enclosing_no_area_are_counted_in_a_note_naming_the_roi(tmp_path):
+    two_points = np.array([[0, 0, 0], [5, 5, 0]], float)
+    out_and_back = np.array([[0, 0, 0], [10, 0, 0], [10, 10, 0], [10, 0, 0]], float)  # not on one line
+    write_rtstruct(tmp_path / "rt.dcm", {"gtv": [two_points, out_and_back, rectangle(0, 0, 4, 4, 0)],
+                                         "ctv": [rectangle(0, 0, 8, 8, 0)]})
+    assert read_structure_set(tmp_path / "rt.dcm").dropped == {1: 2}
+    notes = compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", metrics=["dice"]).notes
+    dropped = [note for note in notes if "enclose no area" in note]
+    assert len(dropped) == 2 and all("2 contour(s) of 'gtv'" in note for note in dropped)  # one per side
 
 
 @pytest.mark.parametrize("numbers, problem", [((0, 2), "ROI number 0 \\('a'\\) is not a positive number"),

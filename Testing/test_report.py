@@ -156,6 +156,21 @@ def test_report_escapes_names_and_neutralises_csv_formulas(tmp_path, monkeypatch
     assert {float(r["mean"]) for r in rows} == {-1.5} and all(r["mean"] == "-1.5" for r in rows)  # numbers stay numbers
 
 
+def test_report_anchors_are_unique_and_keep_unicode_names(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: INFO)
+    agg = aggregate([_record("c1", name, "dice", 0.5) for name in ("Läsion", "Lésion")])
+    titles = [f"c1 / {name} (worst dice = 0.5)" for name in ("Läsion", "Lésion", "Lésion")] + ["¿?"]
+    write_report(tmp_path, agg, details=[(title, None, SimpleNamespace(extras={})) for title in titles])
+    page = (tmp_path / "report.html").read_text()
+    ids = re.findall(r"<h\d id='([^']*)'>", page)
+    assert len(ids) == len(set(ids)) and all(ids) and not any(re.search(r"\s", i) for i in ids)
+    assert ids[-5:-1] == ["c1--läsion-worst-dice--05", "c1--lésion-worst-dice--05", "c1--lésion-worst-dice--05-1",
+                          "section"]  # GitHub's anchors: the Markdown report's headings get the same
+    assert set(re.findall(r"href='#([^']*)'", page)) <= set(ids)  # every link has its heading
+
+
 def test_report_leads_with_the_summary_and_failures_and_ends_with_settings(tmp_path, monkeypatch):
     info = {**INFO, "hd95_mm": ("mm", "lower"), "hdp_mm": ("mm", "lower")}
     monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: info)

@@ -132,6 +132,21 @@ def test_mask_slice_rows_against_brute_force():
     assert rows[-1]["status"] == "reference_empty" and rows[-1]["apl_mm"] == 0.0 and math.isnan(rows[-1]["hd_mm"])
 
 
+def test_slice_positions_are_the_inputs_without_float_noise(tmp_path):
+    """Mask rows: index x spacing rounded to 1e-6 mm (3 x 1.4 is 4.199999999999999 in floats);
+    polygon rows: the planes' z as written in the file (the mean of 97 equal z values was not)."""
+    reference = np.zeros((5, 12, 12), bool)
+    reference[:, 3:9, 3:9] = True
+    rows = slice_rows(compare(reference, reference, spacing=(1.4, 0.5, 0.5), metrics="msi,contours")["1"])
+    assert [row["position_mm"] for row in rows] == [0.0, 1.4, 2.8, 4.2, 5.6]
+    planes = (-122.44, -119.44, -116.44)
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [circle(10.0, z, (153.3, -201.7), 97) for z in planes]})
+    write_rtstruct(tmp_path / "test.dcm", {"a": [circle(9.0, z, (154.1, -201.7), 101) for z in planes]})
+    result = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi,contours")["a"]
+    assert [row["position_mm"] for row in slice_rows(result)] == list(planes)
+    assert [row.position_mm for row in result.extras["msi_slices"]] == list(planes)  # exact before the table
+
+
 def test_slice_columns_of_one_group_only_are_nan():
     reference = np.zeros((3, 12, 12), bool)
     reference[:, 3:9, 3:9] = True

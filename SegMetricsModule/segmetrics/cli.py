@@ -220,7 +220,7 @@ def _add_frames_parser(subparsers) -> None:
                         "reference folder first")
     p.add_argument("--scores", metavar="PATH", help="instance scores: folder of probability maps paired by name "
                    "(mean inside each instance) or JSON/CSV (frame,instance,score); default 1, ties in file-name order")
-    p.add_argument("--detection-iou", type=float, default=0.5, help="IoU threshold of the detection counts (default 0.5)")
+    p.add_argument("--detection-iou", type=float, help="IoU threshold of the detection counts (default 0.5)")
     p.add_argument("--size-edges", metavar="MM,MM",
                    help="equivalent diameters between small, medium and large instances for the detection counts "
                         "per size (default 3,10 mm; PNG and .npy pixels count as 1 mm)")
@@ -281,7 +281,8 @@ def _run_frames(args) -> int:
     result = evaluate_folders(
         test_dir, reference_dir, classes=read_name_map(args.classes) if args.classes else None,
         rules=rules, instances=args.instances or bool(args.instance_dirs or args.scores),
-        connectivity=args.connectivity, scores=args.scores, detection_iou=args.detection_iou,
+        connectivity=args.connectivity, scores=args.scores,
+        detection_iou=DETECTION_IOU if args.detection_iou is None else args.detection_iou,
         instance_dirs=args.instance_dirs and args.instance_dirs[::-1], threshold=args.threshold, input_policy=_input_policy(args),
         size_edges_mm=size_edges,
     )
@@ -416,6 +417,11 @@ OPTION_RANGES = {
     "detection_iou": (lambda x: 0 < x <= 1, "in (0, 1]"),
 }
 
+#: ``frames`` options of the instance metrics (``--instances``, implied by ``--instance-dirs``/``--scores``).
+INSTANCE_OPTIONS = ("connectivity", "detection_iou", "size_edges")
+#: ``--detection-iou`` when not given.
+DETECTION_IOU = 0.5
+
 #: Output locations of each command: option -> "file" or "folder".
 OUTPUTS = {
     "compare": {"output": "file", "slices": "file"},
@@ -458,7 +464,8 @@ def _labels(args):
 
 def check_options(args) -> None:
     """Refuse invalid option values in one line before any work: every number finite, bounded options
-    in range, ``--penalty`` valid, metric parameters accepted by ``Parameters``."""
+    in range, ``--penalty`` valid, ``frames`` instance options only with instances, metric parameters
+    accepted by ``Parameters``."""
     for option, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise UserError(f"{_flag(option)} {value}: expected a finite number")
@@ -466,6 +473,11 @@ def check_options(args) -> None:
             raise UserError(f"{_flag(option)} {value}: expected a value {OPTION_RANGES[option][1]}")
     if getattr(args, "penalty", None) is not None:
         _penalty(args.penalty)
+    if args.command == "frames" and not (args.instances or args.instance_dirs or args.scores):
+        given = [_flag(option) for option in INSTANCE_OPTIONS if getattr(args, option) is not None]
+        if given:
+            raise UserError(f"{', '.join(given)}: only used by the instance metrics; add --instances, or leave "
+                            f"{'it' if len(given) == 1 else 'them'} out")
     if hasattr(args, "labels"):
         _labels(args)
     if hasattr(args, "params"):  # compare and batch: Parameters validates the metric parameters

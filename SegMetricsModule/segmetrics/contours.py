@@ -5,8 +5,10 @@ themselves, without rasterising. For masks the contours are those of slice-wise 
 squares boundaries (:func:`segmetrics.mesh.contours_2d`) of each slice along the MSI slice axis
 (:func:`segmetrics.msi.pair_slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Polygons
 are grouped by plane (:func:`segmetrics.msi.contour_planes`, shared with the polygon MSI; planes
-closer than :data:`segmetrics.dicom.PLANE_TOLERANCE_MM` are one) and measured in the plane with
-shapely:
+closer than :data:`segmetrics.dicom.PLANE_TOLERANCE_MM` are one); each side's contour on a plane is
+the boundary of its even-odd region (:func:`segmetrics.dicom.even_odd_region`, as rasterised: a
+contour given twice is none, a keyhole's channel and an out-and-back spur are not drawn), measured
+in the plane with shapely:
 
 - **added path length** ``apl_mm`` (Vaassen et al., Phys Imaging Radiat Oncol 13, 2020): the
   length of the reference contour farther than ``Parameters.apl_tolerance_mm`` from the test
@@ -58,6 +60,16 @@ METRICS = (
 )
 
 
+def region_rings(region) -> list:
+    """The closed rings (``(N, 2)`` mm, closed implicitly) bounding a shapely region: the outer
+    and hole boundaries of each of its polygons."""
+    import shapely
+
+    return [np.asarray(ring.coords)[:-1] for part in shapely.get_parts(region)
+            if isinstance(part, shapely.Polygon) and not part.is_empty
+            for ring in (part.exterior, *part.interiors)]
+
+
 def boundary(rings):
     """A shapely ``MultiLineString`` of closed ``(N, 2)`` rings (mm), or None without rings."""
     import shapely
@@ -66,7 +78,7 @@ def boundary(rings):
 
 
 def polygon_dice(reference, test) -> float:
-    """Dice of two sides' filled contours on one plane (:func:`segmetrics.msi.filled_region`, exact
+    """Dice of two sides' filled contours on one plane (:func:`segmetrics.dicom.even_odd_region`, exact
     areas, mm²); NaN when both are empty."""
     total = reference.area + test.area
     return 2 * reference.intersection(test).area / total if total > 0 else math.nan
@@ -131,9 +143,10 @@ def _planes(pair: StructurePair, params: Parameters):
     if pair.contours is not None:
         axes, planes = contour_planes(pair)
         axis, slices = plane_slices(pair, list(planes), axes[2])
-        per_plane = zip(slices, planes.items(), contour_regions(pair))
-        return SAMPLE_STEP_MM, axis, [(index, position, *rings, polygon_dice(*regions))
-                                      for index, (position, rings), regions in per_plane]
+        per_plane = zip(slices, planes, contour_regions(pair))
+        return SAMPLE_STEP_MM, axis, [(index, position, *map(region_rings, regions), polygon_dice(*regions))
+                                      for index, position, regions in per_plane
+                                      if not all(region.is_empty for region in regions)]
     volume = pair.reference.ndim == 3
     axis = pair_slice_axis(pair, params) if volume else 0
     in_plane = np.delete(pair.spacing, axis) if volume else pair.spacing

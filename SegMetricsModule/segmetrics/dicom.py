@@ -14,8 +14,9 @@ RT Structure Set (read with pydicom)
     Each ROI (``ROINumber`` becomes the label value, ``ROIName`` the structure name) is a set of
     ``CLOSED_PLANAR`` polygons in patient mm. ROIs without any contour are kept as empty
     structures; ROIs made only of ``POINT``/``OPEN_*`` contours (markers, isocentres) are not
-    volumes and are left out, as are polygons enclosing no area (:func:`encloses_area`); a NaN or
-    infinite coordinate is refused. Polygons are rasterised on a grid (:func:`rasterise`):
+    volumes and are left out, as are polygons enclosing no area (:func:`encloses_area`; a note
+    counts them per ROI); a NaN or infinite coordinate is refused. Polygons are rasterised on a
+    grid (:func:`rasterise`):
 
     - **rule**: a pixel belongs to the ROI when its *centre* lies inside by the **even-odd rule**
       over all polygons of that ROI on that slice (a contour inside another is a hole, "keyhole"
@@ -73,13 +74,15 @@ class ContourImage(LabelImage):
 class StructureSet:
     """The closed planar contours of one RTSTRUCT file: ``names`` and ``contours`` by ROI number;
     the ``frames_of_reference`` (UIDs) its ROIs are drawn in and the image ``referenced_series``
-    (Series Instance UIDs) it names, both empty when the file does not say."""
+    (Series Instance UIDs) it names, both empty when the file does not say; ``dropped``: by ROI
+    number, how many of its closed contours enclose no area (:func:`encloses_area`) and were left out."""
 
     source: str
     names: dict
     contours: dict
     frames_of_reference: frozenset = frozenset()
     referenced_series: frozenset = frozenset()
+    dropped: dict = field(default_factory=dict)
 
     def polygons(self):
         """Every polygon of every ROI (``(N, 3)`` arrays, mm)."""
@@ -152,7 +155,7 @@ def read_structure_set(path) -> StructureSet:
                             "label values, one per structure")
     names = dict(rois)
     contours = {number: [] for number in names}
-    markers = set()
+    markers, dropped = set(), {}
     for number, roi in zip(contour_numbers, dataset.get("ROIContourSequence", [])):
         for contour in roi.get("ContourSequence", []):
             if contour.get("ContourGeometricType", "CLOSED_PLANAR") != "CLOSED_PLANAR":
@@ -164,6 +167,8 @@ def read_structure_set(path) -> StructureSet:
                 raise ReadError(f"{path}: ROI {number} has a contour with unreadable ContourData ({error})") from error
             if encloses_area(points):
                 contours.setdefault(number, []).append(points)
+            else:
+                dropped[number] = dropped.get(number, 0) + 1
     for number in markers - {n for n, polygons in contours.items() if polygons}:
         names.pop(number, None)  # a marker (POINT, OPEN_PLANAR), not a volume
         contours.pop(number, None)
@@ -175,7 +180,7 @@ def read_structure_set(path) -> StructureSet:
     frames = frames or {str(frame.FrameOfReferenceUID) for frame in referenced if frame.get("FrameOfReferenceUID")}
     series = {str(s.SeriesInstanceUID) for frame in referenced for study in frame.get("RTReferencedStudySequence", [])
               for s in study.get("RTReferencedSeriesSequence", []) if s.get("SeriesInstanceUID")}
-    return StructureSet(str(path), names, contours, frozenset(frames), frozenset(series))
+    return StructureSet(str(path), names, contours, frozenset(frames), frozenset(series), dropped)
 
 
 def _roi_number(item, keyword: str) -> int:
@@ -203,10 +208,13 @@ def _contour_points(contour) -> np.ndarray:
 
 
 def encloses_area(points) -> bool:
-    """Whether a closed polygon (``(N, 3)`` mm) can enclose an area: at least 3 points not all on
-    one line (within 1e-6 mm); fewer points, or a polygon folded onto a line, encloses nothing and
-    is left out like an empty contour."""
-    return len(points) >= 3 and np.linalg.matrix_rank(points - points.mean(axis=0), tol=1e-6) >= 2
+    """Whether a closed planar polygon (``(N, 3)`` mm) encloses an area by the even-odd rule
+    (:func:`even_odd_region` in its plane, more than 1e-6 mm²). Fewer than 3 points, a polygon
+    folded onto a line (within 1e-6 mm) or one going out and back along its own edges encloses
+    nothing: the reader leaves it out and counts it (``StructureSet.dropped``)."""
+    if len(points) < 3 or np.linalg.matrix_rank(points - points.mean(axis=0), tol=1e-6) < 2:
+        return False
+    return even_odd_region([points @ plane_axes([points])[:2].T]).area > 1e-6
 
 
 def read_rtstruct(path) -> ContourImage:
@@ -223,7 +231,7 @@ def plane_axes(polygons) -> np.ndarray:
     """
     largest = max(polygons, key=len)
     centred = largest - largest.mean(axis=0)
-    normal = np.linalg.svd(centred)[2][2]
+    normal = np.linalg.svd(centred, full_matrices=False)[2][2]
     normal = normal * np.sign(normal[np.argmax(np.abs(normal))])
     first, _ = sorted(set(range(3)) - {int(np.argmax(np.abs(normal)))})
     u = np.eye(3)[first] - normal[first] * normal
@@ -273,12 +281,14 @@ def rings_by_plane(reference, test) -> tuple:
     """``(axes, planes)`` of two sides' planar polygons (patient mm): ``axes`` the rows ``u, v, n``
     of :func:`plane_axes`, ``planes`` ``{position along n (mm): (reference rings, test rings)}`` in
     increasing order, each side a list (maybe empty) of ``(N, 2)`` rings in in-plane ``(u, v)`` mm,
-    closed implicitly (polygons closer than :data:`PLANE_TOLERANCE_MM` share a plane)."""
+    closed implicitly (polygons closer than :data:`PLANE_TOLERANCE_MM` share a plane). A polygon's
+    position is the median of its points' (a mean adds float noise: -122.44 became -122.44000000000004),
+    so an axial plane's position is its z coordinate as written in the file."""
     polygons = list(reference) + list(test)
     if not polygons:
         return np.eye(3), {}
     axes = plane_axes(polygons)
-    offsets = np.array([float(np.mean(p @ axes[2])) for p in polygons])
+    offsets = np.array([float(np.median(p @ axes[2])) for p in polygons])  # one of the points': exact
     planes = distinct_planes(offsets)
     rings: dict = {}
     for index, polygon in enumerate(polygons):
@@ -325,6 +335,9 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     image.notes += [f"{structures.source}: {count} slice(s) of the grid hold several contour planes of "
                     f"{structures.names[label]!r} (slices thicker than the contour spacing): each holds their union"
                     for label, count in shared.items()]
+    image.notes += [f"{structures.source}: {count} contour(s) of {structures.names.get(label, str(label))!r} "
+                    "enclose no area (fewer than 3 points, or zero area) and were left out"
+                    for label, count in structures.dropped.items()]
     return image
 
 
@@ -363,6 +376,34 @@ def fill_even_odd(rings, shape) -> np.ndarray:
     np.add.at(steps, (rows[:, 0], columns[:, 0]), 1)
     np.add.at(steps, (rows[:, 0], columns[:, 1]), -1)
     return np.cumsum(steps, axis=1)[:, :-1] > 0
+
+
+def even_odd_region(rings):
+    """The region (shapely geometry, in-plane mm) inside closed ``rings`` (``(N, 2)`` arrays, closed
+    implicitly) by the even-odd rule of :func:`fill_even_odd`, exactly: the faces of the arrangement
+    of all ring edges (noded by shapely) whose interior is crossed an odd number of times. A ring
+    inside another is a hole, a ring given twice (or traced twice) cancels, an out-and-back polygon
+    encloses nothing, a self-crossing ring keeps each of its lobes. Rings that are valid polygons
+    (no crossing, no repeated edge: the usual case) are combined by symmetric difference, the same
+    region found faster."""
+    import shapely
+    from skimage.measure import points_in_poly
+
+    rings = [np.asarray(ring, dtype=float) for ring in rings if len(ring) >= 3]
+    polygons = [shapely.Polygon(ring) for ring in rings]
+    if all(polygon.is_valid for polygon in polygons):
+        region = shapely.Polygon()
+        for polygon in polygons:
+            region = region.symmetric_difference(polygon)
+        return region
+    edges = shapely.union_all([shapely.LineString(np.vstack([ring, ring[:1]])) for ring in rings])
+    faces = shapely.get_parts(shapely.polygonize(shapely.get_parts(edges)))
+    faces = faces[shapely.area(faces) > 0]
+    if not len(faces):
+        return shapely.Polygon()
+    probes = shapely.get_coordinates(shapely.point_on_surface(faces))  # inside a face: on no edge
+    odd = np.logical_xor.reduce([points_in_poly(probes, ring) for ring in rings])
+    return shapely.union_all(faces[odd])
 
 
 def read_image_grid(path) -> LabelImage:
@@ -422,18 +463,20 @@ def check_frames_of_reference(structure_sets, others=(), image=None, image_frame
     that of the image ``image`` (``image_frame``, from :func:`read_image_series`), of the other
     DICOM inputs ``others`` (paths; inputs that are not DICOM carry no frame of reference and are
     not checked) or of each other: their patient coordinates do not belong together."""
-    known = [(str(image), {image_frame})] if image is not None and image_frame else []
-    known += [(str(other), {frame}) for other in others
+    same_scan = "compare {} drawn on the same scan, or register them first"
+    known = [(str(image), {image_frame}, "give the image series the contours were drawn on (CLI: --image DIR)")
+             ] if image is not None and image_frame else []
+    known += [(str(other), {frame}, same_scan.format("inputs")) for other in others
               if isinstance(other, (str, Path)) and Path(other).is_file() and looks_like_dicom(Path(other))
               and (frame := dicom_identity(other)[0])]
-    known += [(s.source, s.frames_of_reference) for s in structure_sets if s.frames_of_reference]
+    known += [(s.source, s.frames_of_reference, same_scan.format("structure sets"))
+              for s in structure_sets if s.frames_of_reference]
     for structures in structure_sets:
-        for source, frames in known:
+        for source, frames, advice in known:
             if structures.frames_of_reference and not structures.frames_of_reference & frames:
                 raise ReadError(f"{structures.source}: contours are in frame of reference "
                                 f"{', '.join(sorted(structures.frames_of_reference))} but {source} is in "
-                                f"{', '.join(sorted(frames))}: not the same patient coordinates (give the image "
-                                "series the contours were drawn on)")
+                                f"{', '.join(sorted(frames))}: not the same patient coordinates ({advice})")
 
 
 def series_warnings(structures: StructureSet, image, series: str | None) -> list:

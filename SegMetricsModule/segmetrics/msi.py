@@ -36,7 +36,7 @@ from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from . import mesh
-from .dicom import rings_by_plane
+from .dicom import even_odd_region, rings_by_plane
 from .geometry import through_plane_axis
 from .orientation import Reorientation
 from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
@@ -304,23 +304,8 @@ def _score_objects(ref_objects, test_objects, overlap, sizes_ref, sizes_test, il
 # ---------------------------------------------------------------- planar polygons (RT Structure Sets)
 
 
-def filled_region(rings):
-    """The region (shapely geometry, in-plane mm) of one side's closed rings on one plane, filled
-    by the even-odd rule as :func:`segmetrics.dicom.rasterise` fills them: a ring inside another
-    is a hole; a "keyhole" ring (in and out along a zero-width channel) or a self-crossing one is
-    first made valid (``shapely.make_valid``)."""
-    import shapely
-
-    region = shapely.Polygon()
-    for ring in rings:
-        filled = shapely.make_valid(shapely.Polygon(ring)) if len(ring) >= 3 else shapely.Polygon()
-        region = region.symmetric_difference(shapely.union_all([g for g in shapely.get_parts(filled)
-                                                                if isinstance(g, shapely.Polygon)]))
-    return region
-
-
 def polygon_objects(region, max_segment_mm: float = POLYGON_SEGMENT_MM) -> tuple:
-    """``(objects, regions)`` of one side's :func:`filled_region` on one plane (in-plane mm): one
+    """``(objects, regions)`` of one side's :func:`~segmetrics.dicom.even_odd_region` on one plane (in-plane mm): one
     object per connected region (shapely ``Polygon``) with its outer and hole contours subdivided
     to at most ``max_segment_mm``."""
     import shapely
@@ -334,7 +319,7 @@ def polygon_objects(region, max_segment_mm: float = POLYGON_SEGMENT_MM) -> tuple
 
 def polygon_slice(reference_region, test_region, il: float = 1.0, ol: float = 1.0, align: str = "none") -> tuple:
     """``(msi, weight, counts, status)`` of one plane of two sides' filled contours
-    (:func:`filled_region`, in-plane mm), as :func:`slice_table` scores the slice of two masks,
+    (:func:`~segmetrics.dicom.even_odd_region`, in-plane mm), as :func:`slice_table` scores the slice of two masks,
     with exact areas instead of pixel counts: objects paired by the same rule (IoU and centroid
     distance), BLD between the subdivided polygons, even-odd inside test against the reference
     polygons."""
@@ -356,10 +341,10 @@ def contour_planes(pair: StructurePair) -> tuple:
 
 
 def contour_regions(pair: StructurePair) -> list:
-    """Per plane of :func:`contour_planes`, in its order, ``(reference, test)`` :func:`filled_region`
+    """Per plane of :func:`contour_planes`, in its order, ``(reference, test)`` :func:`~segmetrics.dicom.even_odd_region`
     (found once per pair, ``pair.cache["contour_regions"]``)."""
     if "contour_regions" not in pair.cache:
-        pair.cache["contour_regions"] = [tuple(filled_region(rings) for rings in sides)
+        pair.cache["contour_regions"] = [tuple(even_odd_region(rings) for rings in sides)
                                          for sides in contour_planes(pair)[1].values()]
     return pair.cache["contour_regions"]
 
@@ -379,13 +364,16 @@ def plane_slices(pair: StructurePair, planes, normal) -> tuple:
 
 def polygon_slice_table(pair: StructurePair, params: Parameters) -> tuple:
     """``(stored axis, rows)``: the per-slice MSI of a pair's polygons (``pair.contours``), one
-    :class:`SliceMSI` per contour plane holding either side (:func:`polygon_slice`); ``slice`` is
+    :class:`SliceMSI` per contour plane where either side fills an area (:func:`polygon_slice`;
+    a plane whose contours fill nothing, e.g. a contour given twice, is empty as when rasterised); ``slice`` is
     the stored grid's slice holding the plane (:func:`plane_slices`) and ``position_mm`` the plane's
     position along its normal (patient mm)."""
     axes, planes = contour_planes(pair)
     axis, slices = plane_slices(pair, list(planes), axes[2])
     rows = []
     for index, position, (reference, test) in zip(slices, planes, contour_regions(pair)):
+        if reference.is_empty and test.is_empty:
+            continue
         value, weight, counts, status = polygon_slice(reference, test, params.msi_il, params.msi_ol, params.msi_align)
         rows.append(SliceMSI(index, position, value, weight, status=status, **counts))
     return axis, sorted(rows, key=lambda r: r.slice)
@@ -684,7 +672,8 @@ def compute(pair: StructurePair, params: Parameters) -> list:
                 align=params.msi_align)
     status = surface_status = pair.emptiness
     if on_polygons(pair, params):
-        status = emptiness_status(*(bool(side) for side in pair.contours))
+        regions = contour_regions(pair)  # a side whose contours fill nothing is empty, as rasterised
+        status = emptiness_status(any(not r.is_empty for r, _t in regions), any(not t.is_empty for _r, t in regions))
         used["geometry"] = "polygons"
     if status == Status.BOTH_EMPTY:
         return [undefined(MSI, status, used), undefined(MSI_3D, status, used)]

@@ -261,8 +261,27 @@ def _detail_figures(details, figures: Path) -> tuple:
 
 # ---------------------------------------------------------------------------------- document
 def slug(text: str) -> str:
-    """The anchor of a heading, as GitHub makes it (lower case, spaces to ``-``, punctuation dropped)."""
-    return re.sub(r"[^a-z0-9_ -]", "", str(text).lower()).replace(" ", "-")
+    """The anchor of a heading, as GitHub makes it: lower case, spaces to ``-``, punctuation dropped,
+    letters and digits of any script kept (``Läsion / Lésion`` -> ``läsion--lésion``)."""
+    return re.sub(r"[^\w -]", "", str(text).lower()).replace(" ", "-")
+
+
+def _anchored(blocks) -> list:
+    """``blocks`` with each heading given its anchor as a fourth item: :func:`slug`, and ``-1``,
+    ``-2``, ... appended when an earlier heading took it (as GitHub does), ``section`` for a heading
+    without letters or digits; every anchor of the page is then unique and non-empty."""
+    taken, anchored = set(), []
+    for block in blocks:
+        if block[0] == "h":
+            base = slug(block[2]) or "section"
+            anchor, number = base, 0
+            while anchor in taken:
+                number += 1
+                anchor = f"{base}-{number}"
+            taken.add(anchor)
+            block = (*block[:3], anchor)
+        anchored.append(block)
+    return anchored
 
 
 def _link(text: str, anchor: str | None = None) -> tuple:
@@ -308,7 +327,8 @@ def _case_table(agg: Aggregate) -> tuple:
 
 def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=()) -> list:
     """The report as a list of blocks, most important first: summary, failures, contents, tables,
-    per-metric sections, worst cases in detail, settings and provenance."""
+    per-metric sections, worst cases in detail, settings and provenance; headings carry their unique
+    anchor (:func:`_anchored`)."""
     from . import __version__
     from .provenance import utc_now
 
@@ -375,7 +395,7 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=(
     if inputs:
         blocks.append(("details", f"input files of {len(inputs)} cases",
                        [("table", ["case", "reference", "test"], [list(row) for row in inputs])]))
-    return blocks
+    return _anchored(blocks)
 
 
 def markdown_escape(text) -> str:
@@ -428,7 +448,6 @@ def _templates():
 
     environment = jinja2.Environment(loader=jinja2.PackageLoader("segmetrics", "templates"), autoescape=True,
                                      undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    environment.filters["slug"] = slug
     environment.tests["link"] = lambda cell: isinstance(cell, tuple)
     return environment
 

@@ -8,7 +8,8 @@ Sets with the ``fda`` or pixel MSI, measured on the rasterised masks: the row ke
 plane's position);
 a column whose group did not run is NaN. Slices are those of the MSI slice axis of the user's
 stored array (``slice``); for two RT Structure Sets, one row per contour plane, ``slice`` being the
-grid slice the plane was rasterised on and ``position_mm`` the plane's position along its normal.
+grid slice the plane was rasterised on and ``position_mm`` the plane's position along its normal
+(rounded to 1e-6 mm, :data:`POSITION_DECIMALS`).
 """
 from __future__ import annotations
 
@@ -16,12 +17,15 @@ import math
 
 from .output import csv_text, write_text
 
+#: ``position_mm`` in the table is rounded to this many decimals (1e-6 mm): slice index x spacing
+#: carries float noise (3 x 0.7 mm = 2.0999999999999996) far below any voxel size.
+POSITION_DECIMALS = 6
 #: The table's columns: ``{name: (unit, description)}``, in order (``structure`` first in files).
 SLICE_COLUMNS = {
     "slice": ("", "slice index along the MSI axis of the stored array (RT Structure Sets: the grid slice of the "
                   "contour plane)"),
     "position_mm": ("mm", "slice index x spacing (masks) or the contour plane's position along its normal, "
-                          "patient mm (RT Structure Sets)"),
+                          "patient mm (RT Structure Sets), rounded to 1e-6 mm"),
     "msi": ("", "slice-wise MSI of the slice (msi group)"),
     "apl_mm": ("mm", "added path length of the slice (contours group)"),
     "dice": ("", "Dice of the slice's areas (pixels, or exact polygon areas) (contours group)"),
@@ -47,7 +51,7 @@ def slice_rows(structure) -> list:
         for row in structure.extras.get(source, []):
             row = row if isinstance(row, dict) else vars(row)
             # rows of groups cutting different axes (msi_axis across the contour planes) never join
-            key = (int(row["slice"]), round(float(row["position_mm"]), 6), "" if same_axis else source)
+            key = (int(row["slice"]), round(float(row["position_mm"]), POSITION_DECIMALS), "" if same_axis else source)
             if key not in rows and same_axis:  # the same slice placed otherwise (MSI on the masks of polygons)
                 key = next((k for k in rows if k[0] == key[0] and source not in sources[k]), key)
             sources.setdefault(key, set()).add(source)
@@ -55,6 +59,7 @@ def slice_rows(structure) -> list:
                                            **dict.fromkeys(MSI_DETAIL_COLUMNS, math.nan)})
             merged.update((name, value) for name, value in row.items() if name in merged)
     for row in rows.values():
+        row["position_mm"] = round(float(row["position_mm"]), POSITION_DECIMALS)
         if not isinstance(row["status"], str):  # no MSI row: the status from the contour lengths
             present = row["reference_length_mm"] > 0, row["test_length_mm"] > 0
             row["status"] = "ok" if all(present) else "test_empty" if present[0] else "reference_empty"
