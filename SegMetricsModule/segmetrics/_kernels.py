@@ -762,3 +762,219 @@ def compile_roughness_kernels() -> None:
     cells = ray_cells(corners, np.array([[0, 1, 2]], dtype=np.int64), np.zeros(3))
     radial_gaps(np.ones((1, 3)) / np.sqrt(3), np.ones(1), *cells, 1e-9, 1, *direction_grid(cells[0], cells[1], 1))
     window_deviations(corners, np.ones(3), np.ones(3), 1.0, 1.0, *vertex_grid(corners, 1.0))
+
+
+# --- 2-D slice contours and slice-wise MSI ----------------------------------------------------
+#
+# Marching squares on a label image, point-to-point distances of two small point sets and the
+# even-odd inside test, for :func:`segmetrics.mesh.contours_2d` and :mod:`segmetrics.msi`. Each
+# gives bit for bit what the NumPy / scikit-image / SciPy code it replaces gives (the same
+# arithmetic in the same order), so the metrics do not move.
+
+#: Marching-squares segments of a cell by case (bit 1: upper-left pixel is foreground, 2: upper
+#: right, 4: lower left, 8: lower right), as ``(from, to)`` edge pairs in the order
+#: :func:`skimage.measure.find_contours` emits them with ``fully_connected="low"`` (foreground
+#: 4-connected); edges 0 top, 1 bottom, 2 left, 3 right; -1 pads.
+_SQUARE_SEGMENTS = np.array([
+    [-1, -1, -1, -1], [0, 2, -1, -1], [3, 0, -1, -1], [3, 2, -1, -1], [2, 1, -1, -1], [0, 1, -1, -1],
+    [3, 0, 2, 1], [3, 1, -1, -1], [1, 3, -1, -1], [0, 2, 1, 3], [1, 0, -1, -1], [1, 2, -1, -1],
+    [2, 3, -1, -1], [0, 3, -1, -1], [2, 0, -1, -1], [-1, -1, -1, -1]], dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def label_contours(labels, origins, scale, max_length):
+    """Closed boundaries (marching squares at level 0.5) of every object of a 2-D label image.
+
+    ``labels`` (rows, cols) int: 0 background, objects 1..n, the first and last row and column
+    background. Each boundary is what :func:`skimage.measure.find_contours` returns for the object
+    alone, padded (same points, same first point, same direction, objects' boundaries in the same
+    order), without the closing point, less the object's ``origins[label]`` (row, col; pixels),
+    times ``scale`` (mm per pixel, row and column), then, when ``max_length`` > 0, with each
+    segment cut into ``ceil(length / max_length)`` equal pieces (mm).
+
+    Returns ``(points (P, 2) mm, lengths (P,) mm of the segment starting at each point,
+    first (C + 1,) index of each boundary's first point, label (C,) of each boundary)``, boundaries
+    in the order of their first segment in a row-major scan of the cells.
+    """
+    table = _SQUARE_SEGMENTS
+    rows, cols = labels.shape
+    for r in range(rows):  # boundaries must close inside the image
+        if labels[r, 0] != 0 or labels[r, cols - 1] != 0:
+            raise ValueError("label_contours: the first and last column must be background (pad the labels)")
+    for c in range(cols):
+        if labels[0, c] != 0 or labels[rows - 1, c] != 0:
+            raise ValueError("label_contours: the first and last row must be background (pad the labels)")
+    cells = max(rows - 1, 0) * max(cols - 1, 0)
+    seg_from = np.empty(2 * cells, np.int64)
+    seg_to = np.empty(2 * cells, np.int64)
+    leaving = np.empty(2 * rows * cols, np.int64)  # the segment leaving each edge vertex
+    count = 0
+    for r in range(rows - 1):
+        for c in range(cols - 1):
+            case = ((labels[r, c] > 0) + 2 * (labels[r, c + 1] > 0) + 4 * (labels[r + 1, c] > 0)
+                    + 8 * (labels[r + 1, c + 1] > 0))
+            for s in range(0, 4, 2):
+                if table[case, s] < 0:
+                    break
+                for end in range(2):
+                    edge = table[case, s + end]
+                    # vertex ids: 2 * pixel (horizontal edge to its right neighbour) + 1 (vertical edge below it)
+                    if edge == 0:
+                        vertex = 2 * (r * cols + c)
+                    elif edge == 1:
+                        vertex = 2 * ((r + 1) * cols + c)
+                    elif edge == 2:
+                        vertex = 2 * (r * cols + c) + 1
+                    else:
+                        vertex = 2 * (r * cols + c + 1) + 1
+                    if end == 0:
+                        seg_from[count] = vertex
+                        leaving[vertex] = count
+                    else:
+                        seg_to[count] = vertex
+                count += 1
+    # cycles: first segment in scan order; skimage starts each at the end of its last segment
+    visited = np.zeros(count, np.bool_)
+    cycle_start = np.empty(count, np.int64)
+    cycle_size = np.empty(count, np.int64)
+    cycles = 0
+    for first in range(count):
+        if visited[first]:
+            continue
+        last, size, segment = first, 0, first
+        while True:
+            visited[segment] = True
+            last = max(last, segment)
+            size += 1
+            segment = leaving[seg_to[segment]]
+            if segment == first:
+                break
+        cycle_start[cycles] = seg_to[last]
+        cycle_size[cycles] = size
+        cycles += 1
+    total = 0
+    for k in range(cycles):
+        total += cycle_size[k]
+    raw = np.empty((total, 2))
+    label = np.empty(cycles, np.int64)
+    raw_first = np.zeros(cycles + 1, np.int64)
+    for k in range(cycles):
+        vertex = cycle_start[k]
+        pixel = vertex // 2
+        r, c = pixel // cols, pixel % cols
+        other = labels[r + 1, c] if vertex % 2 else labels[r, c + 1]
+        label[k] = max(labels[r, c], other)
+        origin_r, origin_c = origins[label[k], 0], origins[label[k], 1]
+        at = raw_first[k]
+        for i in range(cycle_size[k]):
+            pixel = vertex // 2
+            r, c = pixel // cols, pixel % cols
+            if vertex % 2:
+                raw[at + i, 0], raw[at + i, 1] = r + 0.5, float(c)
+            else:
+                raw[at + i, 0], raw[at + i, 1] = float(r), c + 0.5
+            raw[at + i, 0] = (raw[at + i, 0] - origin_r) * scale[0]
+            raw[at + i, 1] = (raw[at + i, 1] - origin_c) * scale[1]
+            vertex = seg_to[leaving[vertex]]
+        raw_first[k + 1] = at + cycle_size[k]
+    if max_length > 0:
+        pieces = np.empty(total, np.int64)
+        first = np.zeros(cycles + 1, np.int64)
+        for k in range(cycles):
+            size = 0
+            for i in range(raw_first[k], raw_first[k + 1]):
+                j = i + 1 if i + 1 < raw_first[k + 1] else raw_first[k]
+                d0, d1 = raw[j, 0] - raw[i, 0], raw[j, 1] - raw[i, 1]
+                pieces[i] = max(1, int(np.ceil(np.sqrt(d0 * d0 + d1 * d1) / max_length)))
+                size += pieces[i]
+            first[k + 1] = first[k] + size
+        points = np.empty((first[cycles], 2))
+        at = 0
+        for k in range(cycles):
+            for i in range(raw_first[k], raw_first[k + 1]):
+                j = i + 1 if i + 1 < raw_first[k + 1] else raw_first[k]
+                for piece in range(pieces[i]):
+                    fraction = piece / pieces[i]
+                    points[at, 0] = raw[i, 0] + fraction * (raw[j, 0] - raw[i, 0])
+                    points[at, 1] = raw[i, 1] + fraction * (raw[j, 1] - raw[i, 1])
+                    at += 1
+    else:
+        points, first = raw, raw_first
+    lengths = np.empty(len(points))
+    for k in range(cycles):
+        for i in range(first[k], first[k + 1]):
+            j = i + 1 if i + 1 < first[k + 1] else first[k]
+            d0, d1 = points[j, 0] - points[i, 0], points[j, 1] - points[i, 1]
+            lengths[i] = np.sqrt(d0 * d0 + d1 * d1)
+    return points, lengths, first, label
+
+
+@numba.njit(cache=True, nogil=True)
+def nearest_between(test_points, reference_points):
+    """Nearest-point distances between two small 2-D point sets, by comparing all pairs.
+
+    Returns ``(forward (N,)`` distance from each test point to the nearest reference point,
+    ``back (M,)`` from each reference point to the nearest test point, ``nearest (M,)`` that test
+    point's index (the first on ties), ``tied (M,)`` whether several test points are that near).
+    Distances are the square root of the smallest ``dx² + dy²``, as :class:`scipy.spatial.cKDTree` gives them.
+    """
+    n, m = len(test_points), len(reference_points)
+    forward = np.full(n, np.inf)
+    back = np.full(m, np.inf)
+    nearest = np.zeros(m, np.int64)
+    tied = np.zeros(m, np.bool_)
+    for j in range(m):
+        for i in range(n):
+            d0 = test_points[i, 0] - reference_points[j, 0]
+            d1 = test_points[i, 1] - reference_points[j, 1]
+            squared = d0 * d0 + d1 * d1
+            if squared < forward[i]:
+                forward[i] = squared
+            if squared < back[j]:
+                back[j], nearest[j], tied[j] = squared, i, False
+            elif squared == back[j]:
+                tied[j] = True
+    return np.sqrt(forward), np.sqrt(back), nearest, tied
+
+
+@numba.njit(cache=True, nogil=True)
+def inside_contours(points, vertices, first, eps):
+    """Even-odd inside test of 2-D points against closed contours (``vertices[first[k]:first[k + 1]]``
+    is contour k): a point is inside when inside an odd number of them, each decided as
+    :func:`segmetrics.msi.points_in_polygon` decides it (the same crossing tests on the same
+    numbers; on an edge or within ``eps`` of a vertex counts as inside)."""
+    inside = np.zeros(len(points), np.bool_)
+    for k in range(len(first) - 1):
+        for p in range(len(points)):
+            x, y = points[p, 0], points[p, 1]
+            right = left = 0
+            near_vertex = False
+            for e in range(first[k], first[k + 1]):
+                q = e - 1 if e > first[k] else first[k + 1] - 1  # the edge runs from the previous vertex q to e
+                xp, yp, xq, yq = vertices[e, 0], vertices[e, 1], vertices[q, 0], vertices[q, 1]
+                if y < min(yp, yq) - eps or y > max(yp, yq) + eps:
+                    continue
+                x0, y0, x1, y1 = xp - x, yp - y, xq - x, yq - y
+                if abs(x0) < eps and abs(y0) < eps:
+                    near_vertex = True
+                goes_right, goes_left = (y0 > 0) != (y1 > 0), (y0 < 0) != (y1 < 0)
+                if goes_right or goes_left:
+                    cross = (x0 * y1 - x1 * y0) / (y1 - y0)
+                    if goes_right and cross > 0:
+                        right += 1
+                    if goes_left and cross < 0:
+                        left += 1
+            if near_vertex or right % 2 == 1 or left % 2 == 1:
+                inside[p] = not inside[p]
+    return inside
+
+
+def compile_contour_kernels() -> None:
+    """Compile, or load from numba's disk cache, the 2-D contour and slice-wise MSI kernels
+    (:func:`label_contours`, :func:`nearest_between`, :func:`inside_contours`) with the argument
+    types of every call."""
+    labels = np.zeros((4, 4), np.int32)
+    labels[1:3, 1:3] = 1
+    points, _, first, _ = label_contours(labels, np.ones((2, 2), np.int64), np.ones(2), 0.25)
+    nearest_between(points, points)
+    inside_contours(points, points, first, 1e-12)

@@ -35,7 +35,7 @@ from scipy.spatial import cKDTree
 from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
-from . import mesh
+from . import _kernels, mesh
 from .dicom import rings_by_plane
 from .geometry import through_plane_axis
 from .orientation import Reorientation
@@ -50,6 +50,9 @@ SUBDIVISION = 0.25
 POLYGON_SEGMENT_MM = 0.25
 #: Number of worst slices listed in the ``msi`` value's params.
 WORST_SLICES = 5
+#: Most point pairs (or point-edge pairs) for which BLD and the inside test compare all pairs in a
+#: compiled kernel; above, they use KD-trees and edge searches (a slice's contours hold hundreds of points).
+ALL_PAIRS_LIMIT = 250_000
 #: Fewest query points for which KD-tree searches run in all cores: below, starting the threads
 #: costs more than the search (a slice's contours hold hundreds of points).
 PARALLEL_QUERY_POINTS = 20_000
@@ -87,6 +90,16 @@ def bidirectional_local_distance(test_points, reference_points, test_to_referenc
     ndarray (N,)
         BLD of each test point (same unit as the points).
     """
+    if (test_to_reference is None and reference_to_test is None and test_tree is None and test_points.shape[1] == 2
+            and len(test_points) * len(reference_points) <= ALL_PAIRS_LIMIT):
+        # a slice's contours: all pairs in a kernel, the same distances as the KD-trees; a reference
+        # point with several nearest test points takes the one the KD-tree search finds
+        test_to_reference, back_distance, nearest_test, tied = _kernels.nearest_between(test_points, reference_points)
+        if tied.any():
+            nearest_test[tied] = cKDTree(test_points).query(reference_points[tied])[1]
+        bmaxd = np.zeros(len(test_points))
+        np.maximum.at(bmaxd, nearest_test, back_distance)
+        return np.maximum(test_to_reference, bmaxd)
     if test_to_reference is None:
         test_to_reference = cKDTree(reference_points).query(test_points)[0]
     workers = -1 if len(reference_points) >= PARALLEL_QUERY_POINTS else 1
@@ -159,7 +172,8 @@ class _Object:
 
 
 def _objects(mask2d, spacing2d):
-    """4-connected objects of a slice with their closed contours (mm, array order)."""
+    """4-connected objects of a slice with their closed contours (mm, array order); the first and
+    last row and column of ``mask2d`` must be background."""
     labels, count = ndimage.label(mask2d)
     if count == 0:
         return labels, []
@@ -167,21 +181,28 @@ def _objects(mask2d, spacing2d):
     members = labels[rows, cols]
     sizes = np.bincount(members, minlength=count + 1)[1:]
     centroids = np.stack([np.bincount(members, index, count + 1)[1:] for index in (rows, cols)], axis=1) / sizes[:, None] * spacing2d
-    step = SUBDIVISION * min(spacing2d)
-    objects = []
-    for label, box in enumerate(ndimage.find_objects(labels), start=1):
-        offset = np.array([s.start for s in box]) * spacing2d
-        contours = mesh.contours_2d(labels[box] == label, spacing2d, max_segment_mm=step)
-        contours = [mesh.Contour(c.points + offset, c.lengths) for c in contours]
-        objects.append(_Object(contours, centroids[label - 1]))
+    # each object's boundaries as mesh.contours_2d gives them on the object's bounding box alone,
+    # then moved back by the box's corner: all objects in one compiled pass
+    corners = np.array([[0, 0]] + [[s.start for s in box] for box in ndimage.find_objects(labels)])
+    points, lengths, first, owner = _kernels.label_contours(labels, corners, np.asarray(spacing2d, dtype=float),
+                                                            SUBDIVISION * min(spacing2d))
+    points = points + (corners * spacing2d)[np.repeat(owner, np.diff(first))]
+    objects = [_Object([], centroid) for centroid in centroids]
+    for start, stop, label in zip(first[:-1], first[1:], owner):
+        objects[label - 1].contours.append(mesh.Contour(points[start:stop], lengths[start:stop]))
     return labels, objects
 
 
 def _inside(points, contours):
-    """Even-odd point-in-region test against closed contours (holes are outside)."""
+    """Even-odd point-in-region test against closed contours (holes are outside): all point-edge
+    pairs in a kernel when few (:data:`ALL_PAIRS_LIMIT`), else :func:`points_in_polygon` per contour."""
+    vertices = [contour.points for contour in contours]
+    if len(points) * sum(map(len, vertices)) <= ALL_PAIRS_LIMIT:
+        first = np.cumsum([0] + [len(v) for v in vertices])
+        return _kernels.inside_contours(np.asarray(points, dtype=float), np.concatenate(vertices).astype(float), first, 1e-12)
     parity = np.zeros(len(points), dtype=bool)
-    for contour in contours:
-        parity ^= points_in_polygon(points, contour.points)
+    for contour in vertices:
+        parity ^= points_in_polygon(points, contour)
     return parity
 
 
