@@ -766,7 +766,7 @@ def compile_roughness_kernels() -> None:
 
 # --- 2-D slice contours and slice-wise MSI ----------------------------------------------------
 #
-# Marching squares on a label image, point-to-point distances of two small point sets and the
+# Marching squares on a label image, nearest-point distances between two point sets and the
 # even-odd inside test, for :func:`segmetrics.mesh.contours_2d` and :mod:`segmetrics.msi`. Each
 # gives bit for bit what the NumPy / scikit-image / SciPy code it replaces gives (the same
 # arithmetic in the same order), so the metrics do not move.
@@ -910,30 +910,70 @@ def label_contours(labels, origins, scale, max_length):
 
 
 @numba.njit(cache=True, nogil=True)
+def _nearest_in_grid(queries, points):
+    """For each query (rows, 2-D): the smallest squared distance ``dx² + dy²`` to ``points``, the
+    index of a point that near (-1 without points) and whether several are. The points go into
+    square buckets (about sqrt(N) along the longer side); a query scans rings of buckets around
+    its own (the nearest one when outside) until the buckets left are all farther than the best
+    distance found, so that every point as near is seen."""
+    best = np.full(len(queries), np.inf)
+    nearest = np.full(len(queries), -1, np.int64)
+    tied = np.zeros(len(queries), np.bool_)
+    if len(points) == 0:
+        return best, nearest, tied
+    low_x, low_y = points[:, 0].min(), points[:, 1].min()
+    extent = max(points[:, 0].max() - low_x, points[:, 1].max() - low_y)
+    bucket = extent / np.sqrt(len(points)) if extent > 0 else 1.0
+    shape_x = int((points[:, 0].max() - low_x) / bucket) + 1
+    shape_y = int((points[:, 1].max() - low_y) / bucket) + 1
+    keys = np.empty(len(points), np.int64)
+    for n in range(len(points)):
+        keys[n] = (min(int((points[n, 0] - low_x) / bucket), shape_x - 1) * shape_y
+                   + min(int((points[n, 1] - low_y) / bucket), shape_y - 1))
+    order = np.argsort(keys, kind="mergesort")
+    first = np.searchsorted(keys[order], np.arange(shape_x * shape_y + 1))
+    margin = 1e-9 * bucket  # rounding of a point's bucket and of the bounds below
+    for q in range(len(queries)):
+        x, y = queries[q, 0], queries[q, 1]
+        i = min(max(int(np.floor((x - low_x) / bucket)), 0), shape_x - 1)
+        j = min(max(int(np.floor((y - low_y) / bucket)), 0), shape_y - 1)
+        for ring in range(max(shape_x, shape_y)):
+            for a in range(max(i - ring, 0), min(i + ring, shape_x - 1) + 1):
+                edge = a == i - ring or a == i + ring
+                for b in range(max(j - ring, 0), min(j + ring, shape_y - 1) + 1):
+                    if not edge and b != j - ring and b != j + ring:
+                        continue  # inside the ring: seen before
+                    for n in range(first[a * shape_y + b], first[a * shape_y + b + 1]):
+                        p = order[n]
+                        d0, d1 = points[p, 0] - x, points[p, 1] - y
+                        squared = d0 * d0 + d1 * d1
+                        if squared < best[q]:
+                            best[q], nearest[q], tied[q] = squared, p, False
+                        elif squared == best[q]:
+                            tied[q] = True
+            # nearest distance to a bucket outside the square scanned so far
+            left = x - (low_x + (i - ring) * bucket) if i - ring > 0 else np.inf
+            right = low_x + (i + ring + 1) * bucket - x if i + ring < shape_x - 1 else np.inf
+            below = y - (low_y + (j - ring) * bucket) if j - ring > 0 else np.inf
+            above = low_y + (j + ring + 1) * bucket - y if j + ring < shape_y - 1 else np.inf
+            beyond = min(left, right, below, above) - margin
+            if beyond == np.inf or (beyond > 0 and beyond * beyond > best[q]):
+                break
+    return best, nearest, tied
+
+
+@numba.njit(cache=True, nogil=True)
 def nearest_between(test_points, reference_points):
-    """Nearest-point distances between two small 2-D point sets, by comparing all pairs.
+    """Nearest-point distances between two 2-D point sets (rows, mm), exact.
 
     Returns ``(forward (N,)`` distance from each test point to the nearest reference point,
-    ``back (M,)`` from each reference point to the nearest test point, ``nearest (M,)`` that test
-    point's index (the first on ties), ``tied (M,)`` whether several test points are that near).
-    Distances are the square root of the smallest ``dx² + dy²``, as :class:`scipy.spatial.cKDTree` gives them.
+    ``back (M,)`` from each reference point to the nearest test point, ``nearest (M,)`` the index
+    of that test point (any of them on ties), ``tied (M,)`` whether several test points are that
+    near). Distances are the square root of the smallest ``dx² + dy²``, as
+    :class:`scipy.spatial.cKDTree` gives them. Without points on the other side: inf and index -1.
     """
-    n, m = len(test_points), len(reference_points)
-    forward = np.full(n, np.inf)
-    back = np.full(m, np.inf)
-    nearest = np.zeros(m, np.int64)
-    tied = np.zeros(m, np.bool_)
-    for j in range(m):
-        for i in range(n):
-            d0 = test_points[i, 0] - reference_points[j, 0]
-            d1 = test_points[i, 1] - reference_points[j, 1]
-            squared = d0 * d0 + d1 * d1
-            if squared < forward[i]:
-                forward[i] = squared
-            if squared < back[j]:
-                back[j], nearest[j], tied[j] = squared, i, False
-            elif squared == back[j]:
-                tied[j] = True
+    forward = _nearest_in_grid(test_points, reference_points)[0]
+    back, nearest, tied = _nearest_in_grid(reference_points, test_points)
     return np.sqrt(forward), np.sqrt(back), nearest, tied
 
 
@@ -942,39 +982,88 @@ def inside_contours(points, vertices, first, eps):
     """Even-odd inside test of 2-D points against closed contours (``vertices[first[k]:first[k + 1]]``
     is contour k): a point is inside when inside an odd number of them, each decided as
     :func:`segmetrics.msi.points_in_polygon` decides it (the same crossing tests on the same
-    numbers; on an edge or within ``eps`` of a vertex counts as inside)."""
+    numbers, each edge against the points whose second coordinate lies in its extent widened
+    by ``eps``; on an edge or within ``eps`` of a vertex counts as inside)."""
+    order = np.argsort(points[:, 1], kind="mergesort")
+    ys = points[order, 1]
     inside = np.zeros(len(points), np.bool_)
+    right = np.zeros(len(points), np.int64)
+    left = np.zeros(len(points), np.int64)
+    near_vertex = np.zeros(len(points), np.bool_)
     for k in range(len(first) - 1):
-        for p in range(len(points)):
-            x, y = points[p, 0], points[p, 1]
-            right = left = 0
-            near_vertex = False
-            for e in range(first[k], first[k + 1]):
-                q = e - 1 if e > first[k] else first[k + 1] - 1  # the edge runs from the previous vertex q to e
-                xp, yp, xq, yq = vertices[e, 0], vertices[e, 1], vertices[q, 0], vertices[q, 1]
-                if y < min(yp, yq) - eps or y > max(yp, yq) + eps:
-                    continue
-                x0, y0, x1, y1 = xp - x, yp - y, xq - x, yq - y
+        right[:] = 0
+        left[:] = 0
+        near_vertex[:] = False
+        for e in range(first[k], first[k + 1]):
+            q = e - 1 if e > first[k] else first[k + 1] - 1  # the edge runs from the previous vertex q to e
+            xp, yp, xq, yq = vertices[e, 0], vertices[e, 1], vertices[q, 0], vertices[q, 1]
+            for n in range(np.searchsorted(ys, min(yp, yq) - eps, "left"), np.searchsorted(ys, max(yp, yq) + eps, "right")):
+                p = order[n]
+                x0, y0, x1, y1 = xp - points[p, 0], yp - points[p, 1], xq - points[p, 0], yq - points[p, 1]
                 if abs(x0) < eps and abs(y0) < eps:
-                    near_vertex = True
+                    near_vertex[p] = True
                 goes_right, goes_left = (y0 > 0) != (y1 > 0), (y0 < 0) != (y1 < 0)
                 if goes_right or goes_left:
                     cross = (x0 * y1 - x1 * y0) / (y1 - y0)
                     if goes_right and cross > 0:
-                        right += 1
+                        right[p] += 1
                     if goes_left and cross < 0:
-                        left += 1
-            if near_vertex or right % 2 == 1 or left % 2 == 1:
+                        left[p] += 1
+        for p in range(len(points)):
+            if near_vertex[p] or right[p] % 2 == 1 or left[p] % 2 == 1:
                 inside[p] = not inside[p]
     return inside
 
 
+@numba.njit(cache=True, nogil=True)
+def object_statistics(labels, count):
+    """Per object of a 2-D label image (0 background, objects 1..``count``): ``(sizes (count,)
+    pixels, sums (count, 2) of the pixels' row and column indices, corners (count + 1, 2) the
+    row and column where its bounding box starts, row 0 being 0)``. ValueError for labels
+    outside 0..count."""
+    sizes = np.zeros(count, np.int64)
+    sums = np.zeros((count, 2), np.int64)
+    corners = np.zeros((count + 1, 2), np.int64)
+    corners[1:] = np.iinfo(np.int64).max
+    for r in range(labels.shape[0]):
+        for c in range(labels.shape[1]):
+            label = labels[r, c]
+            if label == 0:
+                continue
+            if not 0 < label <= count:
+                raise ValueError("object_statistics: a label is outside 0..count")
+            sizes[label - 1] += 1
+            sums[label - 1, 0] += r
+            sums[label - 1, 1] += c
+            corners[label, 0] = min(corners[label, 0], r)
+            corners[label, 1] = min(corners[label, 1], c)
+    return sizes, sums, corners
+
+
+@numba.njit(cache=True, nogil=True)
+def label_pairs(first_labels, first_count, second_labels, second_count):
+    """Pixels of each pair of labels (0..count on each side) of two 2-D label images of one shape:
+    ``(first_count + 1, second_count + 1)`` counts. ValueError for other shapes or labels."""
+    if first_labels.shape != second_labels.shape:
+        raise ValueError("label_pairs: the label images differ in shape")
+    counts = np.zeros((first_count + 1, second_count + 1), np.int64)
+    for r in range(first_labels.shape[0]):
+        for c in range(first_labels.shape[1]):
+            a, b = first_labels[r, c], second_labels[r, c]
+            if not (0 <= a <= first_count and 0 <= b <= second_count):
+                raise ValueError("label_pairs: a label is outside 0..count")
+            counts[a, b] += 1
+    return counts
+
+
 def compile_contour_kernels() -> None:
     """Compile, or load from numba's disk cache, the 2-D contour and slice-wise MSI kernels
-    (:func:`label_contours`, :func:`nearest_between`, :func:`inside_contours`) with the argument
+    (:func:`label_contours`, :func:`object_statistics`, :func:`label_pairs`, :func:`nearest_between`,
+    :func:`inside_contours`) with the argument
     types of every call."""
     labels = np.zeros((4, 4), np.int32)
     labels[1:3, 1:3] = 1
-    points, _, first, _ = label_contours(labels, np.ones((2, 2), np.int64), np.ones(2), 0.25)
+    points, _, first, _ = label_contours(labels, object_statistics(labels, 1)[2], np.ones(2), 0.25)
+    label_pairs(labels, 1, labels, 1)
     nearest_between(points, points)
     inside_contours(points, points, first, 1e-12)

@@ -50,9 +50,6 @@ SUBDIVISION = 0.25
 POLYGON_SEGMENT_MM = 0.25
 #: Number of worst slices listed in the ``msi`` value's params.
 WORST_SLICES = 5
-#: Most point pairs (or point-edge pairs) for which BLD and the inside test compare all pairs in a
-#: compiled kernel; above, they use KD-trees and edge searches (a slice's contours hold hundreds of points).
-ALL_PAIRS_LIMIT = 250_000
 #: Fewest query points for which KD-tree searches run in all cores: below, starting the threads
 #: costs more than the search (a slice's contours hold hundreds of points).
 PARALLEL_QUERY_POINTS = 20_000
@@ -90,9 +87,8 @@ def bidirectional_local_distance(test_points, reference_points, test_to_referenc
     ndarray (N,)
         BLD of each test point (same unit as the points).
     """
-    if (test_to_reference is None and reference_to_test is None and test_tree is None and test_points.shape[1] == 2
-            and len(test_points) * len(reference_points) <= ALL_PAIRS_LIMIT):
-        # a slice's contours: all pairs in a kernel, the same distances as the KD-trees; a reference
+    if test_to_reference is None and reference_to_test is None and test_tree is None and test_points.shape[1] == 2:
+        # a slice's contours: a compiled sweep, the same distances as the KD-trees; a reference
         # point with several nearest test points takes the one the KD-tree search finds
         test_to_reference, back_distance, nearest_test, tied = _kernels.nearest_between(test_points, reference_points)
         if tied.any():
@@ -177,13 +173,10 @@ def _objects(mask2d, spacing2d):
     labels, count = ndimage.label(mask2d)
     if count == 0:
         return labels, []
-    rows, cols = np.nonzero(labels)
-    members = labels[rows, cols]
-    sizes = np.bincount(members, minlength=count + 1)[1:]
-    centroids = np.stack([np.bincount(members, index, count + 1)[1:] for index in (rows, cols)], axis=1) / sizes[:, None] * spacing2d
+    sizes, sums, corners = _kernels.object_statistics(labels, count)
+    centroids = sums.astype(float) / sizes[:, None] * spacing2d
     # each object's boundaries as mesh.contours_2d gives them on the object's bounding box alone,
     # then moved back by the box's corner: all objects in one compiled pass
-    corners = np.array([[0, 0]] + [[s.start for s in box] for box in ndimage.find_objects(labels)])
     points, lengths, first, owner = _kernels.label_contours(labels, corners, np.asarray(spacing2d, dtype=float),
                                                             SUBDIVISION * min(spacing2d))
     points = points + (corners * spacing2d)[np.repeat(owner, np.diff(first))]
@@ -194,16 +187,11 @@ def _objects(mask2d, spacing2d):
 
 
 def _inside(points, contours):
-    """Even-odd point-in-region test against closed contours (holes are outside): all point-edge
-    pairs in a kernel when few (:data:`ALL_PAIRS_LIMIT`), else :func:`points_in_polygon` per contour."""
+    """Even-odd point-in-region test against closed contours (holes are outside): each contour
+    decided as :func:`points_in_polygon` decides it, all in one compiled pass."""
     vertices = [contour.points for contour in contours]
-    if len(points) * sum(map(len, vertices)) <= ALL_PAIRS_LIMIT:
-        first = np.cumsum([0] + [len(v) for v in vertices])
-        return _kernels.inside_contours(np.asarray(points, dtype=float), np.concatenate(vertices).astype(float), first, 1e-12)
-    parity = np.zeros(len(points), dtype=bool)
-    for contour in vertices:
-        parity ^= points_in_polygon(points, contour)
-    return parity
+    first = np.cumsum([0] + [len(v) for v in vertices])
+    return _kernels.inside_contours(np.asarray(points, dtype=float), np.concatenate(vertices).astype(float), first, 1e-12)
 
 
 def points_in_polygon(points, vertices, eps: float = 1e-12) -> np.ndarray:
@@ -286,9 +274,7 @@ def _slice_default(ref2d, test2d, spacing2d, il, ol, align):
     """(msi, weight, counts..., status) of one slice of two masks in the default convention."""
     ref_labels, ref_objects = _objects(ref2d, spacing2d)
     test_labels, test_objects = _objects(test2d, spacing2d)
-    n_ref, n_test = len(ref_objects), len(test_objects)
-    joint = np.bincount(ref_labels.ravel() * (n_test + 1) + test_labels.ravel(), minlength=(n_ref + 1) * (n_test + 1))
-    areas = joint.reshape(n_ref + 1, n_test + 1).astype(float)  # pixels of each (reference, test) label pair
+    areas = _kernels.label_pairs(ref_labels, len(ref_objects), test_labels, len(test_objects)).astype(float)  # pixels of each (reference, test) label pair
     return _score_objects(ref_objects, test_objects, areas[1:, 1:], areas[1:].sum(axis=1), areas[:, 1:].sum(axis=0),
                           il, ol, align)
 
