@@ -1,6 +1,8 @@
 """Compiled kernels of :mod:`segmetrics.mesh`: the blur and clamp of the surface field, triangle areas,
 and for :func:`segmetrics.mesh.distances_to_surface` the nearest vertex of a surface to each
-query point (a grid of buckets) and the closest point by a walk over the surface's cells.
+query point (a grid of buckets) and the closest point by a walk over the surface's cells; and of
+the slice contours (:func:`segmetrics.mesh.contours_2d`, slice-wise MSI, the contours group):
+marching squares, nearest points between two 2-D point sets, the inside test.
 
 Points are 3-component rows in mm (2-D contours padded with a zero third component); cells are
 triangles (3 vertex indices) or segments (2). The kernels are compiled with numba (cached on disk
@@ -798,6 +800,8 @@ def label_contours(labels, origins, scale, max_length):
     """
     table = _SQUARE_SEGMENTS
     rows, cols = labels.shape
+    if labels.size and (labels.min() < 0 or origins.shape[0] <= labels.max() or origins.shape[1] != 2 or len(scale) != 2):
+        raise ValueError("label_contours: needs labels >= 0, an origin (row, col) per label and a scale of 2")
     for r in range(rows):  # boundaries must close inside the image
         if labels[r, 0] != 0 or labels[r, cols - 1] != 0:
             raise ValueError("label_contours: the first and last column must be background (pad the labels)")
@@ -921,6 +925,8 @@ def _nearest_in_grid(queries, points):
     tied = np.zeros(len(queries), np.bool_)
     if len(points) == 0:
         return best, nearest, tied
+    if not (np.isfinite(points).all() and np.isfinite(queries).all()):
+        raise ValueError("nearest_between: the points must be finite (mm)")
     low_x, low_y = points[:, 0].min(), points[:, 1].min()
     extent = max(points[:, 0].max() - low_x, points[:, 1].max() - low_y)
     bucket = extent / np.sqrt(len(points)) if extent > 0 else 1.0
@@ -984,6 +990,8 @@ def inside_contours(points, vertices, first, eps):
     :func:`segmetrics.msi.points_in_polygon` decides it (the same crossing tests on the same
     numbers, each edge against the points whose second coordinate lies in its extent widened
     by ``eps``; on an edge or within ``eps`` of a vertex counts as inside)."""
+    if len(first) == 0 or first[0] != 0 or first[-1] != len(vertices) or np.any(np.diff(first) < 0):
+        raise ValueError("inside_contours: first must run from 0 to the number of vertices, not decreasing")
     order = np.argsort(points[:, 1], kind="mergesort")
     ys = points[order, 1]
     inside = np.zeros(len(points), np.bool_)

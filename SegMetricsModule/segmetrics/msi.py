@@ -90,9 +90,11 @@ def bidirectional_local_distance(test_points, reference_points, test_to_referenc
     ndarray (N,)
         BLD of each test point (same unit as the points).
     """
-    if test_to_reference is None and reference_to_test is None and test_tree is None and test_points.shape[1] == 2:
-        # a slice's contours: a compiled sweep, the same distances as the KD-trees; a reference
-        # point with several nearest test points takes the one the KD-tree search finds
+    test_points, reference_points = np.asarray(test_points, dtype=float), np.asarray(reference_points, dtype=float)
+    if (test_to_reference is None and reference_to_test is None and test_tree is None and test_points.shape[1] == 2
+            and len(test_points) and len(reference_points)):
+        # a slice's contours: the compiled bucket search, the same distances as the KD-trees; a
+        # reference point with several nearest test points takes the one the KD-tree search finds
         test_to_reference, back_distance, nearest_test, tied = _kernels.nearest_between(test_points, reference_points)
         if tied.any():
             nearest_test[tied] = cKDTree(test_points).query(reference_points[tied])[1]
