@@ -933,11 +933,16 @@ def _nearest_in_grid(queries, points):
     shape_x = int((points[:, 0].max() - low_x) / bucket) + 1
     shape_y = int((points[:, 1].max() - low_y) / bucket) + 1
     keys = np.empty(len(points), np.int64)
+    first = np.zeros(shape_x * shape_y + 1, np.int64)  # points of bucket key: order[first[key]:first[key + 1]]
     for n in range(len(points)):
         keys[n] = (min(int((points[n, 0] - low_x) / bucket), shape_x - 1) * shape_y
                    + min(int((points[n, 1] - low_y) / bucket), shape_y - 1))
-    order = np.argsort(keys, kind="mergesort")
-    first = np.searchsorted(keys[order], np.arange(shape_x * shape_y + 1))
+        first[keys[n] + 1] += 1
+    first = np.cumsum(first)
+    order, filled = np.empty(len(points), np.int64), first[:-1].copy()
+    for n in range(len(points)):
+        order[filled[keys[n]]] = n
+        filled[keys[n]] += 1
     margin = 1e-9 * bucket  # rounding of a point's bucket and of the bounds below
     for q in range(len(queries)):
         x, y = queries[q, 0], queries[q, 1]
@@ -983,16 +988,32 @@ def nearest_between(test_points, reference_points):
     return np.sqrt(forward), np.sqrt(back), nearest, tied
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _first_index(ascending, value, above):
+    """The first index of ``ascending`` whose value is > ``value`` (``above``) or >= it, else its
+    length (:func:`numpy.searchsorted` ``side="right"`` or ``"left"``)."""
+    low, high = 0, len(ascending)
+    while low < high:
+        middle = (low + high) // 2
+        if ascending[middle] < value or (above and ascending[middle] == value):
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
 @numba.njit(cache=True, nogil=True)
-def inside_contours(points, vertices, first, eps):
+def inside_contours(points, order, vertices, first, eps):
     """Even-odd inside test of 2-D points against closed contours (``vertices[first[k]:first[k + 1]]``
     is contour k): a point is inside when inside an odd number of them, each decided as
     :func:`segmetrics.msi.points_in_polygon` decides it (the same crossing tests on the same
     numbers, each edge against the points whose second coordinate lies in its extent widened
-    by ``eps``; on an edge or within ``eps`` of a vertex counts as inside)."""
-    if len(first) == 0 or first[0] != 0 or first[-1] != len(vertices) or np.any(np.diff(first) < 0):
-        raise ValueError("inside_contours: first must run from 0 to the number of vertices, not decreasing")
-    order = np.argsort(points[:, 1], kind="mergesort")
+    by ``eps``; on an edge or within ``eps`` of a vertex counts as inside). ``order`` sorts the
+    points by their second coordinate (``np.argsort(points[:, 1])``)."""
+    if len(first) == 0 or first[0] != 0 or first[-1] != len(vertices) or first.min() < 0 or first.max() > len(vertices):
+        raise ValueError("inside_contours: first must run from 0 to the number of vertices")
+    if len(order) != len(points) or (len(order) and (order.min() < 0 or order.max() >= len(points))):
+        raise ValueError("inside_contours: order must index the points")
     ys = points[order, 1]
     inside = np.zeros(len(points), np.bool_)
     right = np.zeros(len(points), np.int64)
@@ -1005,7 +1026,7 @@ def inside_contours(points, vertices, first, eps):
         for e in range(first[k], first[k + 1]):
             q = e - 1 if e > first[k] else first[k + 1] - 1  # the edge runs from the previous vertex q to e
             xp, yp, xq, yq = vertices[e, 0], vertices[e, 1], vertices[q, 0], vertices[q, 1]
-            for n in range(np.searchsorted(ys, min(yp, yq) - eps, "left"), np.searchsorted(ys, max(yp, yq) + eps, "right")):
+            for n in range(_first_index(ys, min(yp, yq) - eps, False), _first_index(ys, max(yp, yq) + eps, True)):
                 p = order[n]
                 x0, y0, x1, y1 = xp - points[p, 0], yp - points[p, 1], xq - points[p, 0], yq - points[p, 1]
                 if abs(x0) < eps and abs(y0) < eps:
@@ -1074,4 +1095,4 @@ def compile_contour_kernels() -> None:
     points, _, first, _ = label_contours(labels, object_statistics(labels, 1)[2], np.ones(2), 0.25)
     label_pairs(labels, 1, labels, 1)
     nearest_between(points, points)
-    inside_contours(points, points, first, 1e-12)
+    inside_contours(points, np.argsort(points[:, 1]), points, first, 1e-12)

@@ -194,9 +194,9 @@ def _objects(mask2d, spacing2d):
 def _inside(points, contours):
     """Even-odd point-in-region test against closed contours (holes are outside): each contour
     decided as :func:`points_in_polygon` decides it, all in one compiled pass."""
-    vertices = [contour.points for contour in contours]
+    points, vertices = np.asarray(points, dtype=float), [contour.points for contour in contours]
     first = np.cumsum([0] + [len(v) for v in vertices])
-    return _kernels.inside_contours(np.asarray(points, dtype=float), np.concatenate(vertices).astype(float), first, 1e-12)
+    return _kernels.inside_contours(points, np.argsort(points[:, 1]), np.concatenate(vertices).astype(float), first, 1e-12)
 
 
 def points_in_polygon(points, vertices, eps: float = 1e-12) -> np.ndarray:
