@@ -6,9 +6,10 @@ import pytest
 import SimpleITK as sitk
 import vtk
 from PIL import Image
+from scipy import ndimage
 from vtk.util.numpy_support import vtk_to_numpy
 
-from segmetrics import compare, msi
+from segmetrics import _kernels, compare, mesh, msi
 from segmetrics.registry import Parameters, Status, StructurePair
 
 
@@ -379,6 +380,77 @@ def test_points_in_polygon_equals_scikit_image(seed):
     points = np.concatenate([rng.normal(0, 1.5, (300, 2)), polygon, (polygon + np.roll(polygon, 1, axis=0)) / 2,
                              np.round(rng.normal(0, 1.5, (200, 2)) * 4) / 4])
     np.testing.assert_array_equal(msi.points_in_polygon(points, polygon), measure.points_in_poly(points, polygon))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_inside_kernel_equals_scikit_image_per_contour_even_odd(seed):
+    """The compiled inside test of the slice-wise MSI answers as skimage's points_in_poly, contour
+    by contour combined even-odd (a ring inside another is a hole), also on vertices and edges."""
+    from skimage import measure
+
+    rng = np.random.default_rng(seed)
+    rings = []
+    for radius in (2.0, 1.0):
+        n = int(rng.integers(3, 60))
+        angles = np.sort(rng.random(n)) * 2 * np.pi
+        ring = np.stack([np.cos(angles), np.sin(angles)], axis=1) * radius * (1 + 0.3 * rng.random((n, 1)))
+        rings.append(np.round(ring * 4) / 4 if seed % 2 else ring)
+    points = np.concatenate([rng.normal(0, 1.5, (300, 2)), *rings, np.round(rng.normal(0, 1.5, (200, 2)) * 4) / 4])
+    expected = measure.points_in_poly(points, rings[0]) ^ measure.points_in_poly(points, rings[1])
+    contours = [mesh.Contour(ring, np.ones(len(ring))) for ring in rings]
+    np.testing.assert_array_equal(msi._inside(points, contours), expected)
+
+
+def _random_mask(rng, shape):
+    """Noise (many single pixels, diagonal contacts and holes) or opened noise (larger objects)."""
+    mask = rng.random(shape) < rng.uniform(0.2, 0.8)
+    return ndimage.binary_opening(mask) | (rng.random(shape) < 0.05) if rng.random() < 0.5 else mask
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_slice_contours_equal_scikit_image(seed):
+    """mesh.contours_2d and the per-object boundaries of the slice-wise MSI are skimage's
+    find_contours boundaries point for point (same first point, direction and order), scaled and
+    subdivided; per object as found on the object alone, moved back by its box's corner."""
+    from skimage import measure
+
+    rng = np.random.default_rng(seed)
+    for _ in range(10):
+        mask = _random_mask(rng, rng.integers(2, 25, 2))
+        scale, step = rng.uniform(0.3, 3.0, 2), rng.uniform(0.1, 1.0)
+        found = mesh.contours_2d(mask, scale, max_segment_mm=step)
+        raw = measure.find_contours(np.pad(mask, 1).astype(float), 0.5) if mask.any() else []
+        assert len(found) == len(raw)
+        for contour, points in zip(found, raw):
+            np.testing.assert_array_equal(contour.points, mesh.closed_contour((points[:-1] - 1) * scale, step).points)
+            np.testing.assert_array_equal(contour.lengths, mesh.closed_contour((points[:-1] - 1) * scale, step).lengths)
+        labels, objects = msi._objects(np.pad(mask, 1), scale)
+        for label, (box, obj) in enumerate(zip(ndimage.find_objects(labels), objects), start=1):
+            alone = measure.find_contours(np.pad(labels[box] == label, 1).astype(float), 0.5)
+            corner = np.array([s.start for s in box]) * scale
+            assert len(obj.contours) == len(alone)
+            for contour, points in zip(obj.contours, alone):
+                np.testing.assert_array_equal(contour.points, mesh.closed_contour((points[:-1] - 1) * scale, msi.SUBDIVISION * scale.min()).points + corner)
+            np.testing.assert_array_equal(obj.centroid, np.mean(np.argwhere(labels == label), axis=0) * scale)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_bld_on_grid_points_equals_the_kd_tree_search(seed):
+    """BLD of a slice's points (compiled nearest search) equals the KD-tree computation exactly,
+    on grid points where many reference points have several nearest test points (ties)."""
+    from scipy.spatial import cKDTree
+
+    rng = np.random.default_rng(seed)
+    test_points = np.unique(rng.integers(0, 30, (int(rng.integers(1, 200)), 2)), axis=0) * rng.uniform(0.5, 2.0, 2)
+    reference_points = rng.integers(0, 30, (int(rng.integers(1, 200)), 2)) * rng.uniform(0.5, 2.0, 2)
+    forward, back, nearest, tied = _kernels.nearest_between(test_points, reference_points)
+    squared = ((reference_points[:, None] - test_points[None]) ** 2).sum(axis=2)
+    np.testing.assert_array_equal(tied, (squared == squared.min(axis=1, keepdims=True)).sum(axis=1) > 1)
+    np.testing.assert_array_equal(nearest[~tied], squared.argmin(axis=1)[~tied])
+    np.testing.assert_array_equal(back, cKDTree(test_points).query(reference_points)[0])
+    np.testing.assert_array_equal(forward, cKDTree(reference_points).query(test_points)[0])
+    kd_tree = msi.bidirectional_local_distance(test_points, reference_points, test_tree=cKDTree(test_points))
+    np.testing.assert_array_equal(msi.bidirectional_local_distance(test_points, reference_points), kd_tree)
 
 
 def test_msi_3d_shares_the_reference_to_test_distances_with_the_distance_group(monkeypatch):

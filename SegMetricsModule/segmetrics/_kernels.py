@@ -1,6 +1,8 @@
 """Compiled kernels of :mod:`segmetrics.mesh`: the blur and clamp of the surface field, triangle areas,
 and for :func:`segmetrics.mesh.distances_to_surface` the nearest vertex of a surface to each
-query point (a grid of buckets) and the closest point by a walk over the surface's cells.
+query point (a grid of buckets) and the closest point by a walk over the surface's cells; and of
+the slice contours (:func:`segmetrics.mesh.contours_2d`, slice-wise MSI, the contours group):
+marching squares, nearest points between two 2-D point sets, the inside test.
 
 Points are 3-component rows in mm (2-D contours padded with a zero third component); cells are
 triangles (3 vertex indices) or segments (2). The kernels are compiled with numba (cached on disk
@@ -767,3 +769,335 @@ def compile_roughness_kernels() -> None:
     cells = ray_cells(corners, np.array([[0, 1, 2]], dtype=np.int64), np.zeros(3))
     radial_gaps(np.ones((1, 3)) / np.sqrt(3), np.ones(1), *cells, 1e-9, 1, *direction_grid(cells[0], cells[1], 1))
     window_deviations(corners, np.ones(3), np.ones(3), 1.0, 1.0, *vertex_grid(corners, 1.0))
+
+
+# --- 2-D slice contours and slice-wise MSI ----------------------------------------------------
+#
+# Marching squares on a label image, nearest-point distances between two point sets and the
+# even-odd inside test, for :func:`segmetrics.mesh.contours_2d` and :mod:`segmetrics.msi`. Each
+# gives bit for bit what the NumPy / scikit-image / SciPy code it replaces gives (the same
+# arithmetic in the same order), so the metrics do not move.
+
+#: Marching-squares segments of a cell by case (bit 1: upper-left pixel is foreground, 2: upper
+#: right, 4: lower left, 8: lower right), as ``(from, to)`` edge pairs in the order
+#: :func:`skimage.measure.find_contours` emits them with ``fully_connected="low"`` (foreground
+#: 4-connected); edges 0 top, 1 bottom, 2 left, 3 right; -1 pads.
+_SQUARE_SEGMENTS = np.array([
+    [-1, -1, -1, -1], [0, 2, -1, -1], [3, 0, -1, -1], [3, 2, -1, -1], [2, 1, -1, -1], [0, 1, -1, -1],
+    [3, 0, 2, 1], [3, 1, -1, -1], [1, 3, -1, -1], [0, 2, 1, 3], [1, 0, -1, -1], [1, 2, -1, -1],
+    [2, 3, -1, -1], [0, 3, -1, -1], [2, 0, -1, -1], [-1, -1, -1, -1]], dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def label_contours(labels, origins, scale, max_length):
+    """Closed boundaries (marching squares at level 0.5) of every object of a 2-D label image.
+
+    ``labels`` (rows, cols) int: 0 background, objects 1..n, the first and last row and column
+    background. Each boundary is what :func:`skimage.measure.find_contours` returns for the object
+    alone, padded (same points, same first point, same direction, objects' boundaries in the same
+    order), without the closing point, less the object's ``origins[label]`` (row, col; pixels),
+    times ``scale`` (mm per pixel, row and column), then, when ``max_length`` > 0, with each
+    segment cut into ``ceil(length / max_length)`` equal pieces (mm).
+
+    Returns ``(points (P, 2) mm, lengths (P,) mm of the segment starting at each point,
+    first (C + 1,) index of each boundary's first point, label (C,) of each boundary)``, boundaries
+    in the order of their first segment in a row-major scan of the cells.
+    """
+    table = _SQUARE_SEGMENTS
+    rows, cols = labels.shape
+    if labels.size and (labels.min() < 0 or origins.shape[0] <= labels.max() or origins.shape[1] != 2 or len(scale) != 2):
+        raise ValueError("label_contours: needs labels >= 0, an origin (row, col) per label and a scale of 2")
+    for r in range(rows):  # boundaries must close inside the image
+        if labels[r, 0] != 0 or labels[r, cols - 1] != 0:
+            raise ValueError("label_contours: the first and last column must be background (pad the labels)")
+    for c in range(cols):
+        if labels[0, c] != 0 or labels[rows - 1, c] != 0:
+            raise ValueError("label_contours: the first and last row must be background (pad the labels)")
+    cells = max(rows - 1, 0) * max(cols - 1, 0)
+    seg_from = np.empty(2 * cells, np.int64)
+    seg_to = np.empty(2 * cells, np.int64)
+    leaving = np.empty(2 * rows * cols, np.int64)  # the segment leaving each edge vertex
+    count = 0
+    for r in range(rows - 1):
+        for c in range(cols - 1):
+            case = ((labels[r, c] > 0) + 2 * (labels[r, c + 1] > 0) + 4 * (labels[r + 1, c] > 0)
+                    + 8 * (labels[r + 1, c + 1] > 0))
+            for s in range(0, 4, 2):
+                if table[case, s] < 0:
+                    break
+                for end in range(2):
+                    edge = table[case, s + end]
+                    # vertex ids: 2 * pixel (horizontal edge to its right neighbour) + 1 (vertical edge below it)
+                    if edge == 0:
+                        vertex = 2 * (r * cols + c)
+                    elif edge == 1:
+                        vertex = 2 * ((r + 1) * cols + c)
+                    elif edge == 2:
+                        vertex = 2 * (r * cols + c) + 1
+                    else:
+                        vertex = 2 * (r * cols + c + 1) + 1
+                    if end == 0:
+                        seg_from[count] = vertex
+                        leaving[vertex] = count
+                    else:
+                        seg_to[count] = vertex
+                count += 1
+    # cycles: first segment in scan order; skimage starts each at the end of its last segment
+    visited = np.zeros(count, np.bool_)
+    cycle_start = np.empty(count, np.int64)
+    cycle_size = np.empty(count, np.int64)
+    cycles = 0
+    for first in range(count):
+        if visited[first]:
+            continue
+        last, size, segment = first, 0, first
+        while True:
+            visited[segment] = True
+            last = max(last, segment)
+            size += 1
+            segment = leaving[seg_to[segment]]
+            if segment == first:
+                break
+        cycle_start[cycles] = seg_to[last]
+        cycle_size[cycles] = size
+        cycles += 1
+    total = 0
+    for k in range(cycles):
+        total += cycle_size[k]
+    raw = np.empty((total, 2))
+    label = np.empty(cycles, np.int64)
+    raw_first = np.zeros(cycles + 1, np.int64)
+    for k in range(cycles):
+        vertex = cycle_start[k]
+        pixel = vertex // 2
+        r, c = pixel // cols, pixel % cols
+        other = labels[r + 1, c] if vertex % 2 else labels[r, c + 1]
+        label[k] = max(labels[r, c], other)
+        origin_r, origin_c = origins[label[k], 0], origins[label[k], 1]
+        at = raw_first[k]
+        for i in range(cycle_size[k]):
+            pixel = vertex // 2
+            r, c = pixel // cols, pixel % cols
+            if vertex % 2:
+                raw[at + i, 0], raw[at + i, 1] = r + 0.5, float(c)
+            else:
+                raw[at + i, 0], raw[at + i, 1] = float(r), c + 0.5
+            raw[at + i, 0] = (raw[at + i, 0] - origin_r) * scale[0]
+            raw[at + i, 1] = (raw[at + i, 1] - origin_c) * scale[1]
+            vertex = seg_to[leaving[vertex]]
+        raw_first[k + 1] = at + cycle_size[k]
+    if max_length > 0:
+        pieces = np.empty(total, np.int64)
+        first = np.zeros(cycles + 1, np.int64)
+        for k in range(cycles):
+            size = 0
+            for i in range(raw_first[k], raw_first[k + 1]):
+                j = i + 1 if i + 1 < raw_first[k + 1] else raw_first[k]
+                d0, d1 = raw[j, 0] - raw[i, 0], raw[j, 1] - raw[i, 1]
+                pieces[i] = max(1, int(np.ceil(np.sqrt(d0 * d0 + d1 * d1) / max_length)))
+                size += pieces[i]
+            first[k + 1] = first[k] + size
+        points = np.empty((first[cycles], 2))
+        at = 0
+        for k in range(cycles):
+            for i in range(raw_first[k], raw_first[k + 1]):
+                j = i + 1 if i + 1 < raw_first[k + 1] else raw_first[k]
+                for piece in range(pieces[i]):
+                    fraction = piece / pieces[i]
+                    points[at, 0] = raw[i, 0] + fraction * (raw[j, 0] - raw[i, 0])
+                    points[at, 1] = raw[i, 1] + fraction * (raw[j, 1] - raw[i, 1])
+                    at += 1
+    else:
+        points, first = raw, raw_first
+    lengths = np.empty(len(points))
+    for k in range(cycles):
+        for i in range(first[k], first[k + 1]):
+            j = i + 1 if i + 1 < first[k + 1] else first[k]
+            d0, d1 = points[j, 0] - points[i, 0], points[j, 1] - points[i, 1]
+            lengths[i] = np.sqrt(d0 * d0 + d1 * d1)
+    return points, lengths, first, label
+
+
+@numba.njit(cache=True, nogil=True)
+def _nearest_in_grid(queries, points):
+    """For each query (rows, 2-D): the smallest squared distance ``dx² + dy²`` to ``points``, the
+    index of a point that near (-1 without points) and whether several are. The points go into
+    square buckets (about sqrt(N) along the longer side); a query scans rings of buckets around
+    its own (the nearest one when outside) until the buckets left are all farther than the best
+    distance found, so that every point as near is seen."""
+    best = np.full(len(queries), np.inf)
+    nearest = np.full(len(queries), -1, np.int64)
+    tied = np.zeros(len(queries), np.bool_)
+    if len(points) == 0:
+        return best, nearest, tied
+    if not (np.isfinite(points).all() and np.isfinite(queries).all()):
+        raise ValueError("nearest_between: the points must be finite (mm)")
+    low_x, low_y = points[:, 0].min(), points[:, 1].min()
+    extent = max(points[:, 0].max() - low_x, points[:, 1].max() - low_y)
+    bucket = extent / np.sqrt(len(points)) if extent > 0 else 1.0
+    shape_x = int((points[:, 0].max() - low_x) / bucket) + 1
+    shape_y = int((points[:, 1].max() - low_y) / bucket) + 1
+    keys = np.empty(len(points), np.int64)
+    first = np.zeros(shape_x * shape_y + 1, np.int64)  # points of bucket key: order[first[key]:first[key + 1]]
+    for n in range(len(points)):
+        keys[n] = (min(int((points[n, 0] - low_x) / bucket), shape_x - 1) * shape_y
+                   + min(int((points[n, 1] - low_y) / bucket), shape_y - 1))
+        first[keys[n] + 1] += 1
+    first = np.cumsum(first)
+    order, filled = np.empty(len(points), np.int64), first[:-1].copy()
+    for n in range(len(points)):
+        order[filled[keys[n]]] = n
+        filled[keys[n]] += 1
+    margin = 1e-9 * bucket  # rounding of a point's bucket and of the bounds below
+    for q in range(len(queries)):
+        x, y = queries[q, 0], queries[q, 1]
+        i = min(max(int(np.floor((x - low_x) / bucket)), 0), shape_x - 1)
+        j = min(max(int(np.floor((y - low_y) / bucket)), 0), shape_y - 1)
+        for ring in range(max(shape_x, shape_y)):
+            for a in range(max(i - ring, 0), min(i + ring, shape_x - 1) + 1):
+                edge = a == i - ring or a == i + ring
+                for b in range(max(j - ring, 0), min(j + ring, shape_y - 1) + 1):
+                    if not edge and b != j - ring and b != j + ring:
+                        continue  # inside the ring: seen before
+                    for n in range(first[a * shape_y + b], first[a * shape_y + b + 1]):
+                        p = order[n]
+                        d0, d1 = points[p, 0] - x, points[p, 1] - y
+                        squared = d0 * d0 + d1 * d1
+                        if squared < best[q]:
+                            best[q], nearest[q], tied[q] = squared, p, False
+                        elif squared == best[q]:
+                            tied[q] = True
+            # nearest distance to a bucket outside the square scanned so far
+            left = x - (low_x + (i - ring) * bucket) if i - ring > 0 else np.inf
+            right = low_x + (i + ring + 1) * bucket - x if i + ring < shape_x - 1 else np.inf
+            below = y - (low_y + (j - ring) * bucket) if j - ring > 0 else np.inf
+            above = low_y + (j + ring + 1) * bucket - y if j + ring < shape_y - 1 else np.inf
+            beyond = min(left, right, below, above) - margin
+            if beyond == np.inf or (beyond > 0 and beyond * beyond > best[q]):
+                break
+    return best, nearest, tied
+
+
+@numba.njit(cache=True, nogil=True)
+def nearest_between(test_points, reference_points):
+    """Nearest-point distances between two 2-D point sets (rows, mm), exact.
+
+    Returns ``(forward (N,)`` distance from each test point to the nearest reference point,
+    ``back (M,)`` from each reference point to the nearest test point, ``nearest (M,)`` the index
+    of that test point (any of them on ties), ``tied (M,)`` whether several test points are that
+    near). Distances are the square root of the smallest ``dx² + dy²``, as
+    :class:`scipy.spatial.cKDTree` gives them. Without points on the other side: inf and index -1.
+    """
+    forward = _nearest_in_grid(test_points, reference_points)[0]
+    back, nearest, tied = _nearest_in_grid(reference_points, test_points)
+    return np.sqrt(forward), np.sqrt(back), nearest, tied
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _first_index(ascending, value, above):
+    """The first index of ``ascending`` whose value is > ``value`` (``above``) or >= it, else its
+    length (:func:`numpy.searchsorted` ``side="right"`` or ``"left"``)."""
+    low, high = 0, len(ascending)
+    while low < high:
+        middle = (low + high) // 2
+        if ascending[middle] < value or (above and ascending[middle] == value):
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+@numba.njit(cache=True, nogil=True)
+def inside_contours(points, order, vertices, first, eps):
+    """Even-odd inside test of 2-D points against closed contours (``vertices[first[k]:first[k + 1]]``
+    is contour k): a point is inside when inside an odd number of them, each decided as
+    :func:`segmetrics.msi.points_in_polygon` decides it (the same crossing tests on the same
+    numbers, each edge against the points whose second coordinate lies in its extent widened
+    by ``eps``; on an edge or within ``eps`` of a vertex counts as inside). ``order`` sorts the
+    points by their second coordinate (``np.argsort(points[:, 1])``)."""
+    if len(first) == 0 or first[0] != 0 or first[-1] != len(vertices) or first.min() < 0 or first.max() > len(vertices):
+        raise ValueError("inside_contours: first must run from 0 to the number of vertices")
+    if len(order) != len(points) or (len(order) and (order.min() < 0 or order.max() >= len(points))):
+        raise ValueError("inside_contours: order must index the points")
+    ys = points[order, 1]
+    inside = np.zeros(len(points), np.bool_)
+    right = np.zeros(len(points), np.int64)
+    left = np.zeros(len(points), np.int64)
+    near_vertex = np.zeros(len(points), np.bool_)
+    for k in range(len(first) - 1):
+        right[:] = 0
+        left[:] = 0
+        near_vertex[:] = False
+        for e in range(first[k], first[k + 1]):
+            q = e - 1 if e > first[k] else first[k + 1] - 1  # the edge runs from the previous vertex q to e
+            xp, yp, xq, yq = vertices[e, 0], vertices[e, 1], vertices[q, 0], vertices[q, 1]
+            for n in range(_first_index(ys, min(yp, yq) - eps, False), _first_index(ys, max(yp, yq) + eps, True)):
+                p = order[n]
+                x0, y0, x1, y1 = xp - points[p, 0], yp - points[p, 1], xq - points[p, 0], yq - points[p, 1]
+                if abs(x0) < eps and abs(y0) < eps:
+                    near_vertex[p] = True
+                goes_right, goes_left = (y0 > 0) != (y1 > 0), (y0 < 0) != (y1 < 0)
+                if goes_right or goes_left:
+                    cross = (x0 * y1 - x1 * y0) / (y1 - y0)
+                    if goes_right and cross > 0:
+                        right[p] += 1
+                    if goes_left and cross < 0:
+                        left[p] += 1
+        for p in range(len(points)):
+            if near_vertex[p] or right[p] % 2 == 1 or left[p] % 2 == 1:
+                inside[p] = not inside[p]
+    return inside
+
+
+@numba.njit(cache=True, nogil=True)
+def object_statistics(labels, count):
+    """Per object of a 2-D label image (0 background, objects 1..``count``): ``(sizes (count,)
+    pixels, sums (count, 2) of the pixels' row and column indices, corners (count + 1, 2) the
+    row and column where its bounding box starts, row 0 being 0)``. ValueError for labels
+    outside 0..count."""
+    sizes = np.zeros(count, np.int64)
+    sums = np.zeros((count, 2), np.int64)
+    corners = np.zeros((count + 1, 2), np.int64)
+    corners[1:] = np.iinfo(np.int64).max
+    for r in range(labels.shape[0]):
+        for c in range(labels.shape[1]):
+            label = labels[r, c]
+            if label == 0:
+                continue
+            if not 0 < label <= count:
+                raise ValueError("object_statistics: a label is outside 0..count")
+            sizes[label - 1] += 1
+            sums[label - 1, 0] += r
+            sums[label - 1, 1] += c
+            corners[label, 0] = min(corners[label, 0], r)
+            corners[label, 1] = min(corners[label, 1], c)
+    return sizes, sums, corners
+
+
+@numba.njit(cache=True, nogil=True)
+def label_pairs(first_labels, first_count, second_labels, second_count):
+    """Pixels of each pair of labels (0..count on each side) of two 2-D label images of one shape:
+    ``(first_count + 1, second_count + 1)`` counts. ValueError for other shapes or labels."""
+    if first_labels.shape != second_labels.shape:
+        raise ValueError("label_pairs: the label images differ in shape")
+    counts = np.zeros((first_count + 1, second_count + 1), np.int64)
+    for r in range(first_labels.shape[0]):
+        for c in range(first_labels.shape[1]):
+            a, b = first_labels[r, c], second_labels[r, c]
+            if not (0 <= a <= first_count and 0 <= b <= second_count):
+                raise ValueError("label_pairs: a label is outside 0..count")
+            counts[a, b] += 1
+    return counts
+
+
+def compile_contour_kernels() -> None:
+    """Compile, or load from numba's disk cache, the 2-D contour and slice-wise MSI kernels
+    (:func:`label_contours`, :func:`object_statistics`, :func:`label_pairs`, :func:`nearest_between`,
+    :func:`inside_contours`) with the argument
+    types of every call."""
+    labels = np.zeros((4, 4), np.int32)
+    labels[1:3, 1:3] = 1
+    points, _, first, _ = label_contours(labels, object_statistics(labels, 1)[2], np.ones(2), 0.25)
+    label_pairs(labels, 1, labels, 1)
+    nearest_between(points, points)
+    inside_contours(points, np.argsort(points[:, 1]), points, first, 1e-12)

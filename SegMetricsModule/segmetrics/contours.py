@@ -39,6 +39,7 @@ import math
 
 import numpy as np
 
+from . import _kernels
 from .mesh import contours_2d
 from .msi import contour_planes, contour_regions, pair_slice_axis, plane_slices
 from .orientation import Reorientation
@@ -111,13 +112,12 @@ def boundary_samples(boundary, step_mm: float = SAMPLE_STEP_MM) -> tuple:
 def boundary_distances(first, second, step_mm: float = SAMPLE_STEP_MM) -> tuple:
     """``(distances, weights)`` of both directions pooled: distance (mm) from each sample of one
     boundary to the nearest sample of the other (off by at most ``step_mm`` / 2 from the distance
-    to the boundary itself), and the boundary length (mm) each sample stands for."""
-    from scipy.spatial import cKDTree
-
+    to the boundary itself), and the boundary length (mm) each sample stands for. The nearest
+    samples are found by :func:`segmetrics._kernels.nearest_between` (exact, as a KD-tree finds them)."""
     (first_points, first_weights), (second_points, second_weights) = (boundary_samples(b, step_mm)
                                                                       for b in (first, second))
-    distances = [cKDTree(second_points).query(first_points)[0], cKDTree(first_points).query(second_points)[0]]
-    return np.concatenate(distances), np.concatenate([first_weights, second_weights])
+    forward, back = _kernels.nearest_between(first_points, second_points)[:2]
+    return np.concatenate([forward, back]), np.concatenate([first_weights, second_weights])
 
 
 def mask_slices(reference, test, spacing, axis: int):

@@ -35,7 +35,7 @@ from scipy.spatial import cKDTree
 from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
-from . import mesh
+from . import _kernels, mesh
 from .dicom import even_odd_region, rings_by_plane
 from .geometry import through_plane_axis
 from .orientation import Reorientation
@@ -53,6 +53,9 @@ WORST_SLICES = 5
 #: Fewest query points for which KD-tree searches run in all cores: below, starting the threads
 #: costs more than the search (a slice's contours hold hundreds of points).
 PARALLEL_QUERY_POINTS = 20_000
+
+#: In-plane 4-connectivity of a slice's objects (:func:`scipy.ndimage.label`'s default, built once).
+FOUR_CONNECTED = ndimage.generate_binary_structure(2, 1)
 
 MSI = MetricSpec("msi", "1", "higher", "Medical Similarity Index, slice-wise contour MSI (length-weighted)")
 MSI_3D = MetricSpec("msi_3d", "1", "higher", "Medical Similarity Index on the test surface mesh (area-weighted)")
@@ -87,6 +90,17 @@ def bidirectional_local_distance(test_points, reference_points, test_to_referenc
     ndarray (N,)
         BLD of each test point (same unit as the points).
     """
+    test_points, reference_points = np.asarray(test_points, dtype=float), np.asarray(reference_points, dtype=float)
+    if (test_to_reference is None and reference_to_test is None and test_tree is None and test_points.shape[1] == 2
+            and len(test_points) and len(reference_points)):
+        # a slice's contours: the compiled bucket search, the same distances as the KD-trees; a
+        # reference point with several nearest test points takes the one the KD-tree search finds
+        test_to_reference, back_distance, nearest_test, tied = _kernels.nearest_between(test_points, reference_points)
+        if tied.any():
+            nearest_test[tied] = cKDTree(test_points).query(reference_points[tied])[1]
+        bmaxd = np.zeros(len(test_points))
+        np.maximum.at(bmaxd, nearest_test, back_distance)
+        return np.maximum(test_to_reference, bmaxd)
     if test_to_reference is None:
         test_to_reference = cKDTree(reference_points).query(test_points)[0]
     workers = -1 if len(reference_points) >= PARALLEL_QUERY_POINTS else 1
@@ -159,30 +173,30 @@ class _Object:
 
 
 def _objects(mask2d, spacing2d):
-    """4-connected objects of a slice with their closed contours (mm, array order)."""
-    labels, count = ndimage.label(mask2d)
+    """4-connected objects of a slice with their closed contours (mm, array order); the first and
+    last row and column of ``mask2d`` must be background."""
+    labels, count = ndimage.label(mask2d, structure=FOUR_CONNECTED)
     if count == 0:
         return labels, []
-    rows, cols = np.nonzero(labels)
-    members = labels[rows, cols]
-    sizes = np.bincount(members, minlength=count + 1)[1:]
-    centroids = np.stack([np.bincount(members, index, count + 1)[1:] for index in (rows, cols)], axis=1) / sizes[:, None] * spacing2d
-    step = SUBDIVISION * min(spacing2d)
-    objects = []
-    for label, box in enumerate(ndimage.find_objects(labels), start=1):
-        offset = np.array([s.start for s in box]) * spacing2d
-        contours = mesh.contours_2d(labels[box] == label, spacing2d, max_segment_mm=step)
-        contours = [mesh.Contour(c.points + offset, c.lengths) for c in contours]
-        objects.append(_Object(contours, centroids[label - 1]))
+    sizes, sums, corners = _kernels.object_statistics(labels, count)
+    centroids = sums.astype(float) / sizes[:, None] * spacing2d
+    # each object's boundaries as mesh.contours_2d gives them on the object's bounding box alone,
+    # then moved back by the box's corner: all objects in one compiled pass
+    points, lengths, first, owner = _kernels.label_contours(labels, corners, np.asarray(spacing2d, dtype=float),
+                                                            SUBDIVISION * min(spacing2d))
+    points = points + (corners * spacing2d)[np.repeat(owner, np.diff(first))]
+    objects = [_Object([], centroid) for centroid in centroids]
+    for start, stop, label in zip(first[:-1], first[1:], owner):
+        objects[label - 1].contours.append(mesh.Contour(points[start:stop], lengths[start:stop]))
     return labels, objects
 
 
 def _inside(points, contours):
-    """Even-odd point-in-region test against closed contours (holes are outside)."""
-    parity = np.zeros(len(points), dtype=bool)
-    for contour in contours:
-        parity ^= points_in_polygon(points, contour.points)
-    return parity
+    """Even-odd point-in-region test against closed contours (holes are outside): each contour
+    decided as :func:`points_in_polygon` decides it, all in one compiled pass."""
+    points, vertices = np.asarray(points, dtype=float), [contour.points for contour in contours]
+    first = np.cumsum([0] + [len(v) for v in vertices])
+    return _kernels.inside_contours(points, np.argsort(points[:, 1]), np.concatenate(vertices).astype(float), first, 1e-12)
 
 
 def points_in_polygon(points, vertices, eps: float = 1e-12) -> np.ndarray:
@@ -265,9 +279,7 @@ def _slice_default(ref2d, test2d, spacing2d, il, ol, align):
     """(msi, weight, counts..., status) of one slice of two masks in the default convention."""
     ref_labels, ref_objects = _objects(ref2d, spacing2d)
     test_labels, test_objects = _objects(test2d, spacing2d)
-    n_ref, n_test = len(ref_objects), len(test_objects)
-    joint = np.bincount(ref_labels.ravel() * (n_test + 1) + test_labels.ravel(), minlength=(n_ref + 1) * (n_test + 1))
-    areas = joint.reshape(n_ref + 1, n_test + 1).astype(float)  # pixels of each (reference, test) label pair
+    areas = _kernels.label_pairs(ref_labels, len(ref_objects), test_labels, len(test_objects)).astype(float)  # pixels of each (reference, test) label pair
     return _score_objects(ref_objects, test_objects, areas[1:, 1:], areas[1:].sum(axis=1), areas[:, 1:].sum(axis=0),
                           il, ol, align)
 
@@ -558,7 +570,7 @@ def slice_table(reference, test, spacing, params: Parameters | None = None, dire
         box = ndimage.find_objects(union[k].astype(np.uint8))[0]
         # a background margin of one pixel, also at the image border, so that the field of view
         # (padding) does not matter: the fda perimeter counts pixels beyond the crop as inside
-        ref2d, test2d = np.pad(reference[k][box], 1), np.pad(test[k][box], 1)
+        ref2d, test2d = _padded(reference[k][box]), _padded(test[k][box])
         if params.msi_convention == "fda":
             value, weight, counts, status = _slice_fda(ref2d, test2d, params.msi_il, params.msi_ol)
         elif params.msi_convention == "default":
@@ -567,6 +579,13 @@ def slice_table(reference, test, spacing, params: Parameters | None = None, dire
             raise ValueError(f"msi_convention must be 'default' or 'fda', got {params.msi_convention!r}")
         rows.append(SliceMSI(int(k), float(k * spacing[axis]), value, weight, status=status, **counts))
     return rows
+
+
+def _padded(mask2d):
+    """``np.pad(mask2d, 1)`` (background margin of one pixel), without np.pad's per-call overhead."""
+    padded = np.zeros((mask2d.shape[0] + 2, mask2d.shape[1] + 2), dtype=mask2d.dtype)
+    padded[1:-1, 1:-1] = mask2d
+    return padded
 
 
 def combine_slices(rows) -> float:
