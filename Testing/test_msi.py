@@ -453,6 +453,20 @@ def test_bld_on_grid_points_equals_the_kd_tree_search(seed):
     np.testing.assert_array_equal(msi.bidirectional_local_distance(test_points, reference_points), kd_tree)
 
 
+def test_nearest_between_rejects_rows_it_cannot_bucket_and_handles_points_at_one_place():
+    """Rows of other than 2 components and coordinates whose span overflows a float are one
+    clear ValueError (not a read past the rows); points within a float's rounding of each other
+    (their bucket size underflows to 0) are measured, not a division by zero."""
+    with pytest.raises(ValueError, match="2 components"):
+        _kernels.nearest_between(np.zeros((3, 1)), np.zeros((3, 1)))
+    with pytest.raises(ValueError, match="largest float"):
+        _kernels.nearest_between(np.zeros((1, 2)), np.array([[-1e308, 0.0], [1e308, 0.0]]))
+    tiny = np.array([[0.0, 0.0], [5e-324, 0.0], [0.0, 5e-324], [5e-324, 5e-324]])
+    forward, back, _, _ = _kernels.nearest_between(np.array([[3.0, 4.0]]), tiny)
+    np.testing.assert_array_equal(forward, [5.0])
+    np.testing.assert_array_equal(back, np.hypot(3.0 - tiny[:, 0], 4.0 - tiny[:, 1]))
+
+
 def test_msi_3d_shares_the_reference_to_test_distances_with_the_distance_group(monkeypatch):
     """The distances from the reference vertices to the test surface are taken once per pair:
     msi_3d after the distance group measures only the signed test-to-reference distances, and

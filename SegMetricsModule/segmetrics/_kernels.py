@@ -934,14 +934,17 @@ def _nearest_in_grid(queries, points):
         raise ValueError("nearest_between: the points must be finite (mm)")
     low_x, low_y = points[:, 0].min(), points[:, 1].min()
     extent = max(points[:, 0].max() - low_x, points[:, 1].max() - low_y)
-    bucket = extent / np.sqrt(len(points)) if extent > 0 else 1.0
+    if not extent < np.inf:
+        raise ValueError("nearest_between: the points span more than the largest float (mm)")
+    bucket = extent / np.sqrt(len(points))
+    if not bucket > 0:  # the points at one place, or within a float's rounding of it
+        bucket = 1.0
     shape_x = int((points[:, 0].max() - low_x) / bucket) + 1
     shape_y = int((points[:, 1].max() - low_y) / bucket) + 1
     keys = np.empty(len(points), np.int64)
     first = np.zeros(shape_x * shape_y + 1, np.int64)  # points of bucket key: order[first[key]:first[key + 1]]
     for n in range(len(points)):
-        keys[n] = (min(int((points[n, 0] - low_x) / bucket), shape_x - 1) * shape_y
-                   + min(int((points[n, 1] - low_y) / bucket), shape_y - 1))
+        keys[n] = _cell(points[n, 0], low_x, bucket, shape_x) * shape_y + _cell(points[n, 1], low_y, bucket, shape_y)
         first[keys[n] + 1] += 1
     first = np.cumsum(first)
     order, filled = np.empty(len(points), np.int64), first[:-1].copy()
@@ -951,8 +954,7 @@ def _nearest_in_grid(queries, points):
     margin = 1e-9 * bucket  # rounding of a point's bucket and of the bounds below
     for q in range(len(queries)):
         x, y = queries[q, 0], queries[q, 1]
-        i = min(max(int(np.floor((x - low_x) / bucket)), 0), shape_x - 1)
-        j = min(max(int(np.floor((y - low_y) / bucket)), 0), shape_y - 1)
+        i, j = _cell(x, low_x, bucket, shape_x), _cell(y, low_y, bucket, shape_y)
         for ring in range(max(shape_x, shape_y)):
             for a in range(max(i - ring, 0), min(i + ring, shape_x - 1) + 1):
                 edge = a == i - ring or a == i + ring
@@ -968,11 +970,7 @@ def _nearest_in_grid(queries, points):
                         elif squared == best[q]:
                             tied[q] = True
             # nearest distance to a bucket outside the square scanned so far
-            left = x - (low_x + (i - ring) * bucket) if i - ring > 0 else np.inf
-            right = low_x + (i + ring + 1) * bucket - x if i + ring < shape_x - 1 else np.inf
-            below = y - (low_y + (j - ring) * bucket) if j - ring > 0 else np.inf
-            above = low_y + (j + ring + 1) * bucket - y if j + ring < shape_y - 1 else np.inf
-            beyond = min(left, right, below, above) - margin
+            beyond = min(_reach(x, low_x, i, shape_x, ring, bucket), _reach(y, low_y, j, shape_y, ring, bucket)) - margin
             if beyond == np.inf or (beyond > 0 and beyond * beyond > best[q]):
                 break
     return best, nearest, tied
@@ -988,6 +986,8 @@ def nearest_between(test_points, reference_points):
     near). Distances are the square root of the smallest ``dx² + dy²``, as
     :class:`scipy.spatial.cKDTree` gives them. Without points on the other side: inf and index -1.
     """
+    if test_points.shape[1] != 2 or reference_points.shape[1] != 2:
+        raise ValueError("nearest_between: needs rows of 2 components (mm)")
     forward = _nearest_in_grid(test_points, reference_points)[0]
     back, nearest, tied = _nearest_in_grid(reference_points, test_points)
     return np.sqrt(forward), np.sqrt(back), nearest, tied
