@@ -467,6 +467,22 @@ def test_nearest_between_rejects_rows_it_cannot_bucket_and_handles_points_at_one
     np.testing.assert_array_equal(back, np.hypot(3.0 - tiny[:, 0], 4.0 - tiny[:, 1]))
 
 
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (0, 0)])
+def test_label_contours_rejects_an_empty_label_image(shape):
+    """An image without rows or columns is one clear ValueError (the border check read past it)."""
+    with pytest.raises(ValueError, match="empty"):
+        _kernels.label_contours(np.zeros(shape, np.int32), np.zeros((1, 2), np.int64), np.ones(2), 0.25)
+
+
+def test_inside_contours_rejects_rows_of_one_component():
+    """Points or vertices of other than 2 components are one clear ValueError (not a read past the rows)."""
+    square, first = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]), np.array([0, 4])
+    with pytest.raises(ValueError, match="2 components"):
+        _kernels.inside_contours(np.zeros((2, 1)), np.arange(2), square, first, 1e-12)
+    with pytest.raises(ValueError, match="2 components"):
+        _kernels.inside_contours(np.zeros((2, 2)), np.arange(2), np.zeros((4, 1)), first, 1e-12)
+
+
 def test_msi_3d_shares_the_reference_to_test_distances_with_the_distance_group(monkeypatch):
     """The distances from the reference vertices to the test surface are taken once per pair:
     msi_3d after the distance group measures only the signed test-to-reference distances, and

@@ -805,7 +805,9 @@ def label_contours(labels, origins, scale, max_length):
     """
     table = _SQUARE_SEGMENTS
     rows, cols = labels.shape
-    if labels.size and (labels.min() < 0 or origins.shape[0] <= labels.max() or origins.shape[1] != 2 or len(scale) != 2):
+    if labels.size == 0:
+        raise ValueError("label_contours: the label image is empty")
+    if labels.min() < 0 or origins.shape[0] <= labels.max() or origins.shape[1] != 2 or len(scale) != 2:
         raise ValueError("label_contours: needs labels >= 0, an origin (row, col) per label and a scale of 2")
     for r in range(rows):  # boundaries must close inside the image
         if labels[r, 0] != 0 or labels[r, cols - 1] != 0:
@@ -1015,6 +1017,8 @@ def inside_contours(points, order, vertices, first, eps):
     numbers, each edge against the points whose second coordinate lies in its extent widened
     by ``eps``; on an edge or within ``eps`` of a vertex counts as inside). ``order`` sorts the
     points by their second coordinate (``np.argsort(points[:, 1])``)."""
+    if points.shape[1] != 2 or vertices.shape[1] != 2:
+        raise ValueError("inside_contours: needs points and vertices of 2 components")
     if len(first) == 0 or first[0] != 0 or first[-1] != len(vertices) or first.min() < 0 or first.max() > len(vertices):
         raise ValueError("inside_contours: first must run from 0 to the number of vertices")
     if len(order) != len(points) or (len(order) and (order.min() < 0 or order.max() >= len(points))):
