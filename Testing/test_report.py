@@ -277,6 +277,33 @@ def test_report_in_a_headless_browser_shows_the_summary_first_without_horizontal
     assert layout["scroll_width"] <= layout["client_width"]  # no horizontal scrolling of the page
 
 
+def test_sort_table_sorts_the_second_table_by_its_own_clicked_column(tmp_path):
+    """sort_table.js in a headless browser: a click on the first header of the second sortable
+    table on a page sorts that table by its first column (not by a column counted across tables)."""
+    import shutil
+    import subprocess
+    from importlib import resources
+
+    browser = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
+    if browser is None:
+        pytest.skip("no headless Chromium (apt-get install chromium-headless-shell)")
+    script = resources.files("segmetrics").joinpath("templates/sort_table.js").read_text()
+    table = ("<table class='sortable'><tr><th>a</th><th>b</th></tr>"
+             "<tr><td>{}</td><td>{}</td></tr><tr><td>{}</td><td>{}</td></tr><tr><td>{}</td><td>{}</td></tr></table>")
+    page = tmp_path / "sort.html"
+    page.write_text("<html><head><title>-</title></head><body>" + table.format(1, 2, 3, 4, 5, 6)
+                    + table.format(3, "x", 1, "y", 2, "z") + f"<script>{script}</script><script>"
+                    "window.addEventListener('load', function () {"
+                    " var second = document.querySelectorAll('table')[1]; second.querySelector('th').click();"
+                    " document.title = Array.from(second.querySelectorAll('tr')).slice(1)"
+                    ".map(function (r) { return r.children[1].textContent; }).join(''); });</script></body></html>")
+    done = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+                           "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    title = re.search(r"<title>(.*?)</title>", done.stdout, flags=re.S)
+    assert title, done.stderr[-2000:]
+    assert title.group(1) == "yzx"  # rows in ascending order of the first column: 1, 2, 3
+
+
 def html_unescape(text: str) -> str:
     import html
 

@@ -1,8 +1,8 @@
 // Sorts a table.sortable by the clicked column (numbers numerically, text alphabetically); no libraries.
-document.querySelectorAll('table.sortable th').forEach(function (th, col) {
+document.querySelectorAll('table.sortable th').forEach(function (th) {
   th.style.cursor = 'pointer';
   th.addEventListener('click', function () {
-    var table = th.closest('table'), rows = Array.from(table.querySelectorAll('tr')).slice(1);
+    var table = th.closest('table'), col = th.cellIndex, rows = Array.from(table.querySelectorAll('tr')).slice(1);
     var down = th.dataset.down !== '1'; th.dataset.down = down ? '1' : '0';
     function key(row) { var t = row.children[col].textContent, n = parseFloat(t);
       return t === 'inf' ? Infinity : (isNaN(n) ? t : n); }
