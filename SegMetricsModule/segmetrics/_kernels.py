@@ -1057,8 +1057,9 @@ def inside_contours(points, order, vertices, first, eps):
 def object_statistics(labels, count):
     """Per object of a 2-D label image (0 background, objects 1..``count``): ``(sizes (count,)
     pixels, sums (count, 2) of the pixels' row and column indices, corners (count + 1, 2) the
-    row and column where its bounding box starts, row 0 being 0)``. ValueError for labels
-    outside 0..count."""
+    row and column (pixels) where the bounding box of label k starts at ``corners[k]``, with
+    ``corners[0]`` = (0, 0) for the background)``, the ``origins`` of :func:`label_contours`.
+    ValueError for labels outside 0..count."""
     sizes = np.zeros(count, np.int64)
     sums = np.zeros((count, 2), np.int64)
     corners = np.zeros((count + 1, 2), np.int64)

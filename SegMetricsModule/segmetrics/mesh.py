@@ -709,7 +709,8 @@ def contours_2d(mask2d, spacing2d, max_segment_mm: float | None = None) -> list:
     mask2d = np.asarray(mask2d, dtype=bool)
     if not mask2d.any():
         return []
-    # the boundaries scikit-image's find_contours gives, from one compiled pass (same points and order)
+    # the boundaries scikit-image's find_contours gives, from one compiled pass (same points and order);
+    # origin (1, 1) of label 1 undoes the pad
     points, lengths, first, _ = _kernels.label_contours(np.pad(mask2d, 1).astype(np.int32), np.ones((2, 2), np.int64),
                                                          np.asarray(spacing2d, dtype=float), max_segment_mm or -1.0)
     return [Contour(points[start:stop], lengths[start:stop]) for start, stop in zip(first[:-1], first[1:])]
