@@ -271,8 +271,8 @@ def _run_frames(args) -> int:
         if reason:
             print(f"warning: the folders may be swapped: {reason}. {order}; name them with --reference/--test to "
                   "silence this", file=sys.stderr)
-    size_edges = args.size_edges and _numbers("--size-edges", args.size_edges)
-    if size_edges:
+    size_edges = None if args.size_edges is None else _numbers("--size-edges", args.size_edges)
+    if size_edges is not None:
         try:
             Parameters(lesion_size_edges_mm=size_edges)
         except ParameterError as error:
