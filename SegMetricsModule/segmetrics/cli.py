@@ -255,7 +255,7 @@ def _frame_folders(args) -> tuple:
 
 
 def _run_frames(args) -> int:
-    from .frames import EdgeRules, evaluate_folders, swapped_by_content, swapped_by_name, write_frame_result
+    from .frames import DETECTION_IOU, EdgeRules, evaluate_folders, swapped_by_content, swapped_by_name, write_frame_result
     from .io import read_name_map
     from .registry import ParameterError, Parameters
 
@@ -419,8 +419,6 @@ OPTION_RANGES = {
 
 #: ``frames`` options of the instance metrics (``--instances``, implied by ``--instance-dirs``/``--scores``).
 INSTANCE_OPTIONS = ("connectivity", "detection_iou", "size_edges")
-#: ``--detection-iou`` when not given.
-DETECTION_IOU = 0.5
 
 #: Output locations of each command: option -> "file" or "folder".
 OUTPUTS = {
