@@ -380,6 +380,8 @@ def test_cli_detection_counts_per_instance_size(tmp_path, capsys):
     assert [data[f"{kind}_small"] for kind in ("true_positives", "false_negatives", "false_positives")] == [2, 0, 2]
     assert main(["frames", str(gt_dir), str(pred_dir), "--instances", "--size-edges", "10,3"]) == 2
     assert "--size-edges 10,3: lesion_size_edges_mm must increase" in capsys.readouterr().err
+    assert main(["frames", str(gt_dir), str(pred_dir), "--instances", "--size-edges", ""]) == 2
+    assert "--size-edges expects comma-separated numbers" in capsys.readouterr().err
 
 
 def test_class_names_that_look_like_rich_markup_are_shown_as_written(tmp_path, capsys):

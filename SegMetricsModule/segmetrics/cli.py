@@ -255,7 +255,7 @@ def _frame_folders(args) -> tuple:
 
 
 def _run_frames(args) -> int:
-    from .frames import EdgeRules, evaluate_folders, swapped_by_content, swapped_by_name, write_frame_result
+    from .frames import DETECTION_IOU, EdgeRules, evaluate_folders, swapped_by_content, swapped_by_name, write_frame_result
     from .io import read_name_map
     from .registry import ParameterError, Parameters
 
@@ -271,8 +271,8 @@ def _run_frames(args) -> int:
         if reason:
             print(f"warning: the folders may be swapped: {reason}. {order}; name them with --reference/--test to "
                   "silence this", file=sys.stderr)
-    size_edges = args.size_edges and _numbers("--size-edges", args.size_edges)
-    if size_edges:
+    size_edges = None if args.size_edges is None else _numbers("--size-edges", args.size_edges)
+    if size_edges is not None:
         try:
             Parameters(lesion_size_edges_mm=size_edges)
         except ParameterError as error:
@@ -419,8 +419,6 @@ OPTION_RANGES = {
 
 #: ``frames`` options of the instance metrics (``--instances``, implied by ``--instance-dirs``/``--scores``).
 INSTANCE_OPTIONS = ("connectivity", "detection_iou", "size_edges")
-#: ``--detection-iou`` when not given.
-DETECTION_IOU = 0.5
 
 #: Output locations of each command: option -> "file" or "folder".
 OUTPUTS = {

@@ -277,6 +277,11 @@ def distinct_planes(values) -> np.ndarray:
     return values[np.concatenate([[True], np.diff(values) > PLANE_TOLERANCE_MM])]
 
 
+def nearest_planes(planes, positions) -> np.ndarray:
+    """Index into ``planes`` (:func:`distinct_planes`, mm) of the plane nearest to each of ``positions`` (mm)."""
+    return np.argmin(np.abs(np.subtract.outer(np.asarray(positions, float), planes)), axis=1)
+
+
 def rings_by_plane(reference, test) -> tuple:
     """``(axes, planes)`` of two sides' planar polygons (patient mm): ``axes`` the rows ``u, v, n``
     of :func:`plane_axes`, ``planes`` ``{position along n (mm): (reference rings, test rings)}`` in
@@ -291,9 +296,8 @@ def rings_by_plane(reference, test) -> tuple:
     offsets = np.array([float(np.median(p @ axes[2])) for p in polygons])  # one of the points': exact
     planes = distinct_planes(offsets)
     rings: dict = {}
-    for index, polygon in enumerate(polygons):
-        plane = float(planes[np.argmin(np.abs(planes - offsets[index]))])
-        rings.setdefault(plane, ([], []))[index >= len(reference)].append(polygon @ axes[:2].T)
+    for index, (polygon, nearest) in enumerate(zip(polygons, nearest_planes(planes, offsets))):
+        rings.setdefault(float(planes[nearest]), ([], []))[index >= len(reference)].append(polygon @ axes[:2].T)
     return axes, dict(sorted(rings.items()))
 
 
@@ -347,7 +351,7 @@ def _fill_planes(entries, shape) -> tuple:
     even-odd fill (:func:`fill_even_odd`)."""
     positions = np.array([position for position, _ring in entries])
     planes = distinct_planes(positions)
-    nearest = np.argmin(np.abs(positions[:, None] - planes[None, :]), axis=1)
+    nearest = nearest_planes(planes, positions)
     fills = [fill_even_odd([ring for (_position, ring), n in zip(entries, nearest) if n == index], shape)
              for index in range(len(planes))]
     return np.logical_or.reduce(fills), len(planes)

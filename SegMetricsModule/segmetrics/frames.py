@@ -42,6 +42,8 @@ from .validation import InputPolicy, NothingToCompareError, check_threshold
 #: File endings read as frames (longest first so ``.nii.gz`` wins over ``.gz``).
 FRAME_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".png", ".npy", ".tif", ".tiff", ".bmp")
 SUMMARY = "all classes"
+#: IoU threshold of the detection counts when none is given (CLI ``--detection-iou``).
+DETECTION_IOU = 0.5
 
 
 @dataclass(frozen=True)
@@ -420,7 +422,7 @@ def read_scores(path) -> dict:
 
 def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: EdgeRules | None = None,
                      instances: bool = False, connectivity: int | None = None, scores=None,
-                     detection_iou: float = 0.5, instance_dirs=None, threshold: float | None = None,
+                     detection_iou: float = DETECTION_IOU, instance_dirs=None, threshold: float | None = None,
                      input_policy=None, size_edges_mm=None) -> FrameResult:
     """:func:`evaluate_frames` on two folders paired by file name, optionally with instance AP.
 
