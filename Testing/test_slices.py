@@ -230,3 +230,31 @@ def test_msi_rows_along_another_axis_than_the_contour_planes_are_never_joined_wi
     assert sorted(row["position_mm"] for row in rows if math.isfinite(row["dice"])) == [0.0, 1.0, 2.0]
     assert [row["dice"] for row in rows if math.isfinite(row["dice"])] == pytest.approx([0.9] * 3)
     assert len([row for row in rows if math.isfinite(row["msi"])]) == len(result.extras["msi_slices"])
+
+
+def test_planes_beyond_the_image_grid_are_left_out_as_when_rasterised(tmp_path):
+    """An --image series of 3 slices (z = 3, 6, 9 mm) and contours on z = 0 ... 12 mm: the planes
+    at 0 and 12 mm lie on no slice, so the polygon rows (and the structure's values) hold the
+    three planes on the grid only, as the rasterised masks do; concentric circles give one MSI
+    value on each of them."""
+    import SimpleITK as sitk
+
+    grid = sitk.GetImageFromArray(np.zeros((3, 60, 60), np.uint8))
+    grid.SetSpacing((1.0, 1.0, 3.0))
+    grid.SetOrigin((-30.0, -30.0, 3.0))
+    sitk.WriteImage(grid, str(tmp_path / "grid.nrrd"))
+    planes = (0.0, 3.0, 6.0, 9.0, 12.0)
+    write_rtstruct(tmp_path / "reference.dcm", {"disk": [circle(15.0, z) for z in planes]})
+    write_rtstruct(tmp_path / "test.dcm", {"disk": [circle(16.5, z) for z in planes[:-1]]})
+    result = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi,contours",
+                     image=tmp_path / "grid.nrrd")["disk"]
+    rows = slice_rows(result)
+    assert [row["slice"] for row in rows] == [0, 1, 2]
+    assert [row["position_mm"] for row in rows] == pytest.approx([3.0, 6.0, 9.0])
+    expected = weight_function(1.5, Parameters().msi_ol)
+    assert [row["msi"] for row in rows] == pytest.approx([expected] * 3, abs=1e-4)
+    assert result.value("msi") == pytest.approx(expected, abs=1e-4)  # the plane at 12 mm (test empty) is not in it
+    ring = np.asarray(circle(15.0, 0.0))[:, :2]
+    length = float(np.linalg.norm(ring - np.roll(ring, 1, axis=0), axis=1).sum())
+    # 1.5 mm apart, beyond the 1 mm default tolerance: the whole reference length of the three planes only
+    assert result.value("apl_mm") == pytest.approx(3 * length, rel=1e-6)

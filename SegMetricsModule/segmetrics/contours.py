@@ -137,7 +137,7 @@ def mask_slices(reference, test, spacing, axis: int):
 
 def _planes(pair: StructurePair, params: Parameters):
     """``(step, axis, planes)``: the boundary sampling step (mm), the stored array axis the planes
-    cut (None for a 2-D pair) and, per plane holding either side, ``(stored slice, position mm,
+    cut (None for a 2-D pair) and, per plane on the stored grid holding either side, ``(stored slice, position mm,
     reference rings, test rings, Dice)``: the polygons of two RT Structure Sets, else the slice
     contours of the masks."""
     if pair.contours is not None:
@@ -145,8 +145,8 @@ def _planes(pair: StructurePair, params: Parameters):
         axis, slices = plane_slices(pair, list(planes), axes[2])
         per_plane = zip(slices, planes, contour_regions(pair))
         return SAMPLE_STEP_MM, axis, [(index, position, *map(region_rings, regions), polygon_dice(*regions))
-                                      for index, position, regions in per_plane
-                                      if not all(region.is_empty for region in regions)]
+                                      for index, position, regions in per_plane  # planes on the grid only
+                                      if index is not None and not all(region.is_empty for region in regions)]
     volume = pair.reference.ndim == 3
     axis = pair_slice_axis(pair, params) if volume else 0
     in_plane = np.delete(pair.spacing, axis) if volume else pair.spacing

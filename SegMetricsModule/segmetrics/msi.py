@@ -365,26 +365,31 @@ def plane_slices(pair: StructurePair, planes, normal) -> tuple:
     """``(stored axis, stored slice indices)``: the array axis of the user's stored grid (the one
     the pair's polygons were rasterised on) normal to the contour planes, and the slice along it
     that holds each plane (``planes``: positions in mm along the unit vector ``normal``, patient
-    LPS), as :func:`segmetrics.dicom.rasterise` assigns them (nearest slice)."""
+    LPS), as :func:`segmetrics.dicom.rasterise` assigns them (nearest slice); ``None`` for a plane
+    beyond the stored grid (e.g. an ``--image`` series shorter than the contours), which the
+    rasteriser leaves out too."""
     image, orientation = pair.image, pair.orientation or Reorientation.identity(pair.reference.shape)
     direction = np.asarray(image.direction, dtype=float).reshape(3, 3)
     itk_axis = int(np.argmax(np.abs(direction.T @ normal)))
     axis = 2 - itk_axis  # canonical array axis (array order is ITK's reversed)
     along = ((np.outer(planes, normal) - np.asarray(image.origin)) @ direction)[:, itk_axis] / image.spacing[axis]
-    return orientation.stored_axis(axis), [orientation.stored_index(axis, int(round(k))) for k in along]
+    stored_axis = orientation.stored_axis(axis)
+    stored = [orientation.stored_index(axis, int(round(k))) for k in along]
+    return stored_axis, [k if 0 <= k < orientation.shape[stored_axis] else None for k in stored]
 
 
 def polygon_slice_table(pair: StructurePair, params: Parameters) -> tuple:
     """``(stored axis, rows)``: the per-slice MSI of a pair's polygons (``pair.contours``), one
     :class:`SliceMSI` per contour plane where either side fills an area (:func:`polygon_slice`;
-    a plane whose contours fill nothing, e.g. a contour given twice, is empty as when rasterised); ``slice`` is
-    the stored grid's slice holding the plane (:func:`plane_slices`) and ``position_mm`` the plane's
-    position along its normal (patient mm)."""
+    a plane whose contours fill nothing, e.g. a contour given twice, is empty as when rasterised;
+    a plane beyond the stored grid is left out, as when rasterised); ``slice`` is the stored grid's
+    slice holding the plane (:func:`plane_slices`) and ``position_mm`` the plane's position along
+    its normal (patient mm)."""
     axes, planes = contour_planes(pair)
     axis, slices = plane_slices(pair, list(planes), axes[2])
     rows = []
     for index, position, (reference, test) in zip(slices, planes, contour_regions(pair)):
-        if reference.is_empty and test.is_empty:
+        if index is None or (reference.is_empty and test.is_empty):
             continue
         value, weight, counts, status = polygon_slice(reference, test, params.msi_il, params.msi_ol, params.msi_align)
         rows.append(SliceMSI(index, position, value, weight, status=status, **counts))
