@@ -365,24 +365,6 @@ def test_isotropic_default_axis_follows_the_superior_inferior_direction(data_dir
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_points_in_polygon_equals_scikit_image(seed):
-    """The banded point-in-polygon test answers as skimage's all-edges test, also for points on
-    vertices, on edges and on the grid lines that marching-squares contours are made of."""
-    from skimage import measure
-
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(3, 80))
-    angles = np.sort(rng.random(n)) * 2 * np.pi
-    radii = 1 + rng.random(n)
-    polygon = np.stack([radii * np.cos(angles), radii * np.sin(angles)], axis=1)
-    if seed % 2:
-        polygon = np.round(polygon * 4) / 4  # vertices on a grid: many points exactly on edges
-    points = np.concatenate([rng.normal(0, 1.5, (300, 2)), polygon, (polygon + np.roll(polygon, 1, axis=0)) / 2,
-                             np.round(rng.normal(0, 1.5, (200, 2)) * 4) / 4])
-    np.testing.assert_array_equal(msi.points_in_polygon(points, polygon), measure.points_in_poly(points, polygon))
-
-
-@pytest.mark.parametrize("seed", range(20))
 def test_inside_kernel_equals_scikit_image_per_contour_even_odd(seed):
     """The compiled inside test of the slice-wise MSI answers as skimage's points_in_poly, contour
     by contour combined even-odd (a ring inside another is a hole), also on vertices and edges."""

@@ -1013,7 +1013,7 @@ def _first_index(ascending, value, above):
 def inside_contours(points, order, vertices, first, eps):
     """Even-odd inside test of 2-D points against closed contours (``vertices[first[k]:first[k + 1]]``
     is contour k): a point is inside when inside an odd number of them, each decided as
-    :func:`segmetrics.msi.points_in_polygon` decides it (the same crossing tests on the same
+    :func:`skimage.measure.points_in_poly` decides it (the same crossing tests on the same
     numbers, each edge against the points whose second coordinate lies in its extent widened
     by ``eps``; on an edge or within ``eps`` of a vertex counts as inside). ``order`` sorts the
     points by their second coordinate (``np.argsort(points[:, 1])``)."""

@@ -193,41 +193,10 @@ def _objects(mask2d, spacing2d):
 
 def _inside(points, contours):
     """Even-odd point-in-region test against closed contours (holes are outside): each contour
-    decided as :func:`points_in_polygon` decides it, all in one compiled pass."""
+    decided as :func:`skimage.measure.points_in_poly` decides it, all in one compiled pass."""
     points, vertices = np.asarray(points, dtype=float), [contour.points for contour in contours]
     first = np.cumsum([0] + [len(v) for v in vertices])
     return _kernels.inside_contours(points, np.argsort(points[:, 1]), np.concatenate(vertices).astype(float), first, 1e-12)
-
-
-def points_in_polygon(points, vertices, eps: float = 1e-12) -> np.ndarray:
-    """Which points lie in a closed polygon, as :func:`skimage.measure.points_in_poly` decides it
-    (the same crossing tests on the same numbers, so the same answer; points on an edge or within
-    ``eps`` of a vertex count as inside), but testing each point only against the edges whose
-    extent along the second coordinate holds it: about O((N + M) log N) for N points on a
-    contour-like curve and M edges, instead of O(N M).
-
-    ``points`` (N, 2) and ``vertices`` (M, 2) are in one frame (e.g. mm, array order).
-    """
-    points, vertices = np.asarray(points, dtype=float), np.asarray(vertices, dtype=float)
-    x, y = points[:, 0], points[:, 1]
-    xp, yp = vertices[:, 0], vertices[:, 1]
-    xq, yq = np.roll(xp, 1), np.roll(yp, 1)  # each edge runs from the previous vertex q to vertex p
-    order = np.argsort(y, kind="stable")
-    start = np.searchsorted(y[order], np.minimum(yp, yq) - eps, "left")
-    counts = np.searchsorted(y[order], np.maximum(yp, yq) + eps, "right") - start
-    edge = np.repeat(np.arange(len(xp)), counts)
-    point = order[np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts - start, counts)]
-    x0, y0 = xp[edge] - x[point], yp[edge] - y[point]
-    x1, y1 = xq[edge] - x[point], yq[edge] - y[point]
-    vertex = (np.abs(x0) < eps) & (np.abs(y0) < eps)
-    right, left = (y0 > 0) != (y1 > 0), (y0 < 0) != (y1 < 0)
-    straddles = right | left
-    cross = np.zeros(len(edge))
-    cross[straddles] = (x0[straddles] * y1[straddles] - x1[straddles] * y0[straddles]) / (y1[straddles] - y0[straddles])
-    right_crossings = np.bincount(point, right & (cross > 0), len(x)).astype(np.int64)
-    left_crossings = np.bincount(point, left & (cross < 0), len(x)).astype(np.int64)
-    near_vertex = np.bincount(point, vertex, len(x)) > 0
-    return near_vertex | (right_crossings % 2 == 1) | (left_crossings % 2 == 1)
 
 
 def _pair_objects(overlap, sizes_ref, sizes_test, ref_objects, test_objects, align):
