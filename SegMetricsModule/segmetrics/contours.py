@@ -4,7 +4,7 @@ When both inputs are RT Structure Sets, their closed planar polygons (patient mm
 themselves, without rasterising. For masks the contours are those of slice-wise MSI: marching
 squares boundaries (:func:`segmetrics.mesh.contours_2d`) of each slice along the MSI slice axis
 (:func:`segmetrics.msi.pair_slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Polygons
-are grouped by plane (:func:`segmetrics.msi.contour_planes`, shared with the polygon MSI; planes
+are grouped by plane (:func:`segmetrics.msi.compared_planes`, shared with the polygon MSI; planes
 closer than :data:`segmetrics.dicom.PLANE_TOLERANCE_MM` are one); each side's contour on a plane is
 the boundary of its even-odd region (:func:`segmetrics.dicom.even_odd_region`, as rasterised: a
 contour given twice is none, a keyhole's channel and an out-and-back spur are not drawn), measured
@@ -41,7 +41,7 @@ import numpy as np
 
 from . import _kernels
 from .mesh import contours_2d
-from .msi import contour_planes, contour_regions, pair_slice_axis, plane_slices
+from .msi import compared_planes, pair_slice_axis
 from .orientation import Reorientation
 from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
                        register_group, undefined)
@@ -141,12 +141,9 @@ def _planes(pair: StructurePair, params: Parameters):
     reference rings, test rings, Dice)``: the polygons of two RT Structure Sets, else the slice
     contours of the masks."""
     if pair.contours is not None:
-        axes, planes = contour_planes(pair)
-        axis, slices = plane_slices(pair, list(planes), axes[2])
-        per_plane = zip(slices, planes, contour_regions(pair))
+        axis, planes = compared_planes(pair)
         return SAMPLE_STEP_MM, axis, [(index, position, *map(region_rings, regions), polygon_dice(*regions))
-                                      for index, position, regions in per_plane  # planes on the grid only
-                                      if index is not None and not all(region.is_empty for region in regions)]
+                                      for index, position, regions in planes]
     volume = pair.reference.ndim == 3
     axis = pair_slice_axis(pair, params) if volume else 0
     in_plane = np.delete(pair.spacing, axis) if volume else pair.spacing

@@ -347,19 +347,26 @@ def plane_slices(pair: StructurePair, planes, normal) -> tuple:
     return stored_axis, [k if 0 <= k < orientation.shape[stored_axis] else None for k in stored]
 
 
-def polygon_slice_table(pair: StructurePair, params: Parameters) -> tuple:
-    """``(stored axis, rows)``: the per-slice MSI of a pair's polygons (``pair.contours``), one
-    :class:`SliceMSI` per contour plane where either side fills an area (:func:`polygon_slice`;
-    a plane whose contours fill nothing, e.g. a contour given twice, is empty as when rasterised;
-    a plane beyond the stored grid is left out, as when rasterised); ``slice`` is the stored grid's
-    slice holding the plane (:func:`plane_slices`) and ``position_mm`` the plane's position along
-    its normal (patient mm)."""
+def compared_planes(pair: StructurePair) -> tuple:
+    """``(stored axis, planes)``: the contour planes of a pair's polygons that both groups compare
+    (msi and contours), as ``(stored slice, position mm, (reference region, test region))``
+    (:func:`plane_slices`, :func:`contour_regions`): those where either side fills an area (a
+    plane whose contours fill nothing, e.g. a contour given twice, is empty as when rasterised)
+    and that lie on the stored grid (a plane beyond it is left out, as when rasterised)."""
     axes, planes = contour_planes(pair)
     axis, slices = plane_slices(pair, list(planes), axes[2])
+    return axis, [(index, position, regions) for index, position, regions in zip(slices, planes, contour_regions(pair))
+                  if index is not None and not all(region.is_empty for region in regions)]
+
+
+def polygon_slice_table(pair: StructurePair, params: Parameters) -> tuple:
+    """``(stored axis, rows)``: the per-slice MSI of a pair's polygons (``pair.contours``), one
+    :class:`SliceMSI` per plane of :func:`compared_planes` (:func:`polygon_slice`); ``slice`` is
+    the stored grid's slice holding the plane and ``position_mm`` the plane's position along its
+    normal (patient mm)."""
+    axis, planes = compared_planes(pair)
     rows = []
-    for index, position, (reference, test) in zip(slices, planes, contour_regions(pair)):
-        if index is None or (reference.is_empty and test.is_empty):
-            continue
+    for index, position, (reference, test) in planes:
         value, weight, counts, status = polygon_slice(reference, test, params.msi_il, params.msi_ol, params.msi_align)
         rows.append(SliceMSI(index, position, value, weight, status=status, **counts))
     return axis, sorted(rows, key=lambda r: r.slice)
