@@ -20,6 +20,7 @@ import vtk
 from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
 from . import slices
+from .slices import slice_rows  # per-slice rows as dicts, also for SegMetrics.py
 from .compare import ComparisonResult, compare
 from .geometry import LabelImage, geometry_differences
 from .registry import metric_specs
@@ -577,12 +578,6 @@ def fill_results_table(table_node, result: ComparisonResult) -> None:
         columns.append((column_name(name, unit), [math.nan if v is None else v.value for v in values], unit, description))
     columns.append(("Notes", ["; ".join(result.notes)] * len(result.structures), "", "how the inputs were prepared"))
     _fill_table(table_node, columns)
-
-
-def slice_rows(structure) -> list:
-    """Per-slice rows of a structure as dicts: :func:`segmetrics.slices.slice_rows` (MSI, added
-    path length, Dice, HD... of each slice; empty when neither the msi nor the contours group ran)."""
-    return slices.slice_rows(structure)
 
 
 def review_order(structure) -> list:
