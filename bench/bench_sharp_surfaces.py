@@ -293,7 +293,8 @@ def deepmind(reference, test, spacing):
 def _candidate(make_surface):
     """A ``segmetrics.mesh.smooth_surface`` replacement whose 3-D surfaces come from
     ``make_surface(padded mask, spacing) -> (vertices (x, y, z) mm from the padded box's first voxel
-    centre, triangles)``; 2-D masks keep the package's surface."""
+    centre, triangles)``, or ``(..., weights)`` with the area (mm²) each vertex samples (0: a vertex
+    of the surface but no query point, see :func:`with_surface`); 2-D masks keep the package's surface."""
     from segmetrics import mesh
     from segmetrics.geometry import bounding_box
 
@@ -309,12 +310,14 @@ def _candidate(make_surface):
         pad = 2
         origin = np.zeros(3, int) if origin is None else np.asarray(origin)
         corner = (np.array([s.start - pad for s in box]) - origin) * spacing
-        vertices, cells = make_surface(np.pad(np.asarray(mask[box], bool), pad), spacing)
+        vertices, cells, *weights = make_surface(np.pad(np.asarray(mask[box], bool), pad), spacing)
         vertices = vertices + corner[::-1]
         sizes = mesh._triangle_areas(vertices, cells)
         cells, sizes = cells[sizes > 0], sizes[sizes > 0]
         vertex_sizes = np.bincount(cells.ravel(), np.repeat(sizes / 3, 3), len(vertices))
         used = vertex_sizes > 0
+        if weights:
+            vertex_sizes = weights[0]
         vertices, vertex_sizes, cells = vertices[used], vertex_sizes[used], (np.cumsum(used) - 1)[cells]
         return mesh.Surface(vertices, vertex_sizes, cells, origin[::-1] * spacing[::-1])
     return smooth_surface
@@ -527,14 +530,22 @@ def _manifold_nets(padded):
     return start, centres, single, quads
 
 
-def _triangulate(quads, points, quad_centres=False):
+def _triangulate(quads, points, quad_centres=False, centres_only=False):
     """Two triangles per quad, split along its shorter diagonal, winding reversed for (x, y, z)
     points; with ``quad_centres``, four around a new vertex at the quad's mean instead:
-    ``(points, triangles)``."""
+    ``(points, triangles)``; ``centres_only`` adds the weights of :func:`_candidate`: each quad's
+    area at its centre, 0 at the other vertices (the distances are sampled at the quad centres)."""
     if quad_centres:
         centre = len(points) + np.arange(len(quads))
         fan = np.concatenate([np.stack([quads[:, k], quads[:, (k + 1) % 4], centre], 1) for k in range(4)])
-        return np.concatenate([points, points[quads].mean(axis=1)]), fan[:, ::-1]
+        points = np.concatenate([points, points[quads].mean(axis=1)])
+        if not centres_only:
+            return points, fan[:, ::-1]
+        from segmetrics import mesh
+
+        weights = np.zeros(len(points))
+        weights[centre] = mesh._triangle_areas(points, fan).reshape(4, -1).sum(axis=0)
+        return points, fan[:, ::-1], weights
     a, b, c, d = quads.T
     short = np.linalg.norm(points[a] - points[c], axis=1) <= np.linalg.norm(points[b] - points[d], axis=1)
     first = np.where(short[:, None], np.stack([a, b, c], 1), np.stack([a, b, d], 1))
@@ -542,14 +553,15 @@ def _triangulate(quads, points, quad_centres=False):
     return points, np.concatenate([first, second])[:, ::-1]
 
 
-def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partial_axes=2, quad_centres=False):
+def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partial_axes=2, quad_centres=False, centres_only=False):
     """Surface nets whose vertices move from their dual-cell centres onto the 0.5 level of the
     package's clamped Gaussian field (trilinear inside the cell, Newton steps, at most ``reach``
     voxels from the centre on each axis), except where the window is an edge, corner, tube or
     speck of a box-like part (:func:`_box_like` with two partial axes): those stay sharp.
     ``manifold``: the nets of :func:`_manifold_nets` instead of VTK's, their vertices in cells
     of several loops kept where they start; ``partial_axes=1`` keeps flat box-like faces at the
-    cell centres too; ``quad_centres`` splits each quad into four triangles around its mean."""
+    cell centres too; ``quad_centres`` splits each quad into four triangles around its mean,
+    ``centres_only`` samples the distances there only (:func:`_triangulate`)."""
     from scipy import ndimage
     from segmetrics import mesh
 
@@ -569,7 +581,7 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
     sharp = _box_like(padded, np.floor(centre).astype(int) + 1, width, partial_axes) | ~single
     moved[sharp] = start[sharp]
     points = moved[:, ::-1] * spacing[::-1]
-    return _triangulate(quads, points, quad_centres) if manifold else (points, cells)
+    return _triangulate(quads, points, quad_centres, centres_only) if manifold else (points, cells)
 
 
 def _adaptive_blur(padded, spacing, width=5, weight_sigma=0.7):
@@ -594,6 +606,9 @@ CANDIDATES = {
     "nets on the blur, sharp edges": _projected_nets,
     "manifold nets, quad centres": lambda p, s: _projected_nets(p, s, manifold=True, quad_centres=True),
     "manifold nets, quad centres, flat fixed": lambda p, s: _projected_nets(p, s, manifold=True, partial_axes=1, quad_centres=True),
+    "manifold nets, sampled at quad centres": lambda p, s: _projected_nets(p, s, manifold=True, quad_centres=True, centres_only=True),
+    "manifold nets, sampled at quad centres, flat fixed": lambda p, s: _projected_nets(
+        p, s, manifold=True, partial_axes=1, quad_centres=True, centres_only=True),
 }
 
 
@@ -619,15 +634,28 @@ def centroid_sampling():
 
 
 def with_surface(make_surface, run):
-    """``run`` with ``segmetrics.mesh.smooth_surface`` replaced by a candidate while it runs."""
+    """``run`` with ``segmetrics.mesh.smooth_surface`` replaced by a candidate while it runs, and
+    the pair's directed distances queried from the vertices of positive size only (the others get
+    distance 0 with their size 0: no effect on any metric)."""
     from segmetrics import mesh
 
+    def cached_distances(pair, source):
+        key = ("distances", source)
+        if key not in pair.cache:
+            surface = mesh.cached_surface(pair, source)
+            target = mesh.cached_surface(pair, "test" if source == "reference" else "reference")
+            sampled, found = surface.sizes > 0, np.zeros(len(surface.sizes))
+            found[sampled] = mesh.distances_to_surface(surface.points[sampled], target)
+            pair.cache[key] = found
+        return pair.cache[key]
+
     def patched(*arguments):
-        package, mesh.smooth_surface = mesh.smooth_surface, _candidate(make_surface)
+        package = mesh.smooth_surface, mesh.cached_distances
+        mesh.smooth_surface, mesh.cached_distances = _candidate(make_surface), cached_distances
         try:
             return run(*arguments)
         finally:
-            mesh.smooth_surface = package
+            mesh.smooth_surface, mesh.cached_distances = package
     return patched
 
 
