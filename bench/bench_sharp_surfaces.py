@@ -482,7 +482,8 @@ def _manifold_nets(padded):
     """Surface nets of a padded boolean mask (array order) with one vertex per loop of each dual
     cell (:func:`_loops`), so edge- and corner-only contacts give a manifold surface:
     ``(vertex positions in voxels (array order), the dual cell's centre of each vertex,
-    whether its cell has one loop, outward triangles in (x, y, z) winding)``. A cell with one
+    whether its cell has one loop, outward quads in (x, y, z) winding, (the midpoint of each
+    quad's voxel edge (voxels, array order), its axis))``. A cell with one
     loop puts its vertex at its centre, one with several at the mean of each loop's crossing
     edges' midpoints."""
     m = padded.astype(np.uint8)
@@ -526,14 +527,14 @@ def _manifold_nets(padded):
         quads.append(ring)
         midpoints.append(np.repeat(low + 0.5 * step, 4, axis=0))
         owners.append(ring.ravel())
-    quads = np.concatenate(quads)
+    quads_by_axis, quads = quads, np.concatenate(quads)
     owners, midpoints = np.concatenate(owners), np.concatenate(midpoints)
     centres = np.stack(np.unravel_index(cell_of_vertex, shape), axis=1) + 0.5
     hits = np.bincount(owners, minlength=len(centres))
     means = np.stack([np.bincount(owners, midpoints[:, k], len(centres)) for k in range(3)], axis=1) / hits[:, None]
     single = counts[cell_of_vertex] == 1
     start = np.where(single[:, None], centres, means)
-    return start, centres, single, quads
+    return start, centres, single, quads, (midpoints[::4], np.repeat(np.arange(3), [len(q) for q in quads_by_axis]))
 
 
 def _triangulate(quads, points, quad_centres=False, centres_only=False):
@@ -559,7 +560,50 @@ def _triangulate(quads, points, quad_centres=False, centres_only=False):
     return points, np.concatenate([first, second])[:, ::-1]
 
 
-def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partial_axes=2, quad_centres=False, centres_only=False):
+def _dual_polygons(quads, points, fan, quad_points):
+    """The dual of a closed quad mesh (outward quads of net vertices ``points``, (x, y, z) mm):
+    a vertex per quad at ``quad_points`` (as many as the voxel-edge crossings: today's vertex count) and,
+    per net vertex, the polygon of the means of the quads around it, split into triangles from its
+    first corner, or, where ``fan`` (a sharp edge or corner), into a fan around the net vertex
+    itself, which is kept; where two fanned net vertices share a quad edge, the two fan triangles
+    across it are split along that edge instead (so box edges stay straight): ``(points, outward
+    triangles)``."""
+    corners = quads.ravel()  # slot 4 q + k: net vertex k of quad q, the tail of the quad's edge k -> k + 1
+    heads = np.roll(quads, -1, axis=1).ravel()
+    keys, twin_keys = corners * len(points) + heads, heads * len(points) + corners
+    order = np.argsort(keys)
+    twin = order[np.searchsorted(keys, twin_keys, sorter=order)]
+    assert np.array_equal(keys[twin], twin_keys), "the quads must form a closed, consistently wound surface"
+    following = twin // 4 * 4 + (twin % 4 + 1) % 4  # the same net vertex in the next quad around it
+    sizes = np.bincount(corners, minlength=len(points))
+    ring = np.zeros((len(points), sizes.max()), np.int64)
+    ring[corners, 0] = np.arange(len(corners))  # any slot of each net vertex starts its ring
+    for k in range(1, ring.shape[1]):
+        ring[:, k] = following[ring[:, k - 1]]
+    kept, split = np.flatnonzero(fan), np.flatnonzero(~fan)
+    index = np.full(len(points), -1)
+    index[kept] = len(quads) + np.arange(len(kept))  # fanned net vertices follow the quad means
+    triangles = []
+    for k in range(ring.shape[1]):
+        v = kept[sizes[kept] > k]
+        here, there = ring[v, k], ring[v, (k + 1) % sizes[v]]  # consecutive slots around v, sharing the edge v -> w
+        w = heads[here]
+        flat = np.stack([here // 4, there // 4, index[v]], 1)  # fan triangle (mean, next mean, v)
+        along = np.stack([index[v], here // 4, index[np.maximum(w, 0)]], 1)  # its half of the diamond split along v - w
+        triangles.append(np.where(fan[w][:, None], along, flat))
+        if k + 2 < ring.shape[1]:
+            inner = split[sizes[split] > k + 2]  # from the first corner: ring corners 0, k + 1, k + 2
+            triangles.append(np.stack([ring[inner, 0], ring[inner, k + 1], ring[inner, k + 2]], 1) // 4)
+    triangles = np.concatenate(triangles)
+    vertices = np.concatenate([quad_points, points[kept]])
+    corner = vertices[triangles]
+    if np.einsum("ij,ij->", corner[:, 0], np.cross(corner[:, 1], corner[:, 2])) < 0:  # enclosed volume < 0: inward
+        triangles = triangles[:, ::-1]
+    return vertices, triangles
+
+
+def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partial_axes=2, quad_centres=False, centres_only=False,
+                    dual=False):
     """Surface nets whose vertices move from their dual-cell centres onto the 0.5 level of the
     package's clamped Gaussian field (trilinear inside the cell, Newton steps, at most ``reach``
     voxels from the centre on each axis), except where the window is an edge, corner, tube or
@@ -567,13 +611,17 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
     ``manifold``: the nets of :func:`_manifold_nets` instead of VTK's, their vertices in cells
     of several loops kept where they start; ``partial_axes=1`` keeps flat box-like faces at the
     cell centres too; ``quad_centres`` splits each quad into four triangles around its mean,
-    ``centres_only`` samples the distances there only (:func:`_triangulate`)."""
+    ``centres_only`` samples the distances there only (:func:`_triangulate`); ``dual`` gives the
+    dual polygons instead (:func:`_dual_polygons`), fanned at box-like edges and corners, with a
+    vertex per quad on its voxel edge (between the inside and outside voxel centres, at most
+    ``reach`` voxels from the midpoint, as on today's surface): the projection of the mean of its
+    net vertices onto that edge."""
     from scipy import ndimage
     from segmetrics import mesh
 
     field = mesh._surface_field(padded, mesh.SMOOTHING_SIGMA_VOXELS).astype(float)
     if manifold:
-        start, centre, single, quads = _manifold_nets(padded)
+        start, centre, single, quads, crossings = _manifold_nets(padded)
     else:
         start, cells = _surface_nets(padded, spacing)
         centre = start = (start / spacing[::-1])[:, ::-1]  # voxel units, array order
@@ -587,6 +635,17 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
     sharp = _box_like(padded, np.floor(centre).astype(int) + 1, width, partial_axes) | ~single
     moved[sharp] = start[sharp]
     points = moved[:, ::-1] * spacing[::-1]
+    if dual:
+        midpoint, axis = crossings
+        step = np.eye(3)[axis]
+        if dual == "crossings":  # each quad's vertex where the field crosses 0.5 on its voxel edge (today's vertices),
+            low, high = value(midpoint - step / 2), value(midpoint + step / 2)  # at the midpoint where its net vertices stay fixed
+            along = np.where(np.all(sharp[quads], axis=1), 0.0, (low - 0.5) / (low - high) - 0.5)[:, None]
+        else:  # each quad's vertex: its net vertices' mean, moved onto its voxel edge
+            along = np.take_along_axis(moved[quads].mean(axis=1) - midpoint, axis[:, None], 1)
+        on_edge = midpoint + step * np.clip(along, -reach, reach)
+        return _dual_polygons(quads, points, _box_like(padded, np.floor(centre).astype(int) + 1, width, 2) & single,
+                              on_edge[:, ::-1] * spacing[::-1])
     return _triangulate(quads, points, quad_centres, centres_only) if manifold else (points, cells)
 
 
@@ -612,6 +671,10 @@ CANDIDATES = {
     "nets on the blur, sharp edges": _projected_nets,
     "manifold nets, quad centres": lambda p, s: _projected_nets(p, s, manifold=True, quad_centres=True),
     "manifold nets, quad centres, flat fixed": lambda p, s: _projected_nets(p, s, manifold=True, partial_axes=1, quad_centres=True),
+    "dual of manifold nets, fans at box edges": lambda p, s: _projected_nets(p, s, manifold=True, dual=True),
+    "dual of manifold nets, fans at box edges, flat fixed": lambda p, s: _projected_nets(p, s, manifold=True, partial_axes=1, dual=True),
+    "dual on the blur's crossings, fans at box edges, flat fixed": lambda p, s: _projected_nets(
+        p, s, manifold=True, partial_axes=1, dual="crossings"),
     "manifold nets, sampled at quad centres": lambda p, s: _projected_nets(p, s, manifold=True, quad_centres=True, centres_only=True),
     "manifold nets, sampled at quad centres, flat fixed": lambda p, s: _projected_nets(
         p, s, manifold=True, partial_axes=1, quad_centres=True, centres_only=True),
