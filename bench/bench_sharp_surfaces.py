@@ -560,14 +560,15 @@ def _triangulate(quads, points, quad_centres=False, centres_only=False):
     return points, np.concatenate([first, second])[:, ::-1]
 
 
-def _dual_polygons(quads, points, fan, quad_points):
+def _dual_polygons(quads, points, fan, quad_points, crossings_only=False):
     """The dual of a closed quad mesh (outward quads of net vertices ``points``, (x, y, z) mm):
     a vertex per quad at ``quad_points`` (as many as the voxel-edge crossings: today's vertex count) and,
     per net vertex, the polygon of the means of the quads around it, split into triangles from its
     first corner, or, where ``fan`` (a sharp edge or corner), into a fan around the net vertex
     itself, which is kept; where two fanned net vertices share a quad edge, the two fan triangles
     across it are split along that edge instead (so box edges stay straight): ``(points, outward
-    triangles)``."""
+    triangles)``; ``crossings_only`` adds the weights of :func:`_candidate`: each triangle's area
+    shared by its corners that are quad vertices (the distances are sampled there only)."""
     corners = quads.ravel()  # slot 4 q + k: net vertex k of quad q, the tail of the quad's edge k -> k + 1
     heads = np.roll(quads, -1, axis=1).ravel()
     keys, twin_keys = corners * len(points) + heads, heads * len(points) + corners
@@ -599,11 +600,17 @@ def _dual_polygons(quads, points, fan, quad_points):
     corner = vertices[triangles]
     if np.einsum("ij,ij->", corner[:, 0], np.cross(corner[:, 1], corner[:, 2])) < 0:  # enclosed volume < 0: inward
         triangles = triangles[:, ::-1]
-    return vertices, triangles
+    if not crossings_only:
+        return vertices, triangles
+    from segmetrics import mesh
+
+    sampled = triangles < len(quads)
+    share = mesh._triangle_areas(vertices, triangles) / sampled.sum(axis=1)
+    return vertices, triangles, np.bincount(triangles[sampled], np.repeat(share, sampled.sum(axis=1)), len(vertices))
 
 
 def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partial_axes=2, quad_centres=False, centres_only=False,
-                    dual=False):
+                    dual=False, crossings_only=False):
     """Surface nets whose vertices move from their dual-cell centres onto the 0.5 level of the
     package's clamped Gaussian field (trilinear inside the cell, Newton steps, at most ``reach``
     voxels from the centre on each axis), except where the window is an edge, corner, tube or
@@ -615,7 +622,9 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
     dual polygons instead (:func:`_dual_polygons`), fanned at box-like edges and corners, with a
     vertex per quad on its voxel edge (between the inside and outside voxel centres, at most
     ``reach`` voxels from the midpoint, as on today's surface): the projection of the mean of its
-    net vertices onto that edge."""
+    net vertices onto that edge (``dual="crossings"``: where today's field crosses 0.5 on it, or
+    its midpoint where the quad's net vertices are fixed); ``crossings_only`` samples the distances
+    at those quad vertices only."""
     from scipy import ndimage
     from segmetrics import mesh
 
@@ -645,7 +654,7 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
             along = np.take_along_axis(moved[quads].mean(axis=1) - midpoint, axis[:, None], 1)
         on_edge = midpoint + step * np.clip(along, -reach, reach)
         return _dual_polygons(quads, points, _box_like(padded, np.floor(centre).astype(int) + 1, width, 2) & single,
-                              on_edge[:, ::-1] * spacing[::-1])
+                              on_edge[:, ::-1] * spacing[::-1], crossings_only)
     return _triangulate(quads, points, quad_centres, centres_only) if manifold else (points, cells)
 
 
@@ -675,6 +684,8 @@ CANDIDATES = {
     "dual of manifold nets, fans at box edges, flat fixed": lambda p, s: _projected_nets(p, s, manifold=True, partial_axes=1, dual=True),
     "dual on the blur's crossings, fans at box edges, flat fixed": lambda p, s: _projected_nets(
         p, s, manifold=True, partial_axes=1, dual="crossings"),
+    "dual on the blur's crossings, fans at box edges, flat fixed, sampled at crossings": lambda p, s: _projected_nets(
+        p, s, manifold=True, partial_axes=1, dual="crossings", crossings_only=True),
     "manifold nets, sampled at quad centres": lambda p, s: _projected_nets(p, s, manifold=True, quad_centres=True, centres_only=True),
     "manifold nets, sampled at quad centres, flat fixed": lambda p, s: _projected_nets(
         p, s, manifold=True, partial_axes=1, quad_centres=True, centres_only=True),
