@@ -623,7 +623,8 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
     vertex per quad on its voxel edge (between the inside and outside voxel centres, at most
     ``reach`` voxels from the midpoint, as on today's surface): the projection of the mean of its
     net vertices onto that edge (``dual="crossings"``: where today's field crosses 0.5 on it, or
-    its midpoint where the quad's net vertices are fixed); ``crossings_only`` samples the distances
+    its midpoint where the quad's net vertices are fixed; ``"crossings, any fixed"``: where one of
+    them is); ``crossings_only`` samples the distances
     at those quad vertices only."""
     from scipy import ndimage
     from segmetrics import mesh
@@ -647,9 +648,10 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
     if dual:
         midpoint, axis = crossings
         step = np.eye(3)[axis]
-        if dual == "crossings":  # each quad's vertex where the field crosses 0.5 on its voxel edge (today's vertices),
-            low, high = value(midpoint - step / 2), value(midpoint + step / 2)  # at the midpoint where its net vertices stay fixed
-            along = np.where(np.all(sharp[quads], axis=1), 0.0, (low - 0.5) / (low - high) - 0.5)[:, None]
+        if dual in ("crossings", "crossings, any fixed"):  # each quad's vertex where the field crosses 0.5 on its voxel edge
+            low, high = value(midpoint - step / 2), value(midpoint + step / 2)  # (today's vertices), at the midpoint where
+            fixed = np.all(sharp[quads], axis=1) if dual == "crossings" else np.any(sharp[quads], axis=1)  # its net vertices stay
+            along = np.where(fixed, 0.0, (low - 0.5) / (low - high) - 0.5)[:, None]
         else:  # each quad's vertex: its net vertices' mean, moved onto its voxel edge
             along = np.take_along_axis(moved[quads].mean(axis=1) - midpoint, axis[:, None], 1)
         on_edge = midpoint + step * np.clip(along, -reach, reach)
@@ -686,6 +688,8 @@ CANDIDATES = {
         p, s, manifold=True, partial_axes=1, dual="crossings"),
     "dual on the blur's crossings, fans at box edges, flat fixed, sampled at crossings": lambda p, s: _projected_nets(
         p, s, manifold=True, partial_axes=1, dual="crossings", crossings_only=True),
+    "dual on the blur's crossings, midpoints next to fixed net vertices": lambda p, s: _projected_nets(
+        p, s, manifold=True, partial_axes=1, dual="crossings, any fixed"),
     "manifold nets, sampled at quad centres": lambda p, s: _projected_nets(p, s, manifold=True, quad_centres=True, centres_only=True),
     "manifold nets, sampled at quad centres, flat fixed": lambda p, s: _projected_nets(
         p, s, manifold=True, partial_axes=1, quad_centres=True, centres_only=True),
