@@ -213,7 +213,8 @@ def cases(spacing, scale=1.0):
     sz, k = spacing[0], scale
     c = np.array([20.3, 20.1, 19.8])
     yield "smooth", "spheres", Sphere(c, 12.0 * k), Sphere(c + [1.3, -0.8, 0.6], 10.5 * k)
-    yield "smooth", "ellipsoids", Ellipsoid(c, np.multiply([13.0, 9.0, 11.0], k)), Ellipsoid(c + [0.9, 0.7, -1.1], np.multiply([11.5, 9.8, 10.2], k))
+    yield ("smooth", "ellipsoids", Ellipsoid(c, np.multiply([13.0, 9.0, 11.0], k)),
+           Ellipsoid(c + [0.9, 0.7, -1.1], np.multiply([11.5, 9.8, 10.2], k)))
     yield "box", "boxes", box(c, np.multiply([18, 16, 20], k)), box(c + [0.7, -0.9, 1.2], np.multiply([20.5, 17.2, 21.5], k))
     rotation = oblique_rotation()
     yield ("rotated box", "rotated boxes", box(c, np.multiply([18, 14, 20], k), rotation),
@@ -562,13 +563,14 @@ def _triangulate(quads, points, quad_centres=False, centres_only=False):
 
 def _dual_polygons(quads, points, fan, quad_points, crossings_only=False):
     """The dual of a closed quad mesh (outward quads of net vertices ``points``, (x, y, z) mm):
-    a vertex per quad at ``quad_points`` (as many as the voxel-edge crossings: today's vertex count) and,
-    per net vertex, the polygon of the means of the quads around it, split into triangles from its
-    first corner, or, where ``fan`` (a sharp edge or corner), into a fan around the net vertex
-    itself, which is kept; where two fanned net vertices share a quad edge, the two fan triangles
-    across it are split along that edge instead (so box edges stay straight): ``(points, outward
-    triangles)``; ``crossings_only`` adds the weights of :func:`_candidate`: each triangle's area
-    shared by its corners that are quad vertices (the distances are sampled there only)."""
+    a vertex per quad at ``quad_points`` (as many as the voxel-edge crossings: today's vertex
+    count) and, per net vertex, the polygon of the quads' vertices around it, split into triangles
+    from the corner whose diagonals are shortest in all, or, where ``fan`` (a sharp edge or
+    corner), into a fan around the net vertex itself, which is kept; where two fanned net vertices
+    share a quad edge, the two fan triangles across it are split along that edge instead (so box
+    edges stay straight): ``(points, outward triangles)``; ``crossings_only`` adds the weights of
+    :func:`_candidate`: each triangle's area shared by its corners that are quad vertices (the
+    distances are sampled there only)."""
     corners = quads.ravel()  # slot 4 q + k: net vertex k of quad q, the tail of the quad's edge k -> k + 1
     heads = np.roll(quads, -1, axis=1).ravel()
     keys, twin_keys = corners * len(points) + heads, heads * len(points) + corners
@@ -581,7 +583,16 @@ def _dual_polygons(quads, points, fan, quad_points, crossings_only=False):
     ring[corners, 0] = np.arange(len(corners))  # any slot of each net vertex starts its ring
     for k in range(1, ring.shape[1]):
         ring[:, k] = following[ring[:, k - 1]]
-    kept, split = np.flatnonzero(fan), np.flatnonzero(~fan)
+    kept, split = np.flatnonzero(fan), np.flatnonzero(~fan & (sizes > 0))
+    # polygons split from the corner whose diagonals are shortest in all (a square: its shorter diagonal)
+    count, span = sizes[split][:, None], np.arange(ring.shape[1])
+    corner = quad_points[ring[split] // 4]
+    diagonals = np.zeros((len(split), ring.shape[1]))
+    for j in range(2, ring.shape[1] - 1):
+        far = np.take_along_axis(corner, ((span + j) % count)[:, :, None], 1)
+        diagonals += np.where(j <= count - 2, np.linalg.norm(far - corner, axis=2), 0.0)
+    first = np.argmin(np.where(span < count, diagonals, np.inf), axis=1)
+    ring[split] = np.take_along_axis(ring[split], (span + first[:, None]) % count, 1)
     index = np.full(len(points), -1)
     index[kept] = len(quads) + np.arange(len(kept))  # fanned net vertices follow the quad means
     triangles = []
@@ -593,7 +604,7 @@ def _dual_polygons(quads, points, fan, quad_points, crossings_only=False):
         along = np.stack([index[v], here // 4, index[np.maximum(w, 0)]], 1)  # its half of the diamond split along v - w
         triangles.append(np.where(fan[w][:, None], along, flat))
         if k + 2 < ring.shape[1]:
-            inner = split[sizes[split] > k + 2]  # from the first corner: ring corners 0, k + 1, k + 2
+            inner = split[sizes[split] > k + 2]  # from the chosen first corner: ring corners 0, k + 1, k + 2
             triangles.append(np.stack([ring[inner, 0], ring[inner, k + 1], ring[inner, k + 2]], 1) // 4)
     triangles = np.concatenate(triangles)
     vertices = np.concatenate([quad_points, points[kept]])
@@ -683,14 +694,16 @@ CANDIDATES = {
     "manifold nets, quad centres": lambda p, s: _projected_nets(p, s, manifold=True, quad_centres=True),
     "manifold nets, quad centres, flat fixed": lambda p, s: _projected_nets(p, s, manifold=True, partial_axes=1, quad_centres=True),
     "dual of manifold nets, fans at box edges": lambda p, s: _projected_nets(p, s, manifold=True, dual=True),
-    "dual of manifold nets, fans at box edges, flat fixed": lambda p, s: _projected_nets(p, s, manifold=True, partial_axes=1, dual=True),
+    "dual of manifold nets, fans at box edges, flat fixed": lambda p, s: _projected_nets(
+        p, s, manifold=True, partial_axes=1, dual=True),
     "dual on the blur's crossings, fans at box edges, flat fixed": lambda p, s: _projected_nets(
         p, s, manifold=True, partial_axes=1, dual="crossings"),
     "dual on the blur's crossings, fans at box edges, flat fixed, sampled at crossings": lambda p, s: _projected_nets(
         p, s, manifold=True, partial_axes=1, dual="crossings", crossings_only=True),
     "dual on the blur's crossings, midpoints next to fixed net vertices": lambda p, s: _projected_nets(
         p, s, manifold=True, partial_axes=1, dual="crossings, any fixed"),
-    "manifold nets, sampled at quad centres": lambda p, s: _projected_nets(p, s, manifold=True, quad_centres=True, centres_only=True),
+    "manifold nets, sampled at quad centres": lambda p, s: _projected_nets(
+        p, s, manifold=True, quad_centres=True, centres_only=True),
     "manifold nets, sampled at quad centres, flat fixed": lambda p, s: _projected_nets(
         p, s, manifold=True, partial_axes=1, quad_centres=True, centres_only=True),
 }
