@@ -28,9 +28,11 @@ Every case is rasterised on ``--offsets`` grids (default 8) whose origins differ
 sub-voxel shifts (seeded per case), and the errors are averaged over them.
 
 Run: ``python bench/bench_sharp_surfaces.py`` (about a minute on two cores); ``--candidates`` adds
-the candidate surfaces (about 15 s each; ``--candidates "name;name"`` some of them), ``--centroids`` samples every exact-mode surface at its triangle
-centroids instead of its vertices, ``--cases box,slot`` runs some families only, ``--verbose``
-prints every case's values.
+the candidate surfaces (about 15 s each; ``--candidates "name;name"`` some of them), ``--centroids``
+samples every exact-mode surface at its triangle centroids instead of its vertices,
+``--interpolated-percentile`` takes the exact-mode HD95 between the sampled distances' area
+midpoints, ``--scale k`` multiplies every size but the thin ones by k (variants of the same
+families), ``--cases box,slot`` runs some families only, ``--verbose`` prints every case's values.
 """
 import argparse
 import importlib.util
