@@ -360,14 +360,15 @@ def _surface_nets(padded, spacing, iterations=0, box_voxels=0.0):
             vtk_to_numpy(output.GetPolys().GetConnectivityArray()).reshape(-1, 3).astype(np.int64))
 
 
-def _box_like(padded, index, width, partial_axes=1):
+def _box_like(padded, index, width, partial_axes=1, convex=True, concave=True):
     """Whether the mask in the ``width``³ window starting ``width // 2`` voxels before each voxel
-    ``index`` (k, 3) is, locally, an intersection of axis-aligned slabs or its complement (a flat
-    face, edge or corner of a box-like part, or a tube, plate or speck along the axes) that does
-    not fill the window along at least ``partial_axes`` axes (2: edges, corners, tubes, specks)."""
+    ``index`` (k, 3) is, locally, an intersection of axis-aligned slabs (``convex``) or its
+    complement (``concave``) (a flat face, edge or corner of a box-like part, or a tube, plate or
+    speck along the axes) that does not fill the window along at least ``partial_axes`` axes
+    (2: edges, corners, tubes, specks)."""
     windows = np.lib.stride_tricks.sliding_window_view(np.pad(padded, width // 2), (width,) * 3)
     blocks, found = windows[tuple(index.T)], np.zeros(len(index), bool)
-    for block in (blocks, ~blocks):
+    for block in [blocks] * convex + [~blocks] * concave:
         spans = [block.any(axis=(2, 3)), block.any(axis=(1, 3)), block.any(axis=(1, 2))]
         separable = np.all(spans[0][:, :, None, None] & spans[1][:, None, :, None] & spans[2][:, None, None, :] == block, axis=(1, 2, 3))
         found |= separable & (sum((~span).any(axis=1) for span in spans) >= partial_axes)
@@ -563,16 +564,16 @@ def _triangulate(quads, points, quad_centres=False, centres_only=False):
     return points, np.concatenate([first, second])[:, ::-1]
 
 
-def _dual_polygons(quads, points, fan, quad_points, crossings_only=False):
+def _dual_polygons(quads, points, fan, quad_points, sampled_fans=None):
     """The dual of a closed quad mesh (outward quads of net vertices ``points``, (x, y, z) mm):
     a vertex per quad at ``quad_points`` (as many as the voxel-edge crossings: today's vertex
     count) and, per net vertex, the polygon of the quads' vertices around it, split into triangles
     from the corner whose diagonals are shortest in all, or, where ``fan`` (a sharp edge or
     corner), into a fan around the net vertex itself, which is kept; where two fanned net vertices
     share a quad edge, the two fan triangles across it are split along that edge instead (so box
-    edges stay straight): ``(points, outward triangles)``; ``crossings_only`` adds the weights of
-    :func:`_candidate`: each triangle's area shared by its corners that are quad vertices (the
-    distances are sampled there only)."""
+    edges stay straight): ``(points, outward triangles)``; ``sampled_fans`` (net vertices) adds
+    the weights of :func:`_candidate`: each triangle's area shared by its corners that are quad
+    vertices or fanned net vertices in ``sampled_fans`` (the distances are sampled there only)."""
     corners = quads.ravel()  # slot 4 q + k: net vertex k of quad q, the tail of the quad's edge k -> k + 1
     heads = np.roll(quads, -1, axis=1).ravel()
     keys, twin_keys = corners * len(points) + heads, heads * len(points) + corners
@@ -613,17 +614,17 @@ def _dual_polygons(quads, points, fan, quad_points, crossings_only=False):
     corner = vertices[triangles]
     if np.einsum("ij,ij->", corner[:, 0], np.cross(corner[:, 1], corner[:, 2])) < 0:  # enclosed volume < 0: inward
         triangles = triangles[:, ::-1]
-    if not crossings_only:
+    if sampled_fans is None:
         return vertices, triangles
     from segmetrics import mesh
 
-    sampled = triangles < len(quads)
+    sampled = np.concatenate([np.ones(len(quad_points), bool), sampled_fans[kept]])[triangles]
     share = mesh._triangle_areas(vertices, triangles) / sampled.sum(axis=1)
     return vertices, triangles, np.bincount(triangles[sampled], np.repeat(share, sampled.sum(axis=1)), len(vertices))
 
 
 def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partial_axes=2, quad_centres=False, centres_only=False,
-                    dual=False, crossings_only=False):
+                    dual=False, sampled_fans=None):
     """Surface nets whose vertices move from their dual-cell centres onto the 0.5 level of the
     package's clamped Gaussian field (trilinear inside the cell, Newton steps, at most ``reach``
     voxels from the centre on each axis), except where the window is an edge, corner, tube or
@@ -637,8 +638,9 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
     ``reach`` voxels from the midpoint, as on today's surface): the projection of the mean of its
     net vertices onto that edge (``dual="crossings"``: where today's field crosses 0.5 on it, or
     its midpoint where the quad's net vertices are fixed; ``"crossings, any fixed"``: where one of
-    them is); ``crossings_only`` samples the distances
-    at those quad vertices only."""
+    them is); ``sampled_fans``: the distances are sampled at the quad vertices and at the fan
+    vertices of box-like edges and corners that are ``"concave"`` (the outside is box-like) or
+    ``"none"`` of them."""
     from scipy import ndimage
     from segmetrics import mesh
 
@@ -668,8 +670,10 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
         else:  # each quad's vertex: its net vertices' mean, moved onto its voxel edge
             along = np.take_along_axis(moved[quads].mean(axis=1) - midpoint, axis[:, None], 1)
         on_edge = midpoint + step * np.clip(along, -reach, reach)
-        return _dual_polygons(quads, points, _box_like(padded, np.floor(centre).astype(int) + 1, width, 2) & single,
-                              on_edge[:, ::-1] * spacing[::-1], crossings_only)
+        cells = np.floor(centre).astype(int) + 1
+        sampled = None if sampled_fans is None else (
+            _box_like(padded, cells, width, 2, convex=False) if sampled_fans == "concave" else np.zeros(len(points), bool))
+        return _dual_polygons(quads, points, _box_like(padded, cells, width, 2) & single, on_edge[:, ::-1] * spacing[::-1], sampled)
     return _triangulate(quads, points, quad_centres, centres_only) if manifold else (points, cells)
 
 
@@ -701,7 +705,9 @@ CANDIDATES = {
     "dual on the blur's crossings, fans at box edges, flat fixed": lambda p, s: _projected_nets(
         p, s, manifold=True, partial_axes=1, dual="crossings"),
     "dual on the blur's crossings, fans at box edges, flat fixed, sampled at crossings": lambda p, s: _projected_nets(
-        p, s, manifold=True, partial_axes=1, dual="crossings", crossings_only=True),
+        p, s, manifold=True, partial_axes=1, dual="crossings", sampled_fans="none"),
+    "dual on the blur's crossings, fans at box edges, flat fixed, sampled at crossings and concave fans": lambda p, s: _projected_nets(
+        p, s, manifold=True, partial_axes=1, dual="crossings", sampled_fans="concave"),
     "dual on the blur's crossings, midpoints next to fixed net vertices": lambda p, s: _projected_nets(
         p, s, manifold=True, partial_axes=1, dual="crossings, any fixed"),
     "manifold nets, sampled at quad centres": lambda p, s: _projected_nets(
