@@ -210,8 +210,8 @@ def oblique_rotation():
 
 def cases(spacing, scale=1.0):
     """``(family, name, reference shape, test shape)`` for one spacing (mm, z, y, x); ``scale``
-    multiplies every size but the thin ones (plate thickness, spike radius, groove and slot widths:
-    whole voxels) and the shifts between the shapes, for variants of the same families."""
+    multiplies every size except the thin ones (plate thickness, spike radius, groove and slot
+    widths: whole voxels), for variants of the same families (the shifts between the shapes stay)."""
     sz, k = spacing[0], scale
     c = np.array([20.3, 20.1, 19.8])
     yield "smooth", "spheres", Sphere(c, 12.0 * k), Sphere(c + [1.3, -0.8, 0.6], 10.5 * k)
@@ -597,13 +597,13 @@ def _dual_polygons(quads, points, fan, quad_points, sampled_fans=None):
     first = np.argmin(np.where(span < count, diagonals, np.inf), axis=1)
     ring[split] = np.take_along_axis(ring[split], (span + first[:, None]) % count, 1)
     index = np.full(len(points), -1)
-    index[kept] = len(quads) + np.arange(len(kept))  # fanned net vertices follow the quad means
+    index[kept] = len(quads) + np.arange(len(kept))  # fanned net vertices follow the quad vertices
     triangles = []
     for k in range(ring.shape[1]):
         v = kept[sizes[kept] > k]
         here, there = ring[v, k], ring[v, (k + 1) % sizes[v]]  # consecutive slots around v, sharing the edge v -> w
         w = heads[here]
-        flat = np.stack([here // 4, there // 4, index[v]], 1)  # fan triangle (mean, next mean, v)
+        flat = np.stack([here // 4, there // 4, index[v]], 1)  # fan triangle (quad vertex, next quad vertex, v)
         along = np.stack([index[v], here // 4, index[np.maximum(w, 0)]], 1)  # its half of the diamond split along v - w
         triangles.append(np.where(fan[w][:, None], along, flat))
         if k + 2 < ring.shape[1]:
@@ -663,9 +663,11 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
     if dual:
         midpoint, axis = crossings
         step = np.eye(3)[axis]
-        if dual in ("crossings", "crossings, any fixed"):  # each quad's vertex where the field crosses 0.5 on its voxel edge
-            low, high = value(midpoint - step / 2), value(midpoint + step / 2)  # (today's vertices), at the midpoint where
-            fixed = np.all(sharp[quads], axis=1) if dual == "crossings" else np.any(sharp[quads], axis=1)  # its net vertices stay
+        if dual in ("crossings", "crossings, any fixed"):
+            # each quad's vertex where the field crosses 0.5 on its voxel edge (today's vertex, linear
+            # between the two voxel centres), or at the edge's midpoint where its net vertices are fixed
+            low, high = value(midpoint - step / 2), value(midpoint + step / 2)
+            fixed = np.all(sharp[quads], axis=1) if dual == "crossings" else np.any(sharp[quads], axis=1)
             along = np.where(fixed, 0.0, (low - 0.5) / (low - high) - 0.5)[:, None]
         else:  # each quad's vertex: its net vertices' mean, moved onto its voxel edge
             along = np.take_along_axis(moved[quads].mean(axis=1) - midpoint, axis[:, None], 1)
@@ -743,8 +745,7 @@ def interpolated_percentiles():
     fraction reaches q) by the q-quantile of the piecewise-linear distribution through each
     distance at the middle of its area (samples at one distance, to 1e-4 mm, pooled; sorted
     distances ``d``, pooled weights ``w``: ``d`` at ``(cumsum(w) - w / 2) / sum(w)``, linear in
-    between, clamped at both ends); ``deepmind`` mode
-    keeps the package's (DeepMind's) definition."""
+    between, clamped at both ends); ``deepmind`` mode keeps the package's (DeepMind's) definition."""
     from segmetrics import distance
 
     package = distance.percentile_distance
