@@ -32,7 +32,9 @@ the candidate surfaces (about 15 s each; ``--candidates "name;name"`` some of th
 samples every exact-mode surface at its triangle centroids instead of its vertices,
 ``--interpolated-percentile`` takes the exact-mode HD95 between the sampled distances' area
 midpoints, ``--scale k`` multiplies every size but the thin ones by k (variants of the same
-families), ``--cases box,slot`` runs some families only, ``--verbose`` prints every case's values.
+families), ``--cases box,slot`` runs some families only, ``--verbose`` prints every case's values;
+``--search-times "name;name"`` only times the distance searches of today's surface and candidates
+(kidney and liver sphere pairs at (2.5, 0.8, 0.8) mm, about a minute).
 """
 import argparse
 import importlib.util
@@ -815,6 +817,38 @@ def methods(candidates=None):
     return found
 
 
+def search_times(candidates, rounds=25):
+    """Print the CPU time (best and median of ``rounds``, interleaved) of the two directed distance
+    searches of ``exact`` mode (``distances_to_surface`` from the query points, the vertices of
+    positive size, with the search grids built) on the kidney and liver sphere pairs of
+    ``bench/bench_distance.py`` at (2.5, 0.8, 0.8) mm, for today's surface and each candidate
+    surface, with their vertex and query counts."""
+    from segmetrics import mesh
+
+    spacing, offset = np.array([2.5, 0.8, 0.8]), np.array([3.0, 2.0, -1.5])
+    makers = {"today": mesh.smooth_surface} | {name: _candidate(CANDIDATES[name]) for name in candidates}
+    for radius in (40.0, 70.0):
+        shape = np.ceil((2 * radius + 12) / spacing).astype(int)
+        centre = shape * spacing / 2 + [0.3, 0.3, -1.1] - offset / 2
+        grid = np.stack(np.meshgrid(*[spacing[k] * np.arange(shape[k]) for k in range(3)], indexing="ij"), -1).reshape(-1, 3)
+        pair = [Sphere(c, r).inside(grid).reshape(shape) for c, r in ((centre, radius), (centre + offset, radius - 3))]
+        built = {name: [make(m, spacing, 1.0, (0, 0, 0)) for m in pair] for name, make in makers.items()}
+        seconds = {name: [] for name in built}
+        for _ in range(rounds):
+            for name, surfaces in built.items():
+                fresh = [mesh.Surface(s.points, s.sizes, s.cells, s.origin) for s in surfaces]  # no cached grids
+                start = time.process_time()
+                mesh.prepare_searches(*fresh)
+                for source, target in (fresh, fresh[::-1]):
+                    mesh.distances_to_surface(source.points[source.sizes > 0], target)
+                seconds[name].append(time.process_time() - start)
+        for name, surfaces in built.items():
+            ms, reference = np.array(seconds[name]) * 1e3, surfaces[0]
+            print(f"r = {radius:.0f}/{radius - 3:.0f} mm, {name}: {len(reference.points)} vertices, {len(reference.cells)} triangles, "
+                  f"{int(np.sum(reference.sizes > 0))} query points (reference); two searches {ms.min():.1f} ms CPU best, "
+                  f"{np.median(ms):.1f} median ({ms.min() / min(seconds['today']) / 1e3:.2f}x today's best)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", help="comma-separated families (default all)")
@@ -828,7 +862,11 @@ def main():
     parser.add_argument("--scale", type=float, default=1.0,
                         help="sizes of every shape but its thin parts times this (variants of the same families)")
     parser.add_argument("--offsets", type=int, default=8, help="grid origins (random sub-voxel shifts) per case")
+    parser.add_argument("--search-times", metavar="NAMES",
+                        help="only time the distance searches of today's surface and these candidates (names separated by ;)")
     args = parser.parse_args()
+    if args.search_times:
+        return search_times(args.search_times.split(";"))
     wanted = None if args.cases is None else set(args.cases.split(","))
     if args.centroids:
         centroid_sampling()
