@@ -45,6 +45,11 @@ from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status,
 #: Contours are subdivided to at most this fraction of the smallest pixel size before distances
 #: are taken between points, which bounds the point-sampling error of FMinD to 1/8 pixel.
 SUBDIVISION = 0.25
+#: ... but no contour segment is cut into more pieces than this: in a slice of pixels more than
+#: MAX_SEGMENT_PIECES x SUBDIVISION = 64 times longer than wide (a thick axis in the slice plane),
+#: segments along the long side are sampled every 1/256 of the long pixel size, so that the points
+#: of a slice stay bounded (a 1e4 x 1e-4 mm pixel asked for 4e8 points per segment: MemoryError).
+MAX_SEGMENT_PIECES = 256
 #: Polygon segments (RT Structure Sets) are subdivided to at most this length (mm): SUBDIVISION of
 #: the 1 mm pixel of a contour grid (:data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
 POLYGON_SEGMENT_MM = 0.25
@@ -182,8 +187,8 @@ def _objects(mask2d, spacing2d):
     centroids = sums.astype(float) / sizes[:, None] * spacing2d
     # each object's boundaries as mesh.contours_2d gives them on the object's bounding box alone,
     # then moved back by the box's corner: all objects in one compiled pass
-    points, lengths, first, owner = _kernels.label_contours(labels, corners, np.asarray(spacing2d, dtype=float),
-                                                            SUBDIVISION * min(spacing2d))
+    step_mm = max(SUBDIVISION * min(spacing2d), max(spacing2d) / MAX_SEGMENT_PIECES)
+    points, lengths, first, owner = _kernels.label_contours(labels, corners, np.asarray(spacing2d, dtype=float), step_mm)
     points = points + (corners * spacing2d)[np.repeat(owner, np.diff(first))]
     objects = [_Object([], centroid) for centroid in centroids]
     for start, stop, label in zip(first[:-1], first[1:], owner):
