@@ -521,3 +521,23 @@ def test_a_name_map_keeps_the_empty_structures_it_names(tmp_path):
         apply_name_map(image, {1: "Alpha", 2: "Empty"})
     result = compare(reference, test, metrics="dice")
     assert [(s.structure, s.status) for s in result.structures] == [("Alpha", "ok"), ("Empty", "both_empty")]
+
+
+@pytest.mark.parametrize("far", [1e6, -1e9, 1e300])
+def test_a_contour_coordinate_far_beyond_any_patient_is_one_line(tmp_path, capsys, far):
+    """A point 1 km or more from the origin is not patient mm: refused in one line naming the file
+    and ROI (the polygon metrics sampled such a contour every 0.1 mm: 3 GB for 1e7 mm, more for
+    larger ones, then MemoryError or the OOM killer), on an image grid the polygon lies across."""
+    from segmetrics.cli import main
+
+    grid = sitk.GetImageFromArray(np.zeros((3, 40, 40), np.uint8))
+    grid.SetSpacing((1.0, 1.0, 3.0))
+    grid.SetOrigin((-20.0, -20.0, 0.0))
+    sitk.WriteImage(grid, str(tmp_path / "grid.nrrd"))
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [circle(8.0, 3.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"a": [np.array([[0.0, 0.0, 3.0], [10.0, 0.0, 3.0], [far, 5.0, 3.0]])]})
+    code = main(["compare", str(tmp_path / "reference.dcm"), str(tmp_path / "test.dcm"), "--metrics", "msi,contours",
+                 "--image", str(tmp_path / "grid.nrrd")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "test.dcm: ROI 1 has a contour" in err and "not patient millimetres" in err

@@ -56,6 +56,11 @@ PLANE_TOLERANCE_MM = 0.01
 #: Largest grid (voxels) :func:`contour_grid` builds: 1 GiB of labels, e.g. 200 planes of 2300 x 2300
 #: pixels (0.2 mm over a 46 cm body outline); a finer resolution is refused before any memory is taken.
 MAX_CONTOUR_GRID_VOXELS = 2**30
+#: Largest contour coordinate accepted (mm): 100 m from the origin of the patient frame. Beyond it
+#: the numbers are not patient millimetres (metres x 1000, a damaged file); the polygon metrics,
+#: which sample boundaries every fraction of a mm, would otherwise take all memory (a point at 1e7 mm
+#: asked for 3 GB).
+MAX_COORDINATE_MM = 1e5
 
 
 @dataclass
@@ -204,6 +209,9 @@ def _contour_points(contour) -> np.ndarray:
         points = np.asarray(value, dtype=float).reshape(-1, 3)
     if not np.all(np.isfinite(points)):
         raise ValueError("a coordinate is NaN or infinite")
+    if len(points) and np.abs(points).max() > MAX_COORDINATE_MM:
+        raise ValueError(f"a coordinate is {np.abs(points).max():g} mm from the origin, beyond {MAX_COORDINATE_MM:g} mm "
+                         "(100 m): not patient millimetres?")
     return points
 
 
