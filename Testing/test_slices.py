@@ -258,3 +258,56 @@ def test_planes_beyond_the_image_grid_are_left_out_as_when_rasterised(tmp_path):
     length = float(np.linalg.norm(ring - np.roll(ring, 1, axis=0), axis=1).sum())
     # 1.5 mm apart, beyond the 1 mm default tolerance: the whole reference length of the three planes only
     assert result.value("apl_mm") == pytest.approx(3 * length, rel=1e-6)
+
+
+def _random_polygon(rng, z):
+    """A star-shaped polygon of 3-11 vertices, 3-12 mm from a centre near the origin, on plane z."""
+    count = int(rng.integers(3, 12))
+    angles, radii, centre = np.sort(rng.uniform(0, 2 * np.pi, count)), rng.uniform(3, 12, count), rng.uniform(-5, 5, 2)
+    return np.column_stack([centre[0] + radii * np.cos(angles), centre[1] + radii * np.sin(angles), np.full(count, z)])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_polygon_values_and_rows_do_not_depend_on_how_the_image_grid_is_stored(tmp_path, seed):
+    """Random polygons rasterised on one --image grid stored six ways (flipped, slices transposed
+    into the y or x array axis, padded): the rasterised masks are the same voxels (resampled back),
+    every value and each contour plane's row are the same, and a row's slice is the stored slice
+    the plane was rasterised on. A grid whose slices were not its first array axis was refused
+    ('not parallel to the image slices (oblique image ...)')."""
+    import SimpleITK as sitk
+
+    rng = np.random.default_rng(seed)
+    planes = [2.0 * k for k in range(int(rng.integers(1, 4)), int(rng.integers(5, 9)))]
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [_random_polygon(rng, z) for z in planes]})
+    write_rtstruct(tmp_path / "test.dcm", {"a": [_random_polygon(rng, z) for z in planes if rng.random() < 0.8]})
+    base = sitk.GetImageFromArray(np.zeros((12, 50, 50), np.uint8))
+    base.SetSpacing((0.7, 0.7, 2.0))
+    base.SetOrigin((-17.0, -17.0, -2.0))
+    storages = {"as is": base, "z flipped": sitk.Flip(base, [False, False, True]),
+                "z along x": sitk.PermuteAxes(base, [2, 0, 1]),
+                "z along y, flipped": sitk.Flip(sitk.PermuteAxes(base, [0, 2, 1]), [True, True, False]),
+                "z along x, padded": sitk.ConstantPad(sitk.PermuteAxes(base, [2, 1, 0]), [1, 2, 0], [0, 1, 3], 0)}
+    found = {}
+    for name, grid in storages.items():
+        path = tmp_path / f"grid{len(found)}.nrrd"
+        sitk.WriteImage(grid, str(path))
+        reference, _test = load_pair(tmp_path / "reference.dcm", tmp_path / "test.dcm", image=path)
+        stored = sitk.GetImageFromArray(reference.array)
+        stored.CopyInformation(grid)
+        back = sitk.GetArrayFromImage(sitk.Resample(stored, base, sitk.Transform(), sitk.sitkNearestNeighbor, 0))
+        result = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi,contours,overlap",
+                         image=path)["a"]
+        rows = slice_rows(result)
+        axis = result.get("msi").params["axis"]
+        filled = np.flatnonzero(reference.array.any(axis=tuple(a for a in range(3) if a != axis)))
+        assert {row["slice"] for row in rows if row["reference_length_mm"] > 0} == set(filled.tolist())
+        found[name] = (back, {v.metric: v.value for v in result.values},
+                       {row["position_mm"]: {k: v for k, v in row.items() if k != "slice"} for row in rows})
+    masks, values, by_plane = found.pop("as is")
+    assert masks.any() and sorted(by_plane) == pytest.approx(sorted(planes))
+    for name, (other_masks, other_values, other_rows) in found.items():
+        np.testing.assert_array_equal(other_masks, masks, err_msg=name)
+        assert other_values == pytest.approx(values, rel=1e-9, nan_ok=True), name
+        assert other_rows.keys() == by_plane.keys(), name
+        for position, row in by_plane.items():
+            assert other_rows[position] == pytest.approx(row, rel=1e-9, nan_ok=True), (name, position)

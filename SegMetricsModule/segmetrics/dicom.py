@@ -312,8 +312,9 @@ def rings_by_plane(reference, test) -> tuple:
 def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     """Fill every ROI's polygons on ``grid`` (3-D): pixel centres inside, even-odd per slice.
 
-    A polygon goes to the slice nearest to its plane; polygons outside the grid are counted in
-    ``notes``; a polygon not parallel to the slices raises :class:`ReadError`. The even-odd rule
+    A polygon goes to the slice nearest to its plane, along whichever grid axis is normal to the
+    contour planes (a grid stored transposed gives the same voxels); polygons outside the grid are
+    counted in ``notes``; a polygon not parallel to the slices raises :class:`ReadError`. The even-odd rule
     applies within a plane: when several contour planes fall on one slice (slices thicker than
     the contour spacing), the slice holds the union of their fills (and a note says so).
     """
@@ -322,21 +323,33 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     shape = grid.array.shape
     direction = np.asarray(grid.direction).reshape(3, 3)
     scale = np.asarray(grid.spacing[::-1])  # ITK (i, j, k) order
+    polygons = structures.polygons()
+    # the ITK axis normal to the contour planes: k for a grid stored in slices of the planes, another
+    # one for a grid stored transposed (e.g. sagittal slices of axial contours): the same voxels
+    normal_axis = int(np.argmax(np.abs(direction.T @ plane_axes(polygons)[2]))) if polygons else 2
+    rows, columns = sorted(set(range(3)) - {normal_axis}, reverse=True)  # ITK axes of a slice's rows, columns
     masks, outside, shared = {}, {}, {}
     for label, polygons in structures.contours.items():
         by_slice: dict = {}  # slice -> [(position along the slice normal (mm), ring)]
         for points in polygons:
-            i, j, k = (((points - grid.origin) @ direction) / scale).T  # continuous ITK indices
-            if np.ptp(k) > 0.1:
+            index = ((points - grid.origin) @ direction) / scale  # continuous ITK indices (i, j, k)
+            if np.ptp(index[:, normal_axis]) > 0.1:
                 raise ReadError(f"{structures.source}: a contour of {structures.names[label]!r} is not parallel "
                                 "to the image slices (oblique image or non-planar contour)")
-            plane = int(np.round(k.mean()))
-            if 0 <= plane < shape[0]:
-                by_slice.setdefault(plane, []).append((k.mean() * scale[2], np.column_stack([j, i])))
+            plane = int(np.round(index[:, normal_axis].mean()))
+            if 0 <= plane < shape[2 - normal_axis]:
+                by_slice.setdefault(plane, []).append((index[:, normal_axis].mean() * scale[normal_axis],
+                                                       index[:, [rows, columns]]))
             else:
                 outside[label] = outside.get(label, 0) + 1
-        filled = {plane: _fill_planes(entries, shape[1:]) for plane, entries in by_slice.items()}
+        in_plane = tuple(n for a, n in enumerate(shape) if a != 2 - normal_axis)
+        filled = {plane: _fill_planes(entries, in_plane) for plane, entries in by_slice.items()}
         masks[label] = {plane: mask for plane, (mask, _count) in filled.items()}
+        if normal_axis != 2:  # slices along another array axis than the first: a whole volume
+            volume = np.zeros(shape, dtype=bool)
+            for plane, mask in masks[label].items():
+                np.moveaxis(volume, 2 - normal_axis, 0)[plane] = mask
+            masks[label] = volume
         if any(count > 1 for _mask, count in filled.values()):
             shared[label] = sum(count > 1 for _mask, count in filled.values())
     image = _label_image(masks, structures.names, structures.source, grid.spacing, grid.origin, grid.direction,
