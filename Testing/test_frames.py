@@ -401,3 +401,40 @@ def test_old_order_message_names_folders_given_as_dot(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path / "predictions")
     reason = swapped_by_name(".", "../labels")
     assert "(predictions)" in reason and "(labels)" in reason
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("storage", ["flipped", "transposed", "spacing", "origin"])
+def test_a_prediction_frame_on_another_grid_is_refused_not_compared_voxel_by_voxel(tmp_path, capsys, seed, storage):
+    """Frames are compared voxel by voxel: a prediction stored flipped or transposed (the same
+    physical mask, direction and origin saying so), or on another spacing or origin, paired other
+    voxels silently (a flipped copy of the ground truth scored mDice 0, exit 0). Refused in one line
+    naming the frame; the same prediction stored like the ground truth scores the brute-force Dice."""
+    import SimpleITK as sitk
+
+    rng = np.random.default_rng(seed)
+    reference = (rng.random((12, 15)) < 0.4).astype(np.uint8)
+    prediction = reference.copy()
+    prediction[rng.random(reference.shape) < 0.1] ^= 1
+    for folder in ("ref", "pred", "moved"):
+        (tmp_path / folder).mkdir()
+    sitk.WriteImage(sitk.GetImageFromArray(reference), str(tmp_path / "ref" / "f0.nrrd"))
+    sitk.WriteImage(sitk.GetImageFromArray(prediction), str(tmp_path / "pred" / "f0.nrrd"))
+    moved = sitk.GetImageFromArray(prediction)
+    if storage == "flipped":
+        moved = sitk.Flip(moved, [True, False])
+    elif storage == "transposed":
+        moved = sitk.PermuteAxes(moved, [1, 0])
+    elif storage == "spacing":
+        moved.SetSpacing((1.0, 2.0))
+    else:
+        moved.SetOrigin((0.0, 3.0))
+    sitk.WriteImage(moved, str(tmp_path / "moved" / "f0.nrrd"))
+    out = tmp_path / "out.csv"
+    assert main(["frames", str(tmp_path / "ref"), str(tmp_path / "pred"), "--format", "csv", "-o", str(out)]) == 0
+    dice = next(float(row["value"]) for row in csv.DictReader(out.open()) if row["metric"] == "mdice")
+    assert dice == pytest.approx(2 * np.sum(reference & prediction) / (reference.sum() + prediction.sum()))
+    capsys.readouterr()
+    assert main(["frames", str(tmp_path / "ref"), str(tmp_path / "moved"), "--format", "csv"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "frame f0: the prediction is on another grid" in err

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .geometry import geometry_differences
 from .registry import MetricValue, Parameters, Status, emptiness_status, positive_number
 from .validation import InputPolicy, NothingToCompareError, check_threshold
 
@@ -483,11 +484,14 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
     def frames():
         """Read each pair once; instance matches are collected on the way."""
         for name, prediction_path, reference_path in pairs:
-            prediction = read_frame(prediction_path, threshold=threshold, input_policy=policy)
+            prediction_image = read_label_frame(prediction_path, threshold, policy)
             reference_image = read_label_frame(reference_path, threshold, policy)
-            reference = reference_image.array
-            if prediction.shape != reference.shape:
-                raise ValueError(f"frame {name}: prediction shape {prediction.shape} differs from ground truth {reference.shape}")
+            prediction, reference = prediction_image.array, reference_image.array
+            differences = geometry_differences(reference_image, prediction_image)
+            if differences:  # compared voxel by voxel: another storage of the grid would pair other voxels
+                raise ValueError(f"frame {name}: the prediction is on another grid than the ground truth "
+                                 f"({'; '.join(differences)}); frames compares them voxel by voxel: save the "
+                                 "prediction on the ground truth's grid")
             if instances:
                 gt, dt = _frame_instances(name, prediction, reference, class_ids, connectivity, instance_dirs, policy)
                 dt = score_source(name, dt)
