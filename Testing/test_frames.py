@@ -438,3 +438,26 @@ def test_a_prediction_frame_on_another_grid_is_refused_not_compared_voxel_by_vox
     assert main(["frames", str(tmp_path / "ref"), str(tmp_path / "moved"), "--format", "csv"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "frame f0: the prediction is on another grid" in err
+
+
+@pytest.mark.parametrize("kind", ["instance-dirs", "scores"])
+def test_instance_and_score_maps_on_another_grid_are_refused(tmp_path, capsys, kind):
+    """Instance and score maps pair with their frame voxel by voxel too: one stored flipped (its
+    header saying so) is refused in one line naming it, instead of giving instances other classes
+    or scores."""
+    import SimpleITK as sitk
+
+    frame = np.zeros((10, 12), np.uint8)
+    frame[2:5, 1:4] = 1
+    frame[6:9, 7:11] = 1
+    for folder in ("ref", "pred", "ref_inst", "pred_inst"):
+        (tmp_path / folder).mkdir()
+        sitk.WriteImage(sitk.GetImageFromArray(frame), str(tmp_path / folder / "f0.nrrd"))
+    stored = frame if kind == "instance-dirs" else frame.astype(np.float32) * 0.9  # instances, or scores
+    sitk.WriteImage(sitk.Flip(sitk.GetImageFromArray(stored), [True, False]), str(tmp_path / "pred_inst" / "f0.nrrd"))
+    extra = (["--instance-dirs", str(tmp_path / "ref_inst"), str(tmp_path / "pred_inst")] if kind == "instance-dirs"
+             else ["--scores", str(tmp_path / "pred_inst")])
+    code = main(["frames", str(tmp_path / "ref"), str(tmp_path / "pred"), "--instances", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "frame f0: the" in err and "map f0.nrrd is on another grid" in err
