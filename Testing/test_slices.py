@@ -311,3 +311,51 @@ def test_polygon_values_and_rows_do_not_depend_on_how_the_image_grid_is_stored(t
         assert other_rows.keys() == by_plane.keys(), name
         for position, row in by_plane.items():
             assert other_rows[position] == pytest.approx(row, rel=1e-9, nan_ok=True), (name, position)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mask_rows_and_lesion_bins_do_not_depend_on_how_the_masks_are_stored(seed):
+    """Random masks stored permuted, flipped, padded and moved (SimpleITK keeps every voxel's
+    physical place): each row's ``slice`` is a slice of the stored array along the reported MSI
+    axis, and the row of each physical slice (found with SimpleITK's index -> point) holds the same
+    values; the lesion counts per size bin are the same too."""
+    import SimpleITK as sitk
+
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(n) for n in rng.integers(4, 11, 3))
+    images = []
+    for _side in range(2):
+        mask = np.zeros(shape, np.uint8)
+        for _box in range(3):
+            low = rng.integers(0, np.array(shape) - 1)
+            mask[tuple(slice(a, a + int(n)) for a, n in zip(low, rng.integers(1, 6, 3)))] = 1
+        mask[tuple(rng.integers(0, n, 4) for n in shape)] = 1
+        image = sitk.GetImageFromArray(mask)
+        image.SetSpacing((0.7, 1.0, 2.5))
+        images.append(image)
+    order, flips = [int(a) for a in rng.permutation(3)], [bool(f) for f in rng.integers(0, 2, 3)]
+    shift = rng.uniform(-50, 50, 3)
+    stored = []
+    for image in images:
+        moved = sitk.ConstantPad(sitk.Flip(sitk.PermuteAxes(image, order), flips), [1, 0, 2], [0, 2, 1], 0)
+        moved.SetOrigin(tuple(np.add(moved.GetOrigin(), shift)))
+        stored.append(moved)
+    msi_axis = int(rng.integers(0, 3))  # array axis of the original storage, then of the moved one
+    params = {"msi_convention": "fda"} if seed % 2 else {}
+    found = []
+    for pair, axis, offset in ((images, msi_axis, np.zeros(3)), (stored, 2 - order.index(2 - msi_axis), shift)):
+        result = compare(*pair, metrics="msi,contours,lesions", params={**params, "msi_axis": axis})["1"]
+        assert result.get("msi").params["axis"] == axis
+        rows = {}
+        for row in slice_rows(result):
+            index = [0, 0, 0]
+            index[2 - axis] = row["slice"]  # ITK index of the stored slice
+            position = np.subtract(pair[0].TransformIndexToPhysicalPoint(index), offset)[2 - msi_axis]
+            rows[round(float(position), 6)] = {k: v for k, v in row.items() if k not in ("slice", "position_mm")}
+        bins = {v.metric: v.value for v in result.values if v.metric.startswith("lesion_")}
+        found.append((rows, bins))
+    (rows, bins), (moved_rows, moved_bins) = found
+    assert rows and moved_rows.keys() == rows.keys()
+    for position, row in rows.items():
+        assert moved_rows[position] == pytest.approx(row, rel=1e-9, abs=1e-12, nan_ok=True), position
+    assert moved_bins == pytest.approx(bins, nan_ok=True) and "lesion_tp_small" in bins
