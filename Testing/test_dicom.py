@@ -541,3 +541,40 @@ def test_a_contour_coordinate_far_beyond_any_patient_is_one_line(tmp_path, capsy
     err = capsys.readouterr().err
     assert code == 2 and len(err.splitlines()) == 1
     assert "test.dcm: ROI 1 has a contour" in err and "not patient millimetres" in err
+
+
+@pytest.mark.parametrize("pixdim", [0.0, float("nan")])
+def test_an_image_grid_with_a_broken_voxel_size_is_refused(tmp_path, capsys, pixdim):
+    """--image (and --resample-to) files pass the header checks of every input: a NIfTI pixdim
+    of 0 or NaN, which ITK reads as 1 mm, rasterised the contours on a silently wrong grid."""
+    import struct
+
+    from segmetrics.cli import main
+
+    grid = sitk.GetImageFromArray(np.zeros((3, 40, 40), np.uint8))
+    grid.SetSpacing((0.5, 0.5, 3.0))
+    grid.SetOrigin((-10.0, -10.0, 0.0))
+    sitk.WriteImage(grid, str(tmp_path / "grid.nii"))
+    data = bytearray((tmp_path / "grid.nii").read_bytes())
+    data[80:84] = struct.pack("<f", pixdim)  # pixdim[1]: the x voxel size
+    (tmp_path / "grid.nii").write_bytes(bytes(data))
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [circle(4.0, 3.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"a": [circle(4.5, 3.0)]})
+    for option in ("--image", "--resample-to"):
+        code = main(["compare", str(tmp_path / "reference.dcm"), str(tmp_path / "test.dcm"), "--metrics", "dice",
+                     option, str(tmp_path / "grid.nii")])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.splitlines()) == 1 and "grid.nii" in err and "pixdim" in err, (option, err)
+
+
+def test_an_image_folder_without_a_series_is_one_line(tmp_path, capfd):
+    """ITK's 'No Series were found' warning (three lines on standard error) no longer precedes the error."""
+    from segmetrics.cli import main
+
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [circle(4.0, 3.0)]})
+    (tmp_path / "empty").mkdir()
+    code = main(["compare", str(tmp_path / "reference.dcm"), str(tmp_path / "reference.dcm"), "--image",
+                 str(tmp_path / "empty")])
+    err = capfd.readouterr().err
+    assert code == 2 and err.splitlines() == [f"segmetrics compare: error: {tmp_path / 'empty'}: holds 0 DICOM image "
+                                              "series; give a folder with exactly one"]

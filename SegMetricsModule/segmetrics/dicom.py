@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from .geometry import LabelImage
-from .validation import ReadError, check_unique_names, dicom_class, looks_like_dicom
+from .validation import InputPolicy, ReadError, check_file, check_unique_names, dicom_class, looks_like_dicom
 
 #: In-plane pixel size (mm) of grids built from contour planes: about the pixel size of the
 #: planning CTs contours are drawn on (0.9-1.3 mm), so the half-pixel rasterisation error stays at
@@ -445,9 +445,14 @@ def read_image_series(path) -> tuple:
     path = Path(path)
     identity = (None, None)
     if path.is_dir():
-        series = [names for uid in sitk.ImageSeriesReader.GetGDCMSeriesIDs(str(path))
-                  if (names := sitk.ImageSeriesReader.GetGDCMSeriesFileNames(str(path), uid))
-                  and dicom_kind(names[0]) is None]
+        warnings = sitk.ProcessObject.GetGlobalWarningDisplay()
+        sitk.ProcessObject.SetGlobalWarningDisplay(False)  # "No Series were found": said below in one line
+        try:
+            series = [names for uid in sitk.ImageSeriesReader.GetGDCMSeriesIDs(str(path))
+                      if (names := sitk.ImageSeriesReader.GetGDCMSeriesFileNames(str(path), uid))
+                      and dicom_kind(names[0]) is None]
+        finally:
+            sitk.ProcessObject.SetGlobalWarningDisplay(warnings)
         if len(series) != 1:
             raise ReadError(f"{path}: holds {len(series)} DICOM image series; give a folder with exactly one")
         reader = sitk.ImageSeriesReader()
@@ -455,6 +460,7 @@ def read_image_series(path) -> tuple:
         reader_call = reader.Execute
         identity = dicom_identity(series[0][0])
     elif path.is_file():
+        check_file(path, InputPolicy())  # header spacing ITK would replace by 1 mm, damaged streams, DICOM class
         reader_call = lambda: sitk.ReadImage(str(path))  # noqa: E731
         identity = dicom_identity(path) if looks_like_dicom(path) else identity
     else:
