@@ -578,3 +578,23 @@ def test_an_image_folder_without_a_series_is_one_line(tmp_path, capfd):
     err = capfd.readouterr().err
     assert code == 2 and err.splitlines() == [f"segmetrics compare: error: {tmp_path / 'empty'}: holds 0 DICOM image "
                                               "series; give a folder with exactly one"]
+
+
+def test_an_image_series_with_uneven_slices_is_refused(tmp_path, data_dir):
+    """Slices at -126.69, -127.69 and -130.69 mm: ITK builds a regular 2 mm grid (-130.69, -128.69,
+    -126.69) with a warning only, so the contours of -127.69 mm were filled on the slice of -128.69
+    mm. Refused in one line; the series with its own even slices still gives its 1 mm grid."""
+    import shutil
+
+    import pydicom
+
+    from segmetrics.dicom import read_image_grid
+
+    shutil.copytree(data_dir / "dcmqi/ct-3slice", tmp_path / "series")
+    assert read_image_grid(tmp_path / "series").spacing[0] == pytest.approx(1.0)
+    last = pydicom.dcmread(tmp_path / "series/03.dcm")
+    last.ImagePositionPatient = [-235.199997, -226.800003, -130.690002]
+    last.save_as(tmp_path / "series/03.dcm")
+    with pytest.raises(ReadError, match=r"series: the slices of the DICOM series are not evenly spaced \(gaps from 1 "
+                                        r"to 3 mm\)"):
+        read_image_grid(tmp_path / "series")

@@ -61,6 +61,8 @@ MAX_CONTOUR_GRID_VOXELS = 2**30
 #: which sample boundaries every fraction of a mm, would otherwise take all memory (a point at 1e7 mm
 #: asked for 3 GB).
 MAX_COORDINATE_MM = 1e5
+#: Largest deviation of a DICOM series' slice positions from one regular grid, in slice spacings.
+SLICE_POSITION_TOLERANCE = 0.05
 
 
 @dataclass
@@ -455,6 +457,7 @@ def read_image_series(path) -> tuple:
             sitk.ProcessObject.SetGlobalWarningDisplay(warnings)
         if len(series) != 1:
             raise ReadError(f"{path}: holds {len(series)} DICOM image series; give a folder with exactly one")
+        check_even_slices(path, series[0])
         reader = sitk.ImageSeriesReader()
         reader.SetFileNames(series[0])
         reader_call = reader.Execute
@@ -474,6 +477,30 @@ def read_image_series(path) -> tuple:
     except ValueError as error:
         raise ReadError(f"{path}: {error}") from error
     return grid.with_array(np.zeros(grid.array.shape, np.uint8)), identity
+
+
+def check_even_slices(path, files) -> None:
+    """Refuse a DICOM series (``files`` in slice order) whose slices are not evenly spaced along
+    their normal: ITK builds one regular grid from it (with a warning only), so a missing slice or
+    a change of slice spacing would put every later slice, and the contours on it, at a wrong
+    place. Positions may deviate from the regular grid by :data:`SLICE_POSITION_TOLERANCE` of a
+    slice spacing (or 0.01 mm)."""
+    import pydicom
+
+    heads = [pydicom.dcmread(f, stop_before_pixels=True, specific_tags=["ImagePositionPatient",
+                                                                        "ImageOrientationPatient"]) for f in files]
+    if len(heads) < 3 or not all("ImagePositionPatient" in h and "ImageOrientationPatient" in h for h in heads):
+        return
+    row, column = np.reshape(np.asarray(heads[0].ImageOrientationPatient, dtype=float), (2, 3))
+    positions = np.array([np.dot(np.asarray(h.ImagePositionPatient, dtype=float), np.cross(row, column))
+                          for h in heads])
+    regular = np.linspace(positions[0], positions[-1], len(positions))
+    spacing = abs(positions[-1] - positions[0]) / (len(positions) - 1)
+    if np.max(np.abs(positions - regular)) > max(SLICE_POSITION_TOLERANCE * spacing, 0.01):
+        gaps = np.abs(np.diff(positions))
+        raise ReadError(f"{path}: the slices of the DICOM series are not evenly spaced (gaps from {gaps.min():g} to "
+                        f"{gaps.max():g} mm): a missing slice, or slices of varying spacing; give a series on a "
+                        "regular grid (or resample it to one)")
 
 
 def dicom_identity(path) -> tuple:
