@@ -267,13 +267,15 @@ def _random_polygon(rng, z):
     return np.column_stack([centre[0] + radii * np.cos(angles), centre[1] + radii * np.sin(angles), np.full(count, z)])
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_polygon_values_and_rows_do_not_depend_on_how_the_image_grid_is_stored(tmp_path, seed):
-    """Random polygons rasterised on one --image grid stored six ways (flipped, slices transposed
+@pytest.mark.parametrize("seed, first_slice_mm", [(0, -2.0), (1, -2.0), (2, -1.0), (3, -1.0)])
+def test_polygon_values_and_rows_do_not_depend_on_how_the_image_grid_is_stored(tmp_path, seed, first_slice_mm):
+    """Random polygons rasterised on one --image grid stored five ways (flipped, slices transposed
     into the y or x array axis, padded): the rasterised masks are the same voxels (resampled back),
     every value and each contour plane's row are the same, and a row's slice is the stored slice
     the plane was rasterised on. A grid whose slices were not its first array axis was refused
-    ('not parallel to the image slices (oblique image ...)')."""
+    ('not parallel to the image slices (oblique image ...)'); with the first slice at -1 mm every
+    contour plane (even mm) lies halfway between two slices, and rounding half to even put it on
+    the other physical slice when the grid was stored flipped (Dice 0.46 -> 0.41)."""
     import SimpleITK as sitk
 
     rng = np.random.default_rng(seed)
@@ -282,7 +284,7 @@ def test_polygon_values_and_rows_do_not_depend_on_how_the_image_grid_is_stored(t
     write_rtstruct(tmp_path / "test.dcm", {"a": [_random_polygon(rng, z) for z in planes if rng.random() < 0.8]})
     base = sitk.GetImageFromArray(np.zeros((12, 50, 50), np.uint8))
     base.SetSpacing((0.7, 0.7, 2.0))
-    base.SetOrigin((-17.0, -17.0, -2.0))
+    base.SetOrigin((-17.0, -17.0, first_slice_mm))
     storages = {"as is": base, "z flipped": sitk.Flip(base, [False, False, True]),
                 "z along x": sitk.PermuteAxes(base, [2, 0, 1]),
                 "z along y, flipped": sitk.Flip(sitk.PermuteAxes(base, [0, 2, 1]), [True, True, False]),

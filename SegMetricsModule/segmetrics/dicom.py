@@ -39,6 +39,7 @@ warning note (:func:`series_warnings`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,11 +312,19 @@ def rings_by_plane(reference, test) -> tuple:
     return axes, dict(sorted(rings.items()))
 
 
+def nearest_slice(index: float, increasing: bool) -> int:
+    """The slice nearest to a contour plane at continuous slice ``index``; a plane halfway between
+    two slices (within 1e-6 slice) goes to the one lower along the contour normal, whichever way
+    the grid is stored (``increasing``: the slice index grows along the normal). Rounding half to
+    even put such a plane on the other physical slice when the grid was stored flipped."""
+    return int(math.ceil(index - 0.5 - 1e-6)) if increasing else int(math.floor(index + 0.5 + 1e-6))
+
+
 def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     """Fill every ROI's polygons on ``grid`` (3-D): pixel centres inside, even-odd per slice.
 
-    A polygon goes to the slice nearest to its plane, along whichever grid axis is normal to the
-    contour planes (a grid stored transposed gives the same voxels); polygons outside the grid are
+    A polygon goes to the slice nearest to its plane (:func:`nearest_slice`), along whichever grid
+    axis is normal to the contour planes (a grid stored transposed gives the same voxels); polygons outside the grid are
     counted in ``notes``; a polygon not parallel to the slices raises :class:`ReadError`. The even-odd rule
     applies within a plane: when several contour planes fall on one slice (slices thicker than
     the contour spacing), the slice holds the union of their fills (and a note says so).
@@ -328,7 +337,8 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     polygons = structures.polygons()
     # the ITK axis normal to the contour planes: k for a grid stored in slices of the planes, another
     # one for a grid stored transposed (e.g. sagittal slices of axial contours): the same voxels
-    normal_axis = int(np.argmax(np.abs(direction.T @ plane_axes(polygons)[2]))) if polygons else 2
+    along_normal = direction.T @ plane_axes(polygons)[2] if polygons else np.eye(3)[2]
+    normal_axis = int(np.argmax(np.abs(along_normal)))
     rows, columns = sorted(set(range(3)) - {normal_axis}, reverse=True)  # ITK axes of a slice's rows, columns
     masks, outside, shared = {}, {}, {}
     for label, polygons in structures.contours.items():
@@ -338,7 +348,7 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
             if np.ptp(index[:, normal_axis]) > 0.1:
                 raise ReadError(f"{structures.source}: a contour of {structures.names[label]!r} is not parallel "
                                 "to the image slices (oblique image or non-planar contour)")
-            plane = int(np.round(index[:, normal_axis].mean()))
+            plane = nearest_slice(index[:, normal_axis].mean(), along_normal[normal_axis] > 0)
             if 0 <= plane < shape[2 - normal_axis]:
                 by_slice.setdefault(plane, []).append((index[:, normal_axis].mean() * scale[normal_axis],
                                                        index[:, [rows, columns]]))

@@ -36,7 +36,7 @@ from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from . import _kernels, mesh
-from .dicom import even_odd_region, rings_by_plane
+from .dicom import even_odd_region, nearest_slice, rings_by_plane
 from .geometry import through_plane_axis
 from .orientation import Reorientation
 from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
@@ -344,11 +344,12 @@ def plane_slices(pair: StructurePair, planes, normal) -> tuple:
     rasteriser leaves out too."""
     image, orientation = pair.image, pair.orientation or Reorientation.identity(pair.reference.shape)
     direction = np.asarray(image.direction, dtype=float).reshape(3, 3)
-    itk_axis = int(np.argmax(np.abs(direction.T @ normal)))
+    along_normal = direction.T @ normal
+    itk_axis = int(np.argmax(np.abs(along_normal)))
     axis = 2 - itk_axis  # canonical array axis (array order is ITK's reversed)
     along = ((np.outer(planes, normal) - np.asarray(image.origin)) @ direction)[:, itk_axis] / image.spacing[axis]
     stored_axis = orientation.stored_axis(axis)
-    stored = [orientation.stored_index(axis, int(round(k))) for k in along]
+    stored = [orientation.stored_index(axis, nearest_slice(k, along_normal[itk_axis] > 0)) for k in along]
     return stored_axis, [k if 0 <= k < orientation.shape[stored_axis] else None for k in stored]
 
 
