@@ -20,9 +20,11 @@ RT Structure Set (read with pydicom)
 
     - **rule**: a pixel belongs to the ROI when its *centre* lies inside by the **even-odd rule**
       over all polygons of that ROI on that slice (a contour inside another is a hole, "keyhole"
-      contours work too); a centre exactly on an edge counts as inside on the left/top edge and
-      outside on the right/bottom one (half-open spans), the rule of ``skimage.draw.polygon``
-      up to such ties (:func:`fill_even_odd`, tested against it);
+      contours work too); a centre exactly on an edge counts as inside on the edge of lower
+      patient coordinate and outside on the higher one (half-open spans, taken in the patient
+      order of the slice so that every storage of a grid gets the same voxels:
+      :func:`fill_in_patient_order`), the rule of ``skimage.draw.polygon`` up to such ties
+      (:func:`fill_even_odd`, tested against it);
     - a polygon is put on the slice nearest to its plane; polygons whose plane is not parallel to
       the slices, or lies outside the grid, are refused / reported in ``notes``;
     - the grid is an image series (``--image DIR``), the other input's grid, or
@@ -340,6 +342,9 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     along_normal = direction.T @ plane_axes(polygons)[2] if polygons else np.eye(3)[2]
     normal_axis = int(np.argmax(np.abs(along_normal)))
     rows, columns = sorted(set(range(3)) - {normal_axis}, reverse=True)  # ITK axes of a slice's rows, columns
+    patient_axis = np.argmax(np.abs(direction), axis=0)  # of each ITK axis
+    reversed_axis = direction[patient_axis, range(3)] < 0
+    storage = ((bool(reversed_axis[rows]), bool(reversed_axis[columns])), bool(patient_axis[rows] < patient_axis[columns]))
     masks, outside, shared = {}, {}, {}
     for label, polygons in structures.contours.items():
         by_slice: dict = {}  # slice -> [(position along the slice normal (mm), ring)]
@@ -355,7 +360,7 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
             else:
                 outside[label] = outside.get(label, 0) + 1
         in_plane = tuple(n for a, n in enumerate(shape) if a != 2 - normal_axis)
-        filled = {plane: _fill_planes(entries, in_plane) for plane, entries in by_slice.items()}
+        filled = {plane: _fill_planes(entries, in_plane, *storage) for plane, entries in by_slice.items()}
         masks[label] = {plane: mask for plane, (mask, _count) in filled.items()}
         if normal_axis != 2:  # slices along another array axis than the first: a whole volume
             volume = np.zeros(shape, dtype=bool)
@@ -378,16 +383,34 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     return image
 
 
-def _fill_planes(entries, shape) -> tuple:
+def _fill_planes(entries, shape, flips=(False, False), swap=False) -> tuple:
     """``(mask, number of planes)`` of one slice: the union over the contour planes of ``entries``
     (``(position mm, ring)``; planes closer than :data:`PLANE_TOLERANCE_MM` are one) of each plane's
-    even-odd fill (:func:`fill_even_odd`)."""
+    even-odd fill (:func:`fill_in_patient_order` with ``flips`` and ``swap``)."""
     positions = np.array([position for position, _ring in entries])
     planes = distinct_planes(positions)
     nearest = nearest_planes(planes, positions)
-    fills = [fill_even_odd([ring for (_position, ring), n in zip(entries, nearest) if n == index], shape)
-             for index in range(len(planes))]
+    fills = [fill_in_patient_order([ring for (_position, ring), n in zip(entries, nearest) if n == index], shape,
+                                   flips, swap) for index in range(len(planes))]
     return np.logical_or.reduce(fills), len(planes)
+
+
+def fill_in_patient_order(rings, shape, flips=(False, False), swap=False) -> np.ndarray:
+    """:func:`fill_even_odd` of ``rings`` ((row, column) pixel coordinates of a slice of ``shape``)
+    done in the patient order of the slice, so that a pixel centre exactly on an edge is inside or
+    outside whatever the storage: ``flips`` says which of the stored (row, column) axes run against
+    their patient axis, ``swap`` that the stored rows follow the earlier patient axis (a transposed
+    grid). Coordinates within 1e-6 pixel of a pixel centre are taken as on it (float noise of the
+    origin). The mask is returned in the stored order."""
+    size = np.asarray(shape, dtype=float) - 1
+    moved = []
+    for ring in rings:
+        ring = np.where(flips, size - ring, ring)
+        ring = ring[:, ::-1] if swap else ring
+        nearest = np.round(ring)
+        moved.append(np.where(np.abs(ring - nearest) < 1e-6, nearest, ring))
+    mask = fill_even_odd(moved, tuple(shape[::-1]) if swap else tuple(shape))
+    return np.flip(mask.T if swap else mask, [axis for axis in range(2) if flips[axis]])
 
 
 def fill_even_odd(rings, shape) -> np.ndarray:
