@@ -371,3 +371,30 @@ def test_mask_rows_and_lesion_bins_do_not_depend_on_how_the_masks_are_stored(see
     for position, row in rows.items():
         assert moved_rows[position] == pytest.approx(row, rel=1e-9, abs=1e-12, nan_ok=True), position
     assert moved_bins == pytest.approx(bins, nan_ok=True) and "lesion_tp_small" in bins
+
+
+def test_sagittal_contours_on_an_axially_stored_grid(tmp_path):
+    """Contours drawn on sagittal planes (x = 0, 2, 4, 6 mm) placed on an --image grid stored in
+    axial slices were refused ('not parallel to the image slices'); now they are filled along the
+    grid's x axis: the values equal those on the structure sets' own contour grid (same 1 mm pixel
+    centres), and the rows are numbered by the stored x slices (x = -2 + 2k mm)."""
+    import SimpleITK as sitk
+
+    def sagittal(radius, x, centre=(0.0, 0.0)):
+        angles = np.linspace(0, 2 * np.pi, 200, endpoint=False)
+        return np.column_stack([np.full(200, x), centre[0] + radius * np.cos(angles), centre[1] + radius * np.sin(angles)])
+
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [sagittal(8.0, x) for x in (0.0, 2.0, 4.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"a": [sagittal(9.0, x, (1.0, 0.0)) for x in (2.0, 4.0, 6.0)]})
+    grid = sitk.GetImageFromArray(np.zeros((30, 30, 10), np.uint8))
+    grid.SetSpacing((2.0, 1.0, 1.0))
+    grid.SetOrigin((-2.0, -15.0, -15.0))
+    sitk.WriteImage(grid, str(tmp_path / "grid.nrrd"))
+    own, placed = (compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="msi,contours,overlap",
+                           image=image)["a"] for image in (None, tmp_path / "grid.nrrd"))
+    assert {v.metric: v.value for v in placed.values} == pytest.approx({v.metric: v.value for v in own.values},
+                                                                       rel=1e-9)
+    rows = slice_rows(placed)
+    assert placed.get("msi").params["axis"] == 2
+    assert [(row["slice"], row["position_mm"]) for row in rows] == [(1, 0.0), (2, 2.0), (3, 4.0), (4, 6.0)]
+    assert [row["status"] for row in rows] == ["test_empty", "ok", "ok", "reference_empty"]
