@@ -362,15 +362,10 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
         in_plane = tuple(n for a, n in enumerate(shape) if a != 2 - normal_axis)
         filled = {plane: _fill_planes(entries, in_plane, *storage) for plane, entries in by_slice.items()}
         masks[label] = {plane: mask for plane, (mask, _count) in filled.items()}
-        if normal_axis != 2:  # slices along another array axis than the first: a whole volume
-            volume = np.zeros(shape, dtype=bool)
-            for plane, mask in masks[label].items():
-                np.moveaxis(volume, 2 - normal_axis, 0)[plane] = mask
-            masks[label] = volume
         if any(count > 1 for _mask, count in filled.values()):
             shared[label] = sum(count > 1 for _mask, count in filled.values())
     image = _label_image(masks, structures.names, structures.source, grid.spacing, grid.origin, grid.direction,
-                         ContourImage, shape)
+                         ContourImage, shape, slice_axis=2 - normal_axis)
     image.contours = {label: list(polygons) for label, polygons in structures.contours.items()}
     image.notes = [f"{structures.source}: {count} contour(s) of {structures.names[label]!r} lie outside the grid "
                    "and were not rasterised" for label, count in outside.items()]
@@ -580,10 +575,10 @@ def series_warnings(structures: StructureSet, image, series: str | None) -> list
 
 
 def _label_image(masks: dict, names: dict, source: str, spacing, origin, direction, kind=LabelImage,
-                 shape=None) -> LabelImage:
+                 shape=None, slice_axis: int = 0) -> LabelImage:
     """Pack ``{label: mask}`` into one label array of the smallest unsigned type holding the labels;
-    a mask is a 3-D boolean array or ``{slice index: 2-D mask}`` on a grid of ``shape`` (only the
-    slices that hold the structure are touched). A mask overlapping an earlier one is kept whole in
+    a mask is a 3-D boolean array or ``{slice index: 2-D mask}`` on a grid of ``shape``, slices
+    along array axis ``slice_axis`` (only the slices that hold the structure are touched). A mask overlapping an earlier one is kept whole in
     ``segment_masks``. Every name is kept, so empty structures stay listed; the names are checked
     by the reader (RTSTRUCT) or by :func:`segmetrics.io.load_label_image` (SEG), not here again."""
     by_slice = {label: mask if isinstance(mask, dict) else dict(enumerate(mask)) for label, mask in masks.items()}
@@ -591,14 +586,18 @@ def _label_image(masks: dict, names: dict, source: str, spacing, origin, directi
         shape = next(iter(masks.values())).shape if masks else (1, 1, 1)
     array = np.zeros(shape, dtype=np.min_scalar_type(max(masks, default=0)))
     overlapping = {}
+
+    def along(volume):  # a view of volume with the slices first
+        return np.moveaxis(volume, slice_axis, 0)
+
     for label, slices in by_slice.items():
-        if any(np.any(array[k][fill]) for k, fill in slices.items()):
+        if any(np.any(along(array)[k][fill]) for k, fill in slices.items()):
             overlapping[label] = np.zeros(shape, dtype=bool)
             for k, fill in slices.items():
-                overlapping[label][k] = fill
+                along(overlapping[label])[k] = fill
         else:
             for k, fill in slices.items():
-                array[k][fill] = label
+                along(array)[k][fill] = label
     image = kind(array, tuple(spacing), tuple(origin), tuple(direction), dict(names))
     image.segment_masks = overlapping
     return image
