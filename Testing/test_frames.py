@@ -461,3 +461,20 @@ def test_instance_and_score_maps_on_another_grid_are_refused(tmp_path, capsys, k
     err = capsys.readouterr().err
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "frame f0: the" in err and "map f0.nrrd is on another grid" in err
+
+
+def test_frames_without_geometry_are_paired_by_shape_only(tmp_path):
+    """A PNG prediction (no spacing, origin or direction of its own) beside a NRRD ground truth of
+    0.5 mm pixels is paired by shape, as before; only files that both carry a geometry must agree."""
+    import SimpleITK as sitk
+
+    frame = np.zeros((8, 9), np.uint8)
+    frame[2:6, 3:7] = 1
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "pred").mkdir()
+    reference = sitk.GetImageFromArray(frame)
+    reference.SetSpacing((0.5, 0.5))
+    sitk.WriteImage(reference, str(tmp_path / "ref" / "f0.nrrd"))
+    Image.fromarray(frame * 255).save(tmp_path / "pred" / "f0.png")
+    result = evaluate_folders(tmp_path / "pred", tmp_path / "ref", threshold=0.5)
+    assert result.summary()["mdice"].value == pytest.approx(1.0)

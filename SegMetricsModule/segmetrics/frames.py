@@ -508,10 +508,12 @@ def check_frame_grid(name, what: str, path, image, reference_path, reference_ima
     """Refuse ``image`` (read from ``path``: the prediction, an instance or a score map of frame
     ``name``, a :class:`~segmetrics.geometry.LabelImage`) when its grid is not that of the frame's
     ground truth: frames are compared voxel by voxel, so another storage of the same grid (flipped,
-    transposed) or another spacing or origin would pair other voxels. With a ``.npy`` file on
-    either side (no geometry) only the shapes are compared."""
+    transposed) or another spacing or origin would pair other voxels. With a file without geometry
+    on either side (``.npy``, pictures such as PNG: 1 mm pixels at 0) only the shapes are compared."""
+    from .io import PICTURE_SUFFIXES
+
     differences = geometry_differences(reference_image, image)
-    if ".npy" in (Path(path).suffix.lower(), Path(reference_path).suffix.lower()):
+    if {Path(path).suffix.lower(), Path(reference_path).suffix.lower()} & {".npy", *PICTURE_SUFFIXES}:
         differences = differences[:1] if image.array.shape != reference_image.array.shape else []
     if differences:
         raise ValueError(f"frame {name}: the {what} is on another grid than the ground truth ({'; '.join(differences)}); "
