@@ -260,3 +260,27 @@ def test_workers_that_cannot_start_stop_the_run_with_one_error():
                           env={**os.environ, "PYTHONPATH": SRC})
     assert done.stdout.strip() == "a worker process could not start (exited with status 1); its error is printed above"
     assert "Can't get attribute 'square'" in done.stderr
+
+
+def test_resume_redoes_a_case_whose_input_was_rewritten_with_the_same_size_and_time(tmp_path):
+    """A test file replaced by another mask of the same byte size whose modification time is set
+    back (a copy keeping times, or two writes within one clock tick): the fingerprint (path, size,
+    mtime) was unchanged, so the resumed run kept the old Dice as 'already done'."""
+    data = tmp_path / "data"
+    data.mkdir()
+    reference = np.zeros((10, 10, 10), np.uint8)
+    reference[2:8, 2:8, 2:8] = 1
+    sitk.WriteImage(sitk.GetImageFromArray(reference), str(data / "reference.nrrd"))  # raw: size set by the shape
+    test = reference.copy()
+    test[2:8, 2:8, 2] = 0
+    sitk.WriteImage(sitk.GetImageFromArray(test), str(data / "test.nrrd"))
+    cases = [Case("c1", str(data / "reference.nrrd"), str(data / "test.nrrd"))]
+    run_batch(cases, tmp_path / "out", metrics="dice", workers=0, progress=False)
+    before = os.stat(data / "test.nrrd")
+    sitk.WriteImage(sitk.GetImageFromArray(reference), str(data / "test.nrrd"))  # now identical to the reference
+    os.utime(data / "test.nrrd", ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(data / "test.nrrd").st_size == before.st_size
+    summary = run_batch(cases, tmp_path / "out", metrics="dice", workers=0, progress=False)
+    assert summary.computed == ["c1"] and summary.skipped == []
+    (dice,) = [r["value"] for r in read_results(tmp_path / "out") if r["metric"] == "dice"]
+    assert dice == 1.0

@@ -250,3 +250,28 @@ def test_params_given_inline_take_effect_and_are_checked(files, capsys):
     assert code == 0 and float(out.splitlines()[1].split(",")[4]) < 0.9
     code, _, err = _run(capsys, argv + ["--params", '{"hd_percentile": "95"}'])
     _assert_one_line_error(code, err, "compare", "hd_percentile")
+
+
+@pytest.mark.parametrize("case", [
+    lambda f: (["compare", f["ref"], f["test"], "--metrics", "dice", "-o", f["ref"]], "ref"),
+    lambda f: (["compare", f["ref"], f["test"], "--metrics", "msi", "--slices", f["link"]], "test"),
+    lambda f: (["compare", f["ref"], f["test"], "--metrics", "dice", "-o", f["names"], "--names", f["names"]], "names"),
+    lambda f: (["batch", "--manifest", f["manifest"], "-o", f["out"], "--report", f["folder"]], None),
+    lambda f: (["frames", "--reference", f["refs"], "--test", f["tests"], "-o", f["tests"] / "c1.nrrd"], "frame"),
+])
+def test_an_output_file_never_overwrites_an_input(files, capsys, case):
+    """-o or --slices naming an input (also through a symbolic link or a file of an input folder)
+    is refused before any work, and the input keeps its bytes (it was overwritten by the results)."""
+    files["link"] = files["file"].parent / "link.nrrd"
+    files["link"].symlink_to(files["test"])
+    files["names"] = files["file"].parent / "names.json"
+    files["names"].write_text('{"1": "cube"}')
+    files["frame"] = files["tests"] / "c1.nrrd"
+    argv, kept = case(files)
+    if kept is None:  # an output folder beside the inputs is fine (control)
+        return
+    before = files[kept].read_bytes()
+    code, _out, err = _run(capsys, argv)
+    _assert_one_line_error(code, err, argv[0], "input")
+    assert "overwrite" in err
+    assert files[kept].read_bytes() == before

@@ -221,3 +221,29 @@ def test_real_contours_scaled_about_their_centroid(tmp_path, data_dir):
     for row in result.extras["contour_slices"]:
         assert row["test_length_mm"] == pytest.approx(scale * row["reference_length_mm"], rel=1e-6)  # 6 decimals in the file
         assert row["dice"] <= 2 / (1 + scale ** 2) + 1e-9  # at most the smaller area over the mean area
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_contours_of_pixels_far_longer_than_wide_take_bounded_samples(seed):
+    """In-plane pixels of 1e-4 x 1e6 mm (allowed spacings): boundaries were sampled every 0.1 mm,
+    1e11 samples for a few pixels (the run never ended); now at most MAX_SEGMENT_PIECES per pixel
+    side. Identical random masks still give distances and added path length 0, and the slice rows
+    the reference length of each slice's boundary (brute force: the marching-squares contours)."""
+    import SimpleITK as sitk
+
+    from segmetrics.mesh import contours_2d
+
+    rng = np.random.default_rng(seed)
+    mask = (rng.random((3, 4, 3)) < 0.5).astype(np.uint8)
+    mask[1, 1, 1] = 1
+    images = []
+    for _side in range(2):
+        image = sitk.GetImageFromArray(mask)
+        image.SetSpacing((1e6, 1.0, 1e-4))  # x, y, z: slices along y cut 1e-4 x 1e6 mm pixels
+        images.append(image)
+    (result,) = compare(*images, metrics="contours", params={"msi_axis": 1}).structures
+    assert result.value("contour_hd_mm") == 0 and result.value("contour_mean_distance_mm") == 0
+    assert result.value("apl_mm") == 0
+    rows = result.extras["contour_slices"]
+    expected = [sum(c.length for c in contours_2d(mask[:, k, :], (1e-4, 1e6))) for k in range(4) if mask[:, k, :].any()]
+    assert [row["reference_length_mm"] for row in rows] == pytest.approx(expected, rel=1e-9)

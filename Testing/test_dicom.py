@@ -521,3 +521,80 @@ def test_a_name_map_keeps_the_empty_structures_it_names(tmp_path):
         apply_name_map(image, {1: "Alpha", 2: "Empty"})
     result = compare(reference, test, metrics="dice")
     assert [(s.structure, s.status) for s in result.structures] == [("Alpha", "ok"), ("Empty", "both_empty")]
+
+
+@pytest.mark.parametrize("far", [1e6, -1e9, 1e300])
+def test_a_contour_coordinate_far_beyond_any_patient_is_one_line(tmp_path, capsys, far):
+    """A point 1 km or more from the origin is not patient mm: refused in one line naming the file
+    and ROI (the polygon metrics sampled such a contour every 0.1 mm: 3 GB for 1e7 mm, more for
+    larger ones, then MemoryError or the OOM killer), on an image grid the polygon lies across."""
+    from segmetrics.cli import main
+
+    grid = sitk.GetImageFromArray(np.zeros((3, 40, 40), np.uint8))
+    grid.SetSpacing((1.0, 1.0, 3.0))
+    grid.SetOrigin((-20.0, -20.0, 0.0))
+    sitk.WriteImage(grid, str(tmp_path / "grid.nrrd"))
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [circle(8.0, 3.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"a": [np.array([[0.0, 0.0, 3.0], [10.0, 0.0, 3.0], [far, 5.0, 3.0]])]})
+    code = main(["compare", str(tmp_path / "reference.dcm"), str(tmp_path / "test.dcm"), "--metrics", "msi,contours",
+                 "--image", str(tmp_path / "grid.nrrd")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "test.dcm: ROI 1 has a contour" in err and "not patient millimetres" in err
+
+
+@pytest.mark.parametrize("pixdim", [0.0, float("nan")])
+def test_an_image_grid_with_a_broken_voxel_size_is_refused(tmp_path, capsys, pixdim):
+    """--image (and --resample-to) files pass the header checks of every input: a NIfTI pixdim
+    of 0 or NaN, which ITK reads as 1 mm, rasterised the contours on a silently wrong grid."""
+    import struct
+
+    from segmetrics.cli import main
+
+    grid = sitk.GetImageFromArray(np.zeros((3, 40, 40), np.uint8))
+    grid.SetSpacing((0.5, 0.5, 3.0))
+    grid.SetOrigin((-10.0, -10.0, 0.0))
+    sitk.WriteImage(grid, str(tmp_path / "grid.nii"))
+    data = bytearray((tmp_path / "grid.nii").read_bytes())
+    data[80:84] = struct.pack("<f", pixdim)  # pixdim[1]: the x voxel size
+    (tmp_path / "grid.nii").write_bytes(bytes(data))
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [circle(4.0, 3.0)]})
+    write_rtstruct(tmp_path / "test.dcm", {"a": [circle(4.5, 3.0)]})
+    for option in ("--image", "--resample-to"):
+        code = main(["compare", str(tmp_path / "reference.dcm"), str(tmp_path / "test.dcm"), "--metrics", "dice",
+                     option, str(tmp_path / "grid.nii")])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.splitlines()) == 1 and "grid.nii" in err and "pixdim" in err, (option, err)
+
+
+def test_an_image_folder_without_a_series_is_one_line(tmp_path, capfd):
+    """ITK's 'No Series were found' warning (three lines on standard error) no longer precedes the error."""
+    from segmetrics.cli import main
+
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [circle(4.0, 3.0)]})
+    (tmp_path / "empty").mkdir()
+    code = main(["compare", str(tmp_path / "reference.dcm"), str(tmp_path / "reference.dcm"), "--image",
+                 str(tmp_path / "empty")])
+    err = capfd.readouterr().err
+    assert code == 2 and err.splitlines() == [f"segmetrics compare: error: {tmp_path / 'empty'}: holds 0 DICOM image "
+                                              "series; give a folder with exactly one"]
+
+
+def test_an_image_series_with_uneven_slices_is_refused(tmp_path, data_dir):
+    """Slices at -126.69, -127.69 and -130.69 mm: ITK builds a regular 2 mm grid (-130.69, -128.69,
+    -126.69) with a warning only, so the contours of -127.69 mm were filled on the slice of -128.69
+    mm. Refused in one line; the series with its own even slices still gives its 1 mm grid."""
+    import shutil
+
+    import pydicom
+
+    from segmetrics.dicom import read_image_grid
+
+    shutil.copytree(data_dir / "dcmqi/ct-3slice", tmp_path / "series")
+    assert read_image_grid(tmp_path / "series").spacing[0] == pytest.approx(1.0)
+    last = pydicom.dcmread(tmp_path / "series/03.dcm")
+    last.ImagePositionPatient = [-235.199997, -226.800003, -130.690002]
+    last.save_as(tmp_path / "series/03.dcm")
+    with pytest.raises(ReadError, match=r"series: the slices of the DICOM series are not evenly spaced \(gaps from 1 "
+                                        r"to 3 mm\)"):
+        read_image_grid(tmp_path / "series")

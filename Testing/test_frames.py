@@ -401,3 +401,80 @@ def test_old_order_message_names_folders_given_as_dot(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path / "predictions")
     reason = swapped_by_name(".", "../labels")
     assert "(predictions)" in reason and "(labels)" in reason
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("storage", ["flipped", "transposed", "spacing", "origin"])
+def test_a_prediction_frame_on_another_grid_is_refused_not_compared_voxel_by_voxel(tmp_path, capsys, seed, storage):
+    """Frames are compared voxel by voxel: a prediction stored flipped or transposed (the same
+    physical mask, direction and origin saying so), or on another spacing or origin, paired other
+    voxels silently (a flipped copy of the ground truth scored mDice 0, exit 0). Refused in one line
+    naming the frame; the same prediction stored like the ground truth scores the brute-force Dice."""
+    import SimpleITK as sitk
+
+    rng = np.random.default_rng(seed)
+    reference = (rng.random((12, 15)) < 0.4).astype(np.uint8)
+    prediction = reference.copy()
+    prediction[rng.random(reference.shape) < 0.1] ^= 1
+    for folder in ("ref", "pred", "moved"):
+        (tmp_path / folder).mkdir()
+    sitk.WriteImage(sitk.GetImageFromArray(reference), str(tmp_path / "ref" / "f0.nrrd"))
+    sitk.WriteImage(sitk.GetImageFromArray(prediction), str(tmp_path / "pred" / "f0.nrrd"))
+    moved = sitk.GetImageFromArray(prediction)
+    if storage == "flipped":
+        moved = sitk.Flip(moved, [True, False])
+    elif storage == "transposed":
+        moved = sitk.PermuteAxes(moved, [1, 0])
+    elif storage == "spacing":
+        moved.SetSpacing((1.0, 2.0))
+    else:
+        moved.SetOrigin((0.0, 3.0))
+    sitk.WriteImage(moved, str(tmp_path / "moved" / "f0.nrrd"))
+    out = tmp_path / "out.csv"
+    assert main(["frames", str(tmp_path / "ref"), str(tmp_path / "pred"), "--format", "csv", "-o", str(out)]) == 0
+    dice = next(float(row["value"]) for row in csv.DictReader(out.open()) if row["metric"] == "mdice")
+    assert dice == pytest.approx(2 * np.sum(reference & prediction) / (reference.sum() + prediction.sum()))
+    capsys.readouterr()
+    assert main(["frames", str(tmp_path / "ref"), str(tmp_path / "moved"), "--format", "csv"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "frame f0: the prediction is on another grid" in err
+
+
+@pytest.mark.parametrize("kind", ["instance-dirs", "scores"])
+def test_instance_and_score_maps_on_another_grid_are_refused(tmp_path, capsys, kind):
+    """Instance and score maps pair with their frame voxel by voxel too: one stored flipped (its
+    header saying so) is refused in one line naming it, instead of giving instances other classes
+    or scores."""
+    import SimpleITK as sitk
+
+    frame = np.zeros((10, 12), np.uint8)
+    frame[2:5, 1:4] = 1
+    frame[6:9, 7:11] = 1
+    for folder in ("ref", "pred", "ref_inst", "pred_inst"):
+        (tmp_path / folder).mkdir()
+        sitk.WriteImage(sitk.GetImageFromArray(frame), str(tmp_path / folder / "f0.nrrd"))
+    stored = frame if kind == "instance-dirs" else frame.astype(np.float32) * 0.9  # instances, or scores
+    sitk.WriteImage(sitk.Flip(sitk.GetImageFromArray(stored), [True, False]), str(tmp_path / "pred_inst" / "f0.nrrd"))
+    extra = (["--instance-dirs", str(tmp_path / "ref_inst"), str(tmp_path / "pred_inst")] if kind == "instance-dirs"
+             else ["--scores", str(tmp_path / "pred_inst")])
+    code = main(["frames", str(tmp_path / "ref"), str(tmp_path / "pred"), "--instances", *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "frame f0: the" in err and "map f0.nrrd is on another grid" in err
+
+
+def test_frames_without_geometry_are_paired_by_shape_only(tmp_path):
+    """A PNG prediction (no spacing, origin or direction of its own) beside a NRRD ground truth of
+    0.5 mm pixels is paired by shape, as before; only files that both carry a geometry must agree."""
+    import SimpleITK as sitk
+
+    frame = np.zeros((8, 9), np.uint8)
+    frame[2:6, 3:7] = 1
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "pred").mkdir()
+    reference = sitk.GetImageFromArray(frame)
+    reference.SetSpacing((0.5, 0.5))
+    sitk.WriteImage(reference, str(tmp_path / "ref" / "f0.nrrd"))
+    Image.fromarray(frame * 255).save(tmp_path / "pred" / "f0.png")
+    result = evaluate_folders(tmp_path / "pred", tmp_path / "ref", threshold=0.5)
+    assert result.summary()["mdice"].value == pytest.approx(1.0)

@@ -483,3 +483,27 @@ def test_msi_3d_shares_the_reference_to_test_distances_with_the_distance_group(m
     assert measured == [False, False]  # reference to test, test to reference
     assert msi.compute(pair, Parameters())[1].value == alone
     assert measured == [False, False, True]  # msi_3d: only the signed test-to-reference distances
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("spacing", [(10.0, 0.01), (0.01, 10.0), (1e4, 1e-4)])
+def test_slices_of_elongated_pixels_keep_a_bounded_number_of_contour_points(seed, spacing):
+    """Pixels 1e3 to 1e8 times longer than wide (allowed spacings): each marching-squares segment is
+    cut into at most MAX_SEGMENT_PIECES pieces (1e4 x 1e-4 mm asked for 4e8 points per segment, a
+    MemoryError or the machine's memory), and two identical slices still score MSI 1 exactly."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((9, 9), bool)
+    mask[1:-1, 1:-1] = rng.random((7, 7)) < 0.5
+    if not mask.any():
+        mask[4, 4] = True
+    segments = len(_kernels.label_contours(ndimage.label(mask, structure=msi.FOUR_CONNECTED)[0].astype(np.int64),
+                                           np.zeros((50, 2), np.int64), np.ones(2), -1.0)[0])
+    _labels, objects = msi._objects(mask, np.asarray(spacing))
+    assert sum(len(o.points) for o in objects) <= msi.MAX_SEGMENT_PIECES * segments
+    images = []
+    for array in (mask, mask):
+        image = sitk.GetImageFromArray(array.astype(np.uint8))
+        image.SetSpacing(spacing[::-1])
+        images.append(image)
+    (result,) = compare(*images, metrics="msi").structures
+    assert result.value("msi") == pytest.approx(1.0, abs=1e-12)

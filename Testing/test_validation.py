@@ -613,3 +613,30 @@ def test_instance_maps_may_hold_many_instances(tmp_path):
     result = segmetrics.evaluate_folders(tmp_path / "pred", tmp_path / "gt", instances=True,
                                          instance_dirs=(tmp_path / "pred_inst", tmp_path / "gt_inst"))
     assert (result.detection.true_positives, result.detection.false_positives) == (625, 0)  # identical maps
+
+
+@pytest.mark.parametrize("first, then", [("image", "seg"), ("seg", "image")])
+def test_a_dicom_file_rewritten_within_one_clock_tick_is_read_as_what_it_now_is(tmp_path, data_dir, first, then):
+    """The parsed DICOM header is cached per file version: a file rewritten with the same size and
+    modification time (two writes within the file system's time granularity, made explicit with
+    os.utime) must be read as what it is now. The SEG read as its stale 'Enhanced MR image' class
+    became one structure '255' on a 7 x 1 mm grid (issue 11, defect 10) with exit 0."""
+    import shutil
+
+    path = tmp_path / "object.dcm"
+    shutil.copy(data_dir / "dcmqi/partial_overlaps.dcm", path)
+    seg = path.read_bytes()
+    # a SOP Class UID of the same padded length: Enhanced MR Image Storage
+    versions = {"seg": seg, "image": seg.replace(b"1.2.840.10008.5.1.4.1.1.66.4", b"1.2.840.10008.5.1.4.1.1.4.1\0")}
+    path.write_bytes(versions[first])
+    load_label_image(path)  # parsed and cached as `first`
+    status = path.stat()
+    path.write_bytes(versions[then])
+    os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns))
+    assert path.stat().st_size == status.st_size and path.stat().st_mtime_ns == status.st_mtime_ns
+    image = load_label_image(path)
+    if then == "seg":  # the SEG's own grid and segments (highdicom): 3 frames of 0.81 mm pixels
+        assert image.array.shape[0] == 3 and image.spacing[1] == pytest.approx(0.810547)
+        assert set(image.names.values()) == {"GREEN", "ORANGE", "PURPLE", "LIGHT_BLUE", "DARK_BLUE"}
+    else:  # read by ITK as an image: 7 frames of 1 mm, no segment names
+        assert image.array.shape[0] == 7 and not image.names

@@ -448,10 +448,13 @@ def _check_settings(output: Path, settings: dict) -> None:
 
 
 def _fingerprint(case: Case, settings: dict) -> str:
-    """Hash of the run settings and of each input file's absolute path, size and modification time.
+    """Hash of the run settings and of each input file's absolute path, size, modification and
+    status-change times and inode.
 
-    A resumed case whose fingerprint changed is redone. For a header-only image (``.mhd``,
-    ``.nhdr``) only the header file is checked.
+    A resumed case whose fingerprint changed is redone. The status-change time and the inode
+    catch a file rewritten (in place or replaced) with the same size and modification time: two
+    writes within the file system's time granularity, or a copy that kept the old time (``cp -p``,
+    ``os.utime``). For a header-only image (``.mhd``, ``.nhdr``) only the header file is checked.
     """
     files = []
     for path in (case.reference, case.test, case.names):
@@ -460,7 +463,7 @@ def _fingerprint(case: Case, settings: dict) -> str:
             info = os.stat(absolute) if absolute else None
         except OSError:  # missing now: the case is redone and fails with the reading error
             info = None
-        files.append([absolute, info and info.st_size, info and info.st_mtime_ns])
+        files.append([absolute, *((info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino) if info else ())])
     return hashlib.sha256(json.dumps([settings, files], sort_keys=True).encode()).hexdigest()[:20]
 
 

@@ -429,6 +429,15 @@ OUTPUTS = {
 }
 
 
+#: Input files and folders of each command: an output file must never overwrite one of them (nor a
+#: file inside an input folder), whatever the path spelling (links, ``./``, ``..``).
+INPUTS = {
+    "compare": ("reference", "test", "image", "names", "synonyms", "params"),
+    "frames": ("reference_dir", "test_dir", "reference", "test", "classes", "scores", "instance_dirs"),
+    "batch": ("manifest", "reference_dir", "test_dir", "names", "params"),
+}
+
+
 def _flag(option: str) -> str:
     """The command-line spelling of an ``args`` attribute, with its ``Parameters`` field if it has one."""
     flag = "--" + option.replace("_", "-")
@@ -518,14 +527,46 @@ def check_output_folder(path, option: str) -> None:
         raise UserError(f"{option} {path}: no permission to write in {existing}")
 
 
+def _input_paths(args) -> list:
+    """``(option, Path)`` of every input file or folder the command was given (see :data:`INPUTS`);
+    ``--params`` only when it names a file (not inline JSON)."""
+    found = []
+    for option in INPUTS.get(args.command, ()):
+        value = getattr(args, option, None)
+        for item in value if isinstance(value, list) else [value]:
+            if item and not (option == "params" and item.lstrip().startswith("{")):
+                found.append((option, Path(item)))
+    return found
+
+
+def check_not_an_input(path, option: str, inputs) -> None:
+    """Refuse an output file ``path`` that is one of the ``inputs`` (``(option, Path)``) or an
+    existing file inside an input folder: writing it would destroy the data being evaluated."""
+    path = Path(path)
+    if not path.exists():
+        return
+    for input_option, source in inputs:
+        same = source.exists() and os.path.samefile(path, source)
+        inside = source.is_dir() and path.resolve().parent == source.resolve()
+        if same or inside:
+            where = "is" if same else "is a file in"
+            what = input_option.replace("_dir", " folder").replace("_", " ")
+            raise UserError(f"{option} {path}: {where} the {what} input {source}; writing it would overwrite the "
+                            "data being evaluated, give another output file")
+
+
 def check_outputs(args) -> None:
     """Check every output location of the command before the work starts (see :data:`OUTPUTS`);
-    two output files in one place would overwrite each other."""
+    two output files in one place would overwrite each other, and no output file may overwrite an
+    input (:func:`check_not_an_input`)."""
     seen = {}
+    inputs = _input_paths(args)
     for option, kind in OUTPUTS.get(args.command, {}).items():
         path = getattr(args, option, None)
         if path is not None:
             (check_output_file if kind == "file" else check_output_folder)(path, _flag(option))
+            if kind == "file":
+                check_not_an_input(path, _flag(option), inputs)
             place = Path(path).resolve()
             if kind == "file" and place in seen:
                 raise UserError(f"{_flag(option)} {path}: the same place as {_flag(seen[place])}; "

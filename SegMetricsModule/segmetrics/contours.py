@@ -41,13 +41,15 @@ import numpy as np
 
 from . import _kernels
 from .mesh import contours_2d
-from .msi import compared_planes, pair_slice_axis
+from .msi import MAX_SEGMENT_PIECES, compared_planes, pair_slice_axis
 from .orientation import Reorientation
 from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
                        register_group, undefined)
 
 #: Distance between the boundary samples of the contour distances of polygons (mm); mask
-#: boundaries are sampled every tenth of a pixel, at least this often.
+#: boundaries are sampled every tenth of a pixel, at least this often, and with at most
+#: :data:`segmetrics.msi.MAX_SEGMENT_PIECES` samples along the longer side of a pixel (pixels far
+#: longer than wide: a 1e-4 x 1e6 mm pixel asked for 1e11 samples per slice).
 SAMPLE_STEP_MM = 0.1
 
 METRICS = (
@@ -154,7 +156,8 @@ def _planes(pair: StructurePair, params: Parameters):
         index = orientation.stored_index(axis, k) if volume else 0
         planes.append((index, index * spacing, reference, test, dice))
     stored_axis = orientation.stored_axis(axis) if volume else None
-    return max(SAMPLE_STEP_MM, min(in_plane) / 10), stored_axis, sorted(planes, key=lambda plane: plane[0])
+    step = max(SAMPLE_STEP_MM, min(in_plane) / 10, max(in_plane) / MAX_SEGMENT_PIECES)  # bounded samples per segment
+    return step, stored_axis, sorted(planes, key=lambda plane: plane[0])
 
 
 def compute(pair: StructurePair, params: Parameters) -> list:

@@ -20,9 +20,11 @@ RT Structure Set (read with pydicom)
 
     - **rule**: a pixel belongs to the ROI when its *centre* lies inside by the **even-odd rule**
       over all polygons of that ROI on that slice (a contour inside another is a hole, "keyhole"
-      contours work too); a centre exactly on an edge counts as inside on the left/top edge and
-      outside on the right/bottom one (half-open spans), the rule of ``skimage.draw.polygon``
-      up to such ties (:func:`fill_even_odd`, tested against it);
+      contours work too); a centre exactly on an edge counts as inside on the edge of lower
+      patient coordinate and outside on the higher one (half-open spans, taken in the patient
+      order of the slice so that every storage of a grid gets the same voxels:
+      :func:`fill_in_patient_order`), the rule of ``skimage.draw.polygon`` up to such ties
+      (:func:`fill_even_odd`, tested against it);
     - a polygon is put on the slice nearest to its plane; polygons whose plane is not parallel to
       the slices, or lies outside the grid, are refused / reported in ``notes``;
     - the grid is an image series (``--image DIR``), the other input's grid, or
@@ -39,13 +41,14 @@ warning note (:func:`series_warnings`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .geometry import LabelImage
-from .validation import ReadError, check_unique_names, dicom_class, looks_like_dicom
+from .validation import InputPolicy, ReadError, check_file, check_unique_names, dicom_class, looks_like_dicom
 
 #: In-plane pixel size (mm) of grids built from contour planes: about the pixel size of the
 #: planning CTs contours are drawn on (0.9-1.3 mm), so the half-pixel rasterisation error stays at
@@ -56,6 +59,13 @@ PLANE_TOLERANCE_MM = 0.01
 #: Largest grid (voxels) :func:`contour_grid` builds: 1 GiB of labels, e.g. 200 planes of 2300 x 2300
 #: pixels (0.2 mm over a 46 cm body outline); a finer resolution is refused before any memory is taken.
 MAX_CONTOUR_GRID_VOXELS = 2**30
+#: Largest contour coordinate accepted (mm): 100 m from the origin of the patient frame. Beyond it
+#: the numbers are not patient millimetres (metres x 1000, a damaged file); the polygon metrics,
+#: which sample boundaries every fraction of a mm, would otherwise take all memory (a point at 1e7 mm
+#: asked for 3 GB).
+MAX_COORDINATE_MM = 1e5
+#: Largest deviation of a DICOM series' slice positions from one regular grid, in slice spacings.
+SLICE_POSITION_TOLERANCE = 0.05
 
 
 @dataclass
@@ -204,6 +214,9 @@ def _contour_points(contour) -> np.ndarray:
         points = np.asarray(value, dtype=float).reshape(-1, 3)
     if not np.all(np.isfinite(points)):
         raise ValueError("a coordinate is NaN or infinite")
+    if len(points) and np.abs(points).max() > MAX_COORDINATE_MM:
+        raise ValueError(f"a coordinate is {np.abs(points).max():g} mm from the origin, beyond {MAX_COORDINATE_MM:g} mm "
+                         "(100 m): not patient millimetres?")
     return points
 
 
@@ -301,11 +314,20 @@ def rings_by_plane(reference, test) -> tuple:
     return axes, dict(sorted(rings.items()))
 
 
+def nearest_slice(index: float, increasing: bool) -> int:
+    """The slice nearest to a contour plane at continuous slice ``index``; a plane halfway between
+    two slices (within 1e-6 slice) goes to the one lower along the contour normal, whichever way
+    the grid is stored (``increasing``: the slice index grows along the normal). Rounding half to
+    even put such a plane on the other physical slice when the grid was stored flipped."""
+    return int(math.ceil(index - 0.5 - 1e-6)) if increasing else int(math.floor(index + 0.5 + 1e-6))
+
+
 def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     """Fill every ROI's polygons on ``grid`` (3-D): pixel centres inside, even-odd per slice.
 
-    A polygon goes to the slice nearest to its plane; polygons outside the grid are counted in
-    ``notes``; a polygon not parallel to the slices raises :class:`ReadError`. The even-odd rule
+    A polygon goes to the slice nearest to its plane (:func:`nearest_slice`), along whichever grid
+    axis is normal to the contour planes (a grid stored transposed gives the same voxels); polygons outside the grid are
+    counted in ``notes``; a polygon not parallel to the slices raises :class:`ReadError`. The even-odd rule
     applies within a plane: when several contour planes fall on one slice (slices thicker than
     the contour spacing), the slice holds the union of their fills (and a note says so).
     """
@@ -314,25 +336,36 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     shape = grid.array.shape
     direction = np.asarray(grid.direction).reshape(3, 3)
     scale = np.asarray(grid.spacing[::-1])  # ITK (i, j, k) order
+    polygons = structures.polygons()
+    # the ITK axis normal to the contour planes: k for a grid stored in slices of the planes, another
+    # one for a grid stored transposed (e.g. sagittal slices of axial contours): the same voxels
+    along_normal = direction.T @ plane_axes(polygons)[2] if polygons else np.eye(3)[2]
+    normal_axis = int(np.argmax(np.abs(along_normal)))
+    rows, columns = sorted(set(range(3)) - {normal_axis}, reverse=True)  # ITK axes of a slice's rows, columns
+    patient_axis = np.argmax(np.abs(direction), axis=0)  # of each ITK axis
+    reversed_axis = direction[patient_axis, range(3)] < 0
+    storage = ((bool(reversed_axis[rows]), bool(reversed_axis[columns])), bool(patient_axis[rows] < patient_axis[columns]))
     masks, outside, shared = {}, {}, {}
     for label, polygons in structures.contours.items():
         by_slice: dict = {}  # slice -> [(position along the slice normal (mm), ring)]
         for points in polygons:
-            i, j, k = (((points - grid.origin) @ direction) / scale).T  # continuous ITK indices
-            if np.ptp(k) > 0.1:
+            index = ((points - grid.origin) @ direction) / scale  # continuous ITK indices (i, j, k)
+            if np.ptp(index[:, normal_axis]) > 0.1:
                 raise ReadError(f"{structures.source}: a contour of {structures.names[label]!r} is not parallel "
                                 "to the image slices (oblique image or non-planar contour)")
-            plane = int(np.round(k.mean()))
-            if 0 <= plane < shape[0]:
-                by_slice.setdefault(plane, []).append((k.mean() * scale[2], np.column_stack([j, i])))
+            plane = nearest_slice(index[:, normal_axis].mean(), along_normal[normal_axis] > 0)
+            if 0 <= plane < shape[2 - normal_axis]:
+                by_slice.setdefault(plane, []).append((index[:, normal_axis].mean() * scale[normal_axis],
+                                                       index[:, [rows, columns]]))
             else:
                 outside[label] = outside.get(label, 0) + 1
-        filled = {plane: _fill_planes(entries, shape[1:]) for plane, entries in by_slice.items()}
+        in_plane = tuple(n for a, n in enumerate(shape) if a != 2 - normal_axis)
+        filled = {plane: _fill_planes(entries, in_plane, *storage) for plane, entries in by_slice.items()}
         masks[label] = {plane: mask for plane, (mask, _count) in filled.items()}
         if any(count > 1 for _mask, count in filled.values()):
             shared[label] = sum(count > 1 for _mask, count in filled.values())
     image = _label_image(masks, structures.names, structures.source, grid.spacing, grid.origin, grid.direction,
-                         ContourImage, shape)
+                         ContourImage, shape, slice_axis=2 - normal_axis)
     image.contours = {label: list(polygons) for label, polygons in structures.contours.items()}
     image.notes = [f"{structures.source}: {count} contour(s) of {structures.names[label]!r} lie outside the grid "
                    "and were not rasterised" for label, count in outside.items()]
@@ -345,16 +378,34 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     return image
 
 
-def _fill_planes(entries, shape) -> tuple:
+def _fill_planes(entries, shape, flips=(False, False), swap=False) -> tuple:
     """``(mask, number of planes)`` of one slice: the union over the contour planes of ``entries``
     (``(position mm, ring)``; planes closer than :data:`PLANE_TOLERANCE_MM` are one) of each plane's
-    even-odd fill (:func:`fill_even_odd`)."""
+    even-odd fill (:func:`fill_in_patient_order` with ``flips`` and ``swap``)."""
     positions = np.array([position for position, _ring in entries])
     planes = distinct_planes(positions)
     nearest = nearest_planes(planes, positions)
-    fills = [fill_even_odd([ring for (_position, ring), n in zip(entries, nearest) if n == index], shape)
-             for index in range(len(planes))]
+    fills = [fill_in_patient_order([ring for (_position, ring), n in zip(entries, nearest) if n == index], shape,
+                                   flips, swap) for index in range(len(planes))]
     return np.logical_or.reduce(fills), len(planes)
+
+
+def fill_in_patient_order(rings, shape, flips=(False, False), swap=False) -> np.ndarray:
+    """:func:`fill_even_odd` of ``rings`` ((row, column) pixel coordinates of a slice of ``shape``)
+    done in the patient order of the slice, so that a pixel centre exactly on an edge is inside or
+    outside whatever the storage: ``flips`` says which of the stored (row, column) axes run against
+    their patient axis, ``swap`` that the stored rows follow the earlier patient axis (a transposed
+    grid). Coordinates within 1e-6 pixel of a pixel centre are taken as on it (float noise of the
+    origin). The mask is returned in the stored order."""
+    size = np.asarray(shape, dtype=float) - 1
+    moved = []
+    for ring in rings:
+        ring = np.where(flips, size - ring, ring)
+        ring = ring[:, ::-1] if swap else ring
+        nearest = np.round(ring)
+        moved.append(np.where(np.abs(ring - nearest) < 1e-6, nearest, ring))
+    mask = fill_even_odd(moved, tuple(shape[::-1]) if swap else tuple(shape))
+    return np.flip(mask.T if swap else mask, [axis for axis in range(2) if flips[axis]])
 
 
 def fill_even_odd(rings, shape) -> np.ndarray:
@@ -424,16 +475,23 @@ def read_image_series(path) -> tuple:
     path = Path(path)
     identity = (None, None)
     if path.is_dir():
-        series = [names for uid in sitk.ImageSeriesReader.GetGDCMSeriesIDs(str(path))
-                  if (names := sitk.ImageSeriesReader.GetGDCMSeriesFileNames(str(path), uid))
-                  and dicom_kind(names[0]) is None]
+        warnings = sitk.ProcessObject.GetGlobalWarningDisplay()
+        sitk.ProcessObject.SetGlobalWarningDisplay(False)  # "No Series were found": said below in one line
+        try:
+            series = [names for uid in sitk.ImageSeriesReader.GetGDCMSeriesIDs(str(path))
+                      if (names := sitk.ImageSeriesReader.GetGDCMSeriesFileNames(str(path), uid))
+                      and dicom_kind(names[0]) is None]
+        finally:
+            sitk.ProcessObject.SetGlobalWarningDisplay(warnings)
         if len(series) != 1:
             raise ReadError(f"{path}: holds {len(series)} DICOM image series; give a folder with exactly one")
+        check_even_slices(path, series[0])
         reader = sitk.ImageSeriesReader()
         reader.SetFileNames(series[0])
         reader_call = reader.Execute
         identity = dicom_identity(series[0][0])
     elif path.is_file():
+        check_file(path, InputPolicy())  # header spacing ITK would replace by 1 mm, damaged streams, DICOM class
         reader_call = lambda: sitk.ReadImage(str(path))  # noqa: E731
         identity = dicom_identity(path) if looks_like_dicom(path) else identity
     else:
@@ -447,6 +505,30 @@ def read_image_series(path) -> tuple:
     except ValueError as error:
         raise ReadError(f"{path}: {error}") from error
     return grid.with_array(np.zeros(grid.array.shape, np.uint8)), identity
+
+
+def check_even_slices(path, files) -> None:
+    """Refuse a DICOM series (``files`` in slice order) whose slices are not evenly spaced along
+    their normal: ITK builds one regular grid from it (with a warning only), so a missing slice or
+    a change of slice spacing would put every later slice, and the contours on it, at a wrong
+    place. Positions may deviate from the regular grid by :data:`SLICE_POSITION_TOLERANCE` of a
+    slice spacing (or 0.01 mm)."""
+    import pydicom
+
+    heads = [pydicom.dcmread(f, stop_before_pixels=True, specific_tags=["ImagePositionPatient",
+                                                                        "ImageOrientationPatient"]) for f in files]
+    if len(heads) < 3 or not all("ImagePositionPatient" in h and "ImageOrientationPatient" in h for h in heads):
+        return
+    row, column = np.reshape(np.asarray(heads[0].ImageOrientationPatient, dtype=float), (2, 3))
+    positions = np.array([np.dot(np.asarray(h.ImagePositionPatient, dtype=float), np.cross(row, column))
+                          for h in heads])
+    regular = np.linspace(positions[0], positions[-1], len(positions))
+    spacing = abs(positions[-1] - positions[0]) / (len(positions) - 1)
+    if np.max(np.abs(positions - regular)) > max(SLICE_POSITION_TOLERANCE * spacing, 0.01):
+        gaps = np.abs(np.diff(positions))
+        raise ReadError(f"{path}: the slices of the DICOM series are not evenly spaced (gaps from {gaps.min():g} to "
+                        f"{gaps.max():g} mm): a missing slice, or slices of varying spacing; give a series on a "
+                        "regular grid (or resample it to one)")
 
 
 def dicom_identity(path) -> tuple:
@@ -493,10 +575,10 @@ def series_warnings(structures: StructureSet, image, series: str | None) -> list
 
 
 def _label_image(masks: dict, names: dict, source: str, spacing, origin, direction, kind=LabelImage,
-                 shape=None) -> LabelImage:
+                 shape=None, slice_axis: int = 0) -> LabelImage:
     """Pack ``{label: mask}`` into one label array of the smallest unsigned type holding the labels;
-    a mask is a 3-D boolean array or ``{slice index: 2-D mask}`` on a grid of ``shape`` (only the
-    slices that hold the structure are touched). A mask overlapping an earlier one is kept whole in
+    a mask is a 3-D boolean array or ``{slice index: 2-D mask}`` on a grid of ``shape``, slices
+    along array axis ``slice_axis`` (only the slices that hold the structure are touched). A mask overlapping an earlier one is kept whole in
     ``segment_masks``. Every name is kept, so empty structures stay listed; the names are checked
     by the reader (RTSTRUCT) or by :func:`segmetrics.io.load_label_image` (SEG), not here again."""
     by_slice = {label: mask if isinstance(mask, dict) else dict(enumerate(mask)) for label, mask in masks.items()}
@@ -504,14 +586,18 @@ def _label_image(masks: dict, names: dict, source: str, spacing, origin, directi
         shape = next(iter(masks.values())).shape if masks else (1, 1, 1)
     array = np.zeros(shape, dtype=np.min_scalar_type(max(masks, default=0)))
     overlapping = {}
+
+    def along(volume):  # a view of volume with the slices first
+        return np.moveaxis(volume, slice_axis, 0)
+
     for label, slices in by_slice.items():
-        if any(np.any(array[k][fill]) for k, fill in slices.items()):
+        if any(np.any(along(array)[k][fill]) for k, fill in slices.items()):
             overlapping[label] = np.zeros(shape, dtype=bool)
             for k, fill in slices.items():
-                overlapping[label][k] = fill
+                along(overlapping[label])[k] = fill
         else:
             for k, fill in slices.items():
-                array[k][fill] = label
+                along(array)[k][fill] = label
     image = kind(array, tuple(spacing), tuple(origin), tuple(direction), dict(names))
     image.segment_masks = overlapping
     return image

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .geometry import geometry_differences
 from .registry import MetricValue, Parameters, Status, emptiness_status, positive_number
 from .validation import InputPolicy, NothingToCompareError, check_threshold
 
@@ -483,14 +484,14 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
     def frames():
         """Read each pair once; instance matches are collected on the way."""
         for name, prediction_path, reference_path in pairs:
-            prediction = read_frame(prediction_path, threshold=threshold, input_policy=policy)
+            prediction_image = read_label_frame(prediction_path, threshold, policy)
             reference_image = read_label_frame(reference_path, threshold, policy)
-            reference = reference_image.array
-            if prediction.shape != reference.shape:
-                raise ValueError(f"frame {name}: prediction shape {prediction.shape} differs from ground truth {reference.shape}")
+            prediction, reference = prediction_image.array, reference_image.array
+            ground_truth = (reference_path, reference_image)
+            check_frame_grid(name, "prediction", prediction_path, prediction_image, *ground_truth)
             if instances:
-                gt, dt = _frame_instances(name, prediction, reference, class_ids, connectivity, instance_dirs, policy)
-                dt = score_source(name, dt)
+                gt, dt = _frame_instances(name, prediction, ground_truth, class_ids, connectivity, instance_dirs, policy)
+                dt = score_source(name, dt, ground_truth)
                 ap_matches.append(image_matches(gt, dt, IOU_THRESHOLDS))
                 detection_matches.append(image_matches(gt, dt, [detection_iou], reference_image.spacing))
             yield prediction, reference
@@ -503,11 +504,28 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
     return result
 
 
-def _frame_instances(name, prediction, reference, class_ids, connectivity, instance_dirs, policy):
+def check_frame_grid(name, what: str, path, image, reference_path, reference_image) -> None:
+    """Refuse ``image`` (read from ``path``: the prediction, an instance or a score map of frame
+    ``name``, a :class:`~segmetrics.geometry.LabelImage`) when its grid is not that of the frame's
+    ground truth: frames are compared voxel by voxel, so another storage of the same grid (flipped,
+    transposed) or another spacing or origin would pair other voxels. With a file without geometry
+    on either side (``.npy``, pictures such as PNG: 1 mm pixels at 0) only the shapes are compared."""
+    from .io import PICTURE_SUFFIXES
+
+    differences = geometry_differences(reference_image, image)
+    if {Path(path).suffix.lower(), Path(reference_path).suffix.lower()} & {".npy", *PICTURE_SUFFIXES}:
+        differences = differences[:1] if image.array.shape != reference_image.array.shape else []
+    if differences:
+        raise ValueError(f"frame {name}: the {what} is on another grid than the ground truth ({'; '.join(differences)}); "
+                         f"frames compares them voxel by voxel: save the {what} on the ground truth's grid")
+
+
+def _frame_instances(name, prediction, ground_truth, class_ids, connectivity, instance_dirs, policy):
     """Ground-truth and predicted instances of one frame (components, or instance label maps, which
-    may hold any number of instances)."""
+    may hold any number of instances, on the grid of the frame's ``ground_truth``: ``(path, LabelImage)``)."""
     from .instances import instances_from_labels, instances_from_semantic
 
+    reference = ground_truth[1].array
     if instance_dirs is None:
         return (instances_from_semantic(reference, connectivity, class_ids),
                 instances_from_semantic(prediction, connectivity, class_ids))
@@ -516,29 +534,47 @@ def _frame_instances(name, prediction, reference, class_ids, connectivity, insta
         path = next((p for p in Path(folder).iterdir() if frame_key(p) == name), None)
         if path is None:
             raise ValueError(f"{folder}: no instance map for frame {name}")
-        instance_map = read_frame(path, input_policy=replace(policy, allow_many_labels=True))
-        built.append(instances_from_labels(instance_map, classes).keep_classes(class_ids))
+        instance_image = read_label_frame(path, input_policy=replace(policy, allow_many_labels=True))
+        check_frame_grid(name, f"instance map {path.name}", path, instance_image, *ground_truth)
+        built.append(instances_from_labels(instance_image.array, classes).keep_classes(class_ids))
     return built[1], built[0]
 
 
 def _score_source(scores, names, policy):
-    """A function ``(frame name, Instances) -> scored Instances`` for the chosen score source."""
+    """A function ``(frame name, Instances, ground truth) -> scored Instances`` for the chosen score
+    source; ``ground truth`` is ``(path, LabelImage)`` of the frame, whose grid a score map must have."""
     from .instances import scores_from_mapping, scores_from_probability
 
     if scores is None:
-        return lambda name, instances: instances
+        return lambda name, instances, ground_truth: instances
     scores = Path(scores)
     if scores.is_dir():
         maps = {frame_key(p): p for p in scores.iterdir() if frame_key(p)}
         missing = [n for n in names if n not in maps]
         if missing:
             raise ValueError(f"{scores}: no score map for frame(s) {', '.join(missing[:10])}")
-        return lambda name, instances: scores_from_probability(
-            instances, read_frame(maps[name], labels=False, input_policy=policy))
+
+        def from_map(name, instances, ground_truth):
+            score_map = _score_map(maps[name], policy)
+            check_frame_grid(name, f"score map {maps[name].name}", maps[name], score_map, *ground_truth)
+            return scores_from_probability(instances, score_map.array)
+        return from_map
     if not scores.is_file():
         raise FileNotFoundError(f"{scores}: no such score file or folder")
     table = read_scores(scores)
-    return lambda name, instances: scores_from_mapping(instances, table.get(name, {}))
+    return lambda name, instances, ground_truth: scores_from_mapping(instances, table.get(name, {}))
+
+
+def _score_map(path: Path, policy):
+    """A score (probability) map of a frame as a :class:`~segmetrics.geometry.LabelImage`, values
+    unchanged (``.npy``: 1 mm pixels)."""
+    from .geometry import LabelImage
+    from .io import read_label_image
+
+    if path.suffix.lower() == ".npy":
+        array = np.load(path, allow_pickle=False)
+        return LabelImage(array, (1.0,) * array.ndim)
+    return read_label_image(path, input_policy=policy)
 
 
 # ------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from . import _kernels, mesh
-from .dicom import even_odd_region, rings_by_plane
+from .dicom import even_odd_region, nearest_slice, rings_by_plane
 from .geometry import through_plane_axis
 from .orientation import Reorientation
 from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
@@ -45,6 +45,11 @@ from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status,
 #: Contours are subdivided to at most this fraction of the smallest pixel size before distances
 #: are taken between points, which bounds the point-sampling error of FMinD to 1/8 pixel.
 SUBDIVISION = 0.25
+#: ... but no contour segment is cut into more pieces than this: in a slice of pixels more than
+#: MAX_SEGMENT_PIECES x SUBDIVISION = 64 times longer than wide (a thick axis in the slice plane),
+#: segments along the long side are sampled every 1/256 of the long pixel size, so that the points
+#: of a slice stay bounded (a 1e4 x 1e-4 mm pixel asked for 4e8 points per segment: MemoryError).
+MAX_SEGMENT_PIECES = 256
 #: Polygon segments (RT Structure Sets) are subdivided to at most this length (mm): SUBDIVISION of
 #: the 1 mm pixel of a contour grid (:data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
 POLYGON_SEGMENT_MM = 0.25
@@ -182,8 +187,8 @@ def _objects(mask2d, spacing2d):
     centroids = sums.astype(float) / sizes[:, None] * spacing2d
     # each object's boundaries as mesh.contours_2d gives them on the object's bounding box alone,
     # then moved back by the box's corner: all objects in one compiled pass
-    points, lengths, first, owner = _kernels.label_contours(labels, corners, np.asarray(spacing2d, dtype=float),
-                                                            SUBDIVISION * min(spacing2d))
+    step_mm = max(SUBDIVISION * min(spacing2d), max(spacing2d) / MAX_SEGMENT_PIECES)
+    points, lengths, first, owner = _kernels.label_contours(labels, corners, np.asarray(spacing2d, dtype=float), step_mm)
     points = points + (corners * spacing2d)[np.repeat(owner, np.diff(first))]
     objects = [_Object([], centroid) for centroid in centroids]
     for start, stop, label in zip(first[:-1], first[1:], owner):
@@ -339,11 +344,12 @@ def plane_slices(pair: StructurePair, planes, normal) -> tuple:
     rasteriser leaves out too."""
     image, orientation = pair.image, pair.orientation or Reorientation.identity(pair.reference.shape)
     direction = np.asarray(image.direction, dtype=float).reshape(3, 3)
-    itk_axis = int(np.argmax(np.abs(direction.T @ normal)))
+    along_normal = direction.T @ normal
+    itk_axis = int(np.argmax(np.abs(along_normal)))
     axis = 2 - itk_axis  # canonical array axis (array order is ITK's reversed)
     along = ((np.outer(planes, normal) - np.asarray(image.origin)) @ direction)[:, itk_axis] / image.spacing[axis]
     stored_axis = orientation.stored_axis(axis)
-    stored = [orientation.stored_index(axis, int(round(k))) for k in along]
+    stored = [orientation.stored_index(axis, nearest_slice(k, along_normal[itk_axis] > 0)) for k in along]
     return stored_axis, [k if 0 <= k < orientation.shape[stored_axis] else None for k in stored]
 
 

@@ -19,8 +19,10 @@ runs, frame folders and the Slicer logic refuse the same things with the same on
 from __future__ import annotations
 
 import gzip
+import hashlib
 import math
 import numbers
+import os
 import re
 import zlib
 from dataclasses import dataclass
@@ -46,6 +48,8 @@ _DICOM_SUFFIXES = (".dcm", ".dicom")
 _NIFTI_NAME = re.compile(r"\.(nii|hdr|img)(\.gz)?$", re.IGNORECASE)
 _GZIP_MAGIC = b"\x1f\x8b"
 _HEADER_BYTES_LIMIT = 1 << 16
+#: Bytes of a DICOM file's start that key its parsed header (:func:`dicom_class`).
+_DICOM_HEAD_BYTES = 1 << 16
 #: Bytes per element of the MetaImage element types whose size does not depend on the platform.
 _META_ELEMENT_BYTES = {"MET_CHAR": 1, "MET_UCHAR": 1, "MET_SHORT": 2, "MET_USHORT": 2, "MET_INT": 4, "MET_UINT": 4,
                        "MET_FLOAT": 4, "MET_LONG_LONG": 8, "MET_ULONG_LONG": 8, "MET_DOUBLE": 8}
@@ -197,21 +201,26 @@ def looks_like_dicom(path: Path, head: bytes | None = None) -> bool:
 
 def dicom_class(path: Path) -> tuple:
     """``(SOP Class UID, Modality or None)`` of a DICOM file (pixel data not read); ReadError when
-    it cannot be read as DICOM. The header is parsed once per file version (path, size and
-    modification time), however often the checks and the reader's dispatch ask."""
+    it cannot be read as DICOM. The header is parsed once per file version, however often the
+    checks and the reader's dispatch ask: a version is the file's size, times, inode and the bytes
+    of its start (:data:`_DICOM_HEAD_BYTES`, where the SOP class and modality are), so that a file
+    rewritten within the clock tick of its modification time is parsed again."""
     from pydicom.errors import InvalidDicomError
 
     path = Path(path)
     try:
-        status = path.stat()
-        return _dicom_class(str(path.resolve()), status.st_size, status.st_mtime_ns)
+        with open(path, "rb") as handle:
+            status = os.fstat(handle.fileno())
+            head = hashlib.blake2b(handle.read(_DICOM_HEAD_BYTES)).digest()
+        return _dicom_class(str(path.resolve()), (status.st_size, status.st_mtime_ns, status.st_ctime_ns,
+                                                  status.st_ino, status.st_dev, head))
     except (InvalidDicomError, OSError, ValueError) as error:
         raise ReadError(f"{path}: not a readable DICOM file ({error})") from error
 
 
 @lru_cache(maxsize=256)
-def _dicom_class(path: str, size: int, modified_ns: int) -> tuple:
-    """:func:`dicom_class` of one file version (``size`` and ``modified_ns`` key the cache)."""
+def _dicom_class(path: str, version: tuple) -> tuple:
+    """:func:`dicom_class` of one file version (``version`` keys the cache)."""
     import pydicom
     from pydicom.uid import UID
 
