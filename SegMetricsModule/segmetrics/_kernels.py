@@ -6,8 +6,8 @@ marching squares, nearest points between two 2-D point sets, the inside test.
 
 Points are 3-component rows in mm (2-D contours padded with a zero third component); cells are
 triangles (3 vertex indices) or segments (2). The kernels are compiled with numba (cached on disk
-after the first call) and release the GIL; :func:`in_threads` runs one on the query points on a
-pool of a thread per core (plain threads: safe in forked processes, unlike numba's OpenMP layer).
+after the first call) and release the GIL; :func:`segmetrics._threads.in_threads` runs one on the
+query points on the package's threads (:mod:`segmetrics._threads`, also reachable from here).
 
 numba does not check array bounds, so every index a kernel follows is in range by construction,
 for any input: a query's bucket is clamped to the grid, index inputs (cell corners, nearest
@@ -15,55 +15,10 @@ vertices, grids) are checked on entry (ValueError), degenerate cells (zero lengt
 empty sets have defined results, and no division is by zero. The tests compile the kernels with
 ``NUMBA_BOUNDSCHECK=1`` (``Testing/conftest.py``) so that a slip fails with IndexError.
 """
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numba
 import numpy as np
 
-# --- threads ------------------------------------------------------------------------------------
-
-#: Chunks per core that :func:`in_threads` splits the query points into, and their fewest points.
-CHUNKS_PER_THREAD = 4
-MIN_POINTS_PER_CHUNK = 1024
-
-
-def in_threads(kernel, per_point: tuple, shared: tuple) -> tuple:
-    """``kernel(*per_point, *shared)`` with the ``per_point`` arrays split row-wise into chunks
-    (:data:`CHUNKS_PER_THREAD` per core, so that a costly region does not keep one core busy
-    alone) run on :func:`thread_pool`; the kernel's output arrays are joined back in order."""
-    chunks = min(_THREADS * CHUNKS_PER_THREAD, max(len(per_point[0]) // MIN_POINTS_PER_CHUNK, 1))
-    if chunks == 1:
-        return kernel(*per_point, *shared)
-    bounds = np.linspace(0, len(per_point[0]), chunks + 1).astype(int)
-    parts = list(thread_pool().map(lambda lo, hi: kernel(*(a[lo:hi] for a in per_point), *shared), bounds[:-1], bounds[1:]))
-    return tuple(np.concatenate(outputs) for outputs in zip(*parts))
-
-
-_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-_POOL = []
-
-
-def set_thread_count(count: int) -> None:
-    """Run the kernels on ``count`` threads from now on (batch workers share the cores)."""
-    global _THREADS
-    _THREADS = max(1, count)
-    for pool in _POOL:  # a pool already started lets its threads end
-        pool.shutdown(wait=False)
-    _POOL.clear()
-
-
-def thread_pool() -> ThreadPoolExecutor:
-    """The package's thread pool (one thread per core), started on first use. Its tasks must not
-    wait for other tasks of the pool."""
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(_THREADS, thread_name_prefix="segmetrics"))
-    return _POOL[0]
-
-
-if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads
-    os.register_at_fork(after_in_child=_POOL.clear)
-
+from ._threads import in_threads, set_thread_count, thread_pool  # noqa: F401 (the kernels' threads, named here too)
 
 # --- closest point: the walk --------------------------------------------------------------------
 
@@ -257,7 +212,7 @@ MAX_RINGS = 4
 MAX_BUCKETS_PER_AXIS = 2**20
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def vertex_grid(points, bucket_mm):
     """Buckets of ``bucket_mm`` (cubes) holding the vertices ``points`` (rows, mm, finite):
     ``(low corner, buckets per axis, first, order, sorted)``. ``sorted`` (3 rows x, y, z) holds
@@ -410,7 +365,7 @@ def _reach_all(x, y, z, low, i, j, k, shape, rings, bucket_mm):
     )
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def cells_by_vertex(cells, vertex_count):
     """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``,
     in increasing order (a counting sort of the cells' corners; a cell that repeats a corner is

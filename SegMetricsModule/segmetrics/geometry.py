@@ -214,8 +214,11 @@ def _label_boxes_within(array: np.ndarray, outer):
     crop = array[outer]
     if crop.dtype.kind == "b":
         crop = crop.view(np.uint8)
-    if (crop.dtype.kind == "i" and crop.min() < 0) or crop.max() >= _BOX_LABEL_LIMIT:
+    high = crop.max()
+    if high >= _BOX_LABEL_LIMIT or (crop.dtype.kind == "i" and crop.min() < 0):
         return None
+    if high == 1:  # a 0/1 mask: label 1's box is the foreground's
+        return {1: outer}
     from scipy import ndimage
 
     found = ndimage.find_objects(crop)

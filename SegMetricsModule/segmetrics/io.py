@@ -16,6 +16,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from . import dicom
+from ._threads import thread_pool
 from .geometry import LabelImage, as_label_image
 from .validation import (InputPolicy, ReadError, check_file, check_label_map, check_picture, check_structure_names,
                          check_threshold, check_unique_names)
@@ -48,6 +49,14 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
     see :mod:`segmetrics.validation`.
     """
     policy = input_policy or InputPolicy()
+    image, threshold, label = _read_unchecked(source, spacing, threshold, policy, name)
+    _check_labels(image, threshold, label, policy)
+    return image
+
+
+def _read_unchecked(source, spacing, threshold, policy: InputPolicy, name):
+    """:func:`load_label_image` before the label-map checks: ``(image, threshold still to check
+    against, name in messages)``."""
     check_threshold(threshold)
     from_file = isinstance(source, (str, Path))
     label = str(source) if from_file else name or "array"
@@ -62,12 +71,15 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
             image = as_label_image(source, spacing)
         except ValueError as error:  # e.g. a NumPy array without spacing, an invalid geometry
             raise ReadError(f"{label}: {error}") from error
-    image = _as_labels(image, threshold, label)
+    return _as_labels(image, threshold, label), threshold, label
+
+
+def _check_labels(image: LabelImage, threshold, label: str, policy: InputPolicy) -> None:
+    """The label-map checks of :func:`load_label_image` (names only for a binarised image)."""
     if threshold is None:
         check_label_map(image, label, policy)
     else:
         check_structure_names(image, label)
-    return image
 
 
 def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold: float | None = None) -> LabelImage:
@@ -123,8 +135,14 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
     structure_sets = {side: dicom.read_structure_set(source) for side, source in sources.items()
                       if isinstance(source, (str, Path)) and Path(source).is_file()
                       and dicom.dicom_kind(source) == "rtstruct"}
-    loaded = {side: load_label_image(source, spacing, threshold, input_policy=input_policy, name=side)
-              for side, source in sources.items() if side not in structure_sets}
+    policy = input_policy or InputPolicy()
+    read = {side: _read_unchecked(source, spacing, threshold, policy, side)
+            for side, source in sources.items() if side not in structure_sets}
+    # the checks need each image's labels: found for both at once (each reads its voxels once, releasing the GIL)
+    list(thread_pool().map(lambda image: image.labels(), [image for image, _, _ in read.values()]))
+    for image, binarised_at, label in read.values():
+        _check_labels(image, binarised_at, label, policy)
+    loaded = {side: image for side, (image, _, _) in read.items()}
     if structure_sets:
         identity = (None, None)
         if image is not None:
