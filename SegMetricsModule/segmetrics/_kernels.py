@@ -530,6 +530,26 @@ def triangle_areas(vertices, cells):
     return areas
 
 
+@numba.njit(cache=True, nogil=True)
+def corner_shares(cells, sizes, vertex_count):
+    """Per vertex ``0 … vertex_count - 1``, the sum of ``size / corners`` over its cells (rows of
+    vertex indices, ``sizes`` one per cell), added in the order of the cells' corners: what
+    ``np.bincount(cells.ravel(), np.repeat(sizes / corners, corners), vertex_count)`` gives.
+    ValueError for a corner index out of range."""
+    if len(sizes) != len(cells):
+        raise ValueError("corner_shares: needs one size per cell")
+    shares = np.zeros(vertex_count)
+    corners = cells.shape[1]
+    for cell in range(len(cells)):
+        share = sizes[cell] / corners
+        for corner in range(corners):
+            v = cells[cell, corner]
+            if not 0 <= v < vertex_count:
+                raise ValueError("corner_shares: a cell's corner index is out of range")
+            shares[v] += share
+    return shares
+
+
 # --- rays from one centre -----------------------------------------------------------------------
 
 #: Most buckets per axis of the finest level of :func:`direction_grid` (a power of 2).

@@ -221,7 +221,7 @@ def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, 
         sizes = np.linalg.norm(vertices[cells[:, 1]] - vertices[cells[:, 0]], axis=1)
     if not np.all(sizes > 0):  # cells of size 0 (rounding) go, and so do vertices left without a cell
         cells, sizes = cells[sizes > 0], sizes[sizes > 0]
-    vertex_sizes = np.bincount(cells.ravel(), np.repeat(sizes / cells.shape[1], cells.shape[1]), len(vertices))
+    vertex_sizes = _kernels.corner_shares(cells, sizes, len(vertices))
     used = vertex_sizes > 0
     if not used.all():
         vertices, vertex_sizes, cells = vertices[used], vertex_sizes[used], (np.cumsum(used) - 1)[cells]
