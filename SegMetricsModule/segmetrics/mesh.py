@@ -361,6 +361,9 @@ def compile_kernels() -> None:
         mask[(slice(1, -1),) * len(shape)] = True
         surface = smooth_surface(mask, (1.0,) * len(shape))
         distances_to_surface(surface.points + 0.3, surface)
+        points = _three_components(surface.points)  # the walk alone runs for points beyond the grid search
+        _kernels.closest_points(points + 0.3, np.zeros(len(points), dtype=np.int64), points, surface.cells, *surface.cells_by_vertex,
+                                _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
     _kernels.compile_roughness_kernels()
     _kernels.compile_contour_kernels()
 
