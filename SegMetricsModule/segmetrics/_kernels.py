@@ -195,9 +195,10 @@ def closest_points_near(queries, bucket_mm, low, shape, first, order, sorted_xyz
     :data:`MAX_RINGS` buckets has nearest vertex -1 and nothing else (for a search further out)."""
     if len(order) != len(points) or len(cell_first) != len(points) or len(count) != len(points):
         raise ValueError("closest_points_near: the grid or the cells per vertex are not those of these points")
-    if points.shape[1] != 3 or cells.shape[1] not in (2, 3) or feature_corners.shape != ((FACE + 1, 3) if cells.shape[1] == 3 else (3, 2)):
+    corners_shape = (FACE + 1, 3) if cells.shape[1] == 3 else (3, 2)
+    if points.shape[1] != 3 or cells.shape[1] not in (2, 3) or feature_corners.shape != corners_shape:
         raise ValueError("closest_points_near: needs points of 3 components, triangles or segments and their feature corners")
-    nearest, squared = nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz)  # nearest in 0 … len(order) - 1 or -1
+    nearest, squared = nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz)  # values of `order`, or -1
     offsets = np.zeros((len(queries), 3))
     found_cells = np.full(len(queries), -1, dtype=np.int64)
     features = np.zeros(len(queries), dtype=np.int8)

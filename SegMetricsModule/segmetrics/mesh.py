@@ -362,8 +362,8 @@ def compile_kernels() -> None:
         surface = smooth_surface(mask, (1.0,) * len(shape))
         distances_to_surface(surface.points + 0.3, surface)
         points = _three_components(surface.points)  # the walk alone runs for points beyond the grid search
-        _kernels.closest_points(points + 0.3, np.zeros(len(points), dtype=np.int64), points, surface.cells, *surface.cells_by_vertex,
-                                _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
+        _kernels.closest_points(points + 0.3, np.zeros(len(points), dtype=np.int64), points, surface.cells,
+                                *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
     _kernels.compile_roughness_kernels()
     _kernels.compile_contour_kernels()
 
@@ -497,19 +497,22 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
         return np.full(len(points), np.inf)
     if not np.isfinite(points).all():
         raise ValueError("distances_to_surface: the points must be finite (mm)")
-    star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
+    star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex,
+            _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
     queries = _three_components(points)
     offset, cell, feature, nearest = _kernels.in_threads(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
     far = np.flatnonzero(nearest < 0)  # no vertex within the grid search's reach: the KD-tree's nearest, then the walk
     if len(far):
-        offset[far], cell[far], feature[far] = _kernels.closest_points(queries[far], surface.tree.query(queries[far], workers=-1)[1], *star)
+        nearest = surface.tree.query(queries[far], workers=-1)[1]
+        offset[far], cell[far], feature[far] = _kernels.closest_points(queries[far], nearest, *star)
     squared = offset * offset
     distances = np.sqrt(squared[:, 0] + squared[:, 1] + squared[:, 2])  # np.sum(..., axis=1), many times faster
     if signed:
         walked = distances > 0  # a point on a vertex is on the surface: no side
         if np.any(cell[walked] < 0):
             raise ValueError("signed distances need every vertex of the surface on a triangle")
-        distances[walked] *= np.where(np.sum(offset[walked] * _feature_normals(cell[walked], feature[walked], surface), axis=1) < 0, -1.0, 1.0)
+        normals = _feature_normals(cell[walked], feature[walked], surface)
+        distances[walked] *= np.where(np.sum(offset[walked] * normals, axis=1) < 0, -1.0, 1.0)
     return distances
 
 
