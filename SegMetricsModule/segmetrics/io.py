@@ -49,14 +49,6 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
     see :mod:`segmetrics.validation`.
     """
     policy = input_policy or InputPolicy()
-    image, threshold, label = _read_unchecked(source, spacing, threshold, policy, name)
-    _check_labels(image, threshold, label, policy)
-    return image
-
-
-def _read_unchecked(source, spacing, threshold, policy: InputPolicy, name):
-    """:func:`load_label_image` before the label-map checks: ``(image, threshold still to check
-    against, name in messages)``."""
     check_threshold(threshold)
     from_file = isinstance(source, (str, Path))
     label = str(source) if from_file else name or "array"
@@ -71,15 +63,12 @@ def _read_unchecked(source, spacing, threshold, policy: InputPolicy, name):
             image = as_label_image(source, spacing)
         except ValueError as error:  # e.g. a NumPy array without spacing, an invalid geometry
             raise ReadError(f"{label}: {error}") from error
-    return _as_labels(image, threshold, label), threshold, label
-
-
-def _check_labels(image: LabelImage, threshold, label: str, policy: InputPolicy) -> None:
-    """The label-map checks of :func:`load_label_image` (names only for a binarised image)."""
+    image = _as_labels(image, threshold, label)
     if threshold is None:
         check_label_map(image, label, policy)
     else:
         check_structure_names(image, label)
+    return image
 
 
 def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold: float | None = None) -> LabelImage:
@@ -135,14 +124,10 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
     structure_sets = {side: dicom.read_structure_set(source) for side, source in sources.items()
                       if isinstance(source, (str, Path)) and Path(source).is_file()
                       and dicom.dicom_kind(source) == "rtstruct"}
-    policy = input_policy or InputPolicy()
-    read = {side: _read_unchecked(source, spacing, threshold, policy, side)
-            for side, source in sources.items() if side not in structure_sets}
-    # the checks need each image's labels: found for both at once (each reads its voxels once, releasing the GIL)
-    list(thread_pool().map(lambda image: image.labels(), [image for image, _, _ in read.values()]))
-    for image, binarised_at, label in read.values():
-        _check_labels(image, binarised_at, label, policy)
-    loaded = {side: image for side, (image, _, _) in read.items()}
+    # both read and checked at once: the checks' pass over each image's voxels releases the GIL
+    sides = [side for side in sources if side not in structure_sets]
+    loaded = dict(zip(sides, thread_pool().map(
+        lambda side: load_label_image(sources[side], spacing, threshold, input_policy=input_policy, name=side), sides)))
     if structure_sets:
         identity = (None, None)
         if image is not None:
