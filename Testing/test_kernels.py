@@ -349,6 +349,42 @@ def test_walk_on_random_meshes_never_underestimates(point_set, seed, corners):
         np.testing.assert_allclose(np.linalg.norm(fan_offsets, axis=1), to_cells, rtol=1e-9, atol=tolerance)
 
 
+@PROPERTY
+@given(point_set=point_sets(min_points=3), seed=st.integers(0, 2**32 - 1), corners=st.sampled_from([2, 3]))
+def test_search_and_walk_in_one_pass_against_the_kd_tree_and_the_walk(point_set, seed, corners):
+    """closest_points_near: the KD-tree's nearest vertex (or -1 beyond the grid search's reach),
+    then the walk of closest_points from it; a query on a vertex is not walked (offset 0)."""
+    rng, points = np.random.default_rng(seed), point_set.points
+    cells = rng.integers(len(points), size=(int(rng.integers(1, 30)), corners))
+    queries = queries_around(points, rng)
+    bucket_mm, *grid = mesh.point_grid(points, sizes_for(points, rng))
+    star = (points, cells, *_kernels.cells_by_vertex(cells, len(points)), _kernels.FEATURE_CORNERS[corners])
+    offsets, found_cells, features, nearest = _kernels.closest_points_near(queries, bucket_mm, *grid, *star)
+    vertex_distance = cKDTree(points).query(queries)[0]
+    searched = nearest >= 0
+    np.testing.assert_allclose(np.linalg.norm(queries[searched] - points[nearest[searched]], axis=1), vertex_distance[searched],
+                               rtol=1e-12, atol=1e-12 * (1 + np.abs(queries).max()))
+    assert np.all(vertex_distance[~searched] > 0)
+    on_vertex = searched & np.all(queries == points[np.maximum(nearest, 0)], axis=1)
+    assert np.all(offsets[on_vertex] == 0) and np.all(found_cells[on_vertex] == -1)
+    walked = searched & ~on_vertex
+    expected = walk(queries[walked], nearest[walked], points, cells)
+    for got, want in zip((offsets[walked], found_cells[walked], features[walked]), expected):
+        assert np.array_equal(got, want)
+
+
+def test_search_and_walk_refuse_a_grid_of_other_points():
+    points, cells = np.eye(3), np.array([[0, 1, 2]])
+    star = (*_kernels.cells_by_vertex(cells, 3), _kernels.FEATURE_CORNERS[3])
+    grid = mesh.point_grid(points, np.ones(3))
+    with pytest.raises(ValueError, match="not those of these points"):
+        _kernels.closest_points_near(np.zeros((1, 3)), *grid, points[:2], cells, *star)
+    order = grid[4].copy()
+    order[0] = 3  # a vertex index beyond the points
+    with pytest.raises(ValueError, match="vertex order"):
+        _kernels.closest_points_near(points, *grid[:4], order, grid[5], points, cells, *star)
+
+
 def test_walk_refuses_a_nearest_vertex_out_of_range():
     points, cells = np.eye(3), np.array([[0, 1, 2]])
     for nearest in (-1, 3):
@@ -393,6 +429,24 @@ def test_cells_and_triangles_out_of_range_are_refused(bad):
         _kernels.cells_by_vertex(cells, 4)
     with pytest.raises(ValueError, match="out of range"):
         _kernels.triangle_areas(np.zeros((4, 3)), cells)
+
+
+@PROPERTY
+@given(seed=st.integers(0, 2**32 - 1), corners=st.sampled_from([2, 3]), vertex_count=st.integers(1, 12), cell_count=st.integers(0, 20))
+def test_corner_shares_against_numpy(seed, corners, vertex_count, cell_count):
+    rng = np.random.default_rng(seed)
+    cells = rng.integers(vertex_count, size=(cell_count, corners))
+    sizes = rng.choice([0.0, 1e-9, 0.7, 3.0], size=cell_count) * rng.random(cell_count)
+    expected = np.bincount(cells.ravel(), np.repeat(sizes / corners, corners), vertex_count)
+    assert np.array_equal(_kernels.corner_shares(cells, sizes, vertex_count), expected)
+
+
+def test_corner_shares_refuse_corners_out_of_range_and_missing_sizes():
+    for bad in (-1, 4):
+        with pytest.raises(ValueError, match="out of range"):
+            _kernels.corner_shares(np.array([[0, 1, 2], [1, 2, bad]]), np.ones(2), 4)
+    with pytest.raises(ValueError, match="one size per cell"):
+        _kernels.corner_shares(np.array([[0, 1, 2]]), np.ones(2), 4)
 
 
 @PROPERTY

@@ -214,8 +214,11 @@ def _label_boxes_within(array: np.ndarray, outer):
     crop = array[outer]
     if crop.dtype.kind == "b":
         crop = crop.view(np.uint8)
-    if (crop.dtype.kind == "i" and crop.min() < 0) or crop.max() >= _BOX_LABEL_LIMIT:
+    high = crop.max()
+    if high >= _BOX_LABEL_LIMIT or (crop.dtype.kind == "i" and crop.min() < 0):
         return None
+    if high == 1:  # a 0/1 mask: label 1's box is the foreground's
+        return {1: outer}
     from scipy import ndimage
 
     found = ndimage.find_objects(crop)
@@ -258,7 +261,7 @@ def check_placement(origin, direction, ndim: int) -> None:
     if matrix.size != ndim * ndim or not np.all(np.isfinite(matrix)):
         raise ValueError(f"direction {_numbers(direction)} must be {ndim * ndim} finite numbers")
     matrix = matrix.reshape(ndim, ndim)
-    if not np.allclose(matrix @ matrix.T, np.eye(ndim), rtol=0, atol=DIRECTION_TOLERANCE):
+    if not np.abs(matrix @ matrix.T - np.eye(ndim)).max() <= DIRECTION_TOLERANCE:  # np.allclose, without its overhead
         raise ValueError(f"direction {_numbers(direction)} is not orthonormal: its axes must be unit vectors at "
                          "right angles (a sheared or scaled header?)")
 

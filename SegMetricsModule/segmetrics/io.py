@@ -16,6 +16,7 @@ import numpy as np
 import SimpleITK as sitk
 
 from . import dicom
+from ._threads import thread_pool
 from .geometry import LabelImage, as_label_image
 from .validation import (InputPolicy, ReadError, check_file, check_label_map, check_picture, check_structure_names,
                          check_threshold, check_unique_names)
@@ -123,8 +124,10 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
     structure_sets = {side: dicom.read_structure_set(source) for side, source in sources.items()
                       if isinstance(source, (str, Path)) and Path(source).is_file()
                       and dicom.dicom_kind(source) == "rtstruct"}
-    loaded = {side: load_label_image(source, spacing, threshold, input_policy=input_policy, name=side)
-              for side, source in sources.items() if side not in structure_sets}
+    # both read and checked at once: the checks' pass over each image's voxels releases the GIL
+    sides = [side for side in sources if side not in structure_sets]
+    loaded = dict(zip(sides, thread_pool().map(
+        lambda side: load_label_image(sources[side], spacing, threshold, input_policy=input_policy, name=side), sides)))
     if structure_sets:
         identity = (None, None)
         if image is not None:

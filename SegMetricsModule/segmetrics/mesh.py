@@ -221,7 +221,7 @@ def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, 
         sizes = np.linalg.norm(vertices[cells[:, 1]] - vertices[cells[:, 0]], axis=1)
     if not np.all(sizes > 0):  # cells of size 0 (rounding) go, and so do vertices left without a cell
         cells, sizes = cells[sizes > 0], sizes[sizes > 0]
-    vertex_sizes = np.bincount(cells.ravel(), np.repeat(sizes / cells.shape[1], cells.shape[1]), len(vertices))
+    vertex_sizes = _kernels.corner_shares(cells, sizes, len(vertices))
     used = vertex_sizes > 0
     if not used.all():
         vertices, vertex_sizes, cells = vertices[used], vertex_sizes[used], (np.cumsum(used) - 1)[cells]
@@ -361,6 +361,9 @@ def compile_kernels() -> None:
         mask[(slice(1, -1),) * len(shape)] = True
         surface = smooth_surface(mask, (1.0,) * len(shape))
         distances_to_surface(surface.points + 0.3, surface)
+        points = _three_components(surface.points)  # the walk alone runs for points beyond the grid search
+        _kernels.closest_points(points + 0.3, np.zeros(len(points), dtype=np.int64), points, surface.cells,
+                                *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
     _kernels.compile_roughness_kernels()
     _kernels.compile_contour_kernels()
 
@@ -420,7 +423,8 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     # at most `budget` buckets along the longest axis (and half the kernel's most), over the two
     # longest and over all three
     budget = MAX_BUCKETS_PER_POINT * len(points) + 4096
-    extent = np.sort(np.ptp(points, axis=0) if len(points) else np.zeros(3))[::-1]  # mm, longest first
+    extent = np.sort([np.ptp(axis) for axis in points.T] if len(points) else np.zeros(3))[::-1]  # mm, longest first
+    # (axis by axis: NumPy's reductions over the short axis of (n, 3) rows are many times slower)
     bucket_mm = max(bucket_mm, extent[0] / min(budget, _kernels.MAX_BUCKETS_PER_AXIS // 2),
                     *(float(np.prod(extent[:axes]) / budget) ** (1.0 / axes) for axes in (2, 3)))
     if bucket_mm == 0:  # one point, or all at one place, with sizes of 0
@@ -491,18 +495,24 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
         raise ValueError("signed distances need a 3-D (triangle) surface")
     if len(surface.points) == 0:
         return np.full(len(points), np.inf)
-    distances, nearest = nearest_points(points, surface.points, surface.vertex_grid, lambda: surface.tree)
-    todo = np.flatnonzero(distances > 0)
-    offset, cell, feature = _kernels.in_threads(
-        _kernels.closest_points,
-        (_three_components(points[todo]), nearest[todo]),
-        (_three_components(surface.points), surface.cells, *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]]),
-    )
-    distances[todo] = np.sqrt(np.sum(offset * offset, axis=1))
+    if not np.isfinite(points).all():
+        raise ValueError("distances_to_surface: the points must be finite (mm)")
+    star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex,
+            _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
+    queries = _three_components(points)
+    offset, cell, feature, nearest = _kernels.in_threads(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
+    far = np.flatnonzero(nearest < 0)  # no vertex within the grid search's reach: the KD-tree's nearest, then the walk
+    if len(far):
+        nearest = surface.tree.query(queries[far], workers=-1)[1]
+        offset[far], cell[far], feature[far] = _kernels.closest_points(queries[far], nearest, *star)
+    squared = offset * offset
+    distances = np.sqrt(squared[:, 0] + squared[:, 1] + squared[:, 2])  # np.sum(..., axis=1), many times faster
     if signed:
-        if np.any(cell < 0):
+        walked = distances > 0  # a point on a vertex is on the surface: no side
+        if np.any(cell[walked] < 0):
             raise ValueError("signed distances need every vertex of the surface on a triangle")
-        distances[todo] *= np.where(np.sum(offset * _feature_normals(cell, feature, surface), axis=1) < 0, -1.0, 1.0)
+        normals = _feature_normals(cell[walked], feature[walked], surface)
+        distances[walked] *= np.where(np.sum(offset[walked] * normals, axis=1) < 0, -1.0, 1.0)
     return distances
 
 

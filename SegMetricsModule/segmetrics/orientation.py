@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -218,8 +219,15 @@ def canonical(image: LabelImage) -> Reorientation:
     (e.g. axes at 45°) go to the largest matrix in row-major lexicographic order. The set of
     candidate matrices is the same for every storage of one physical grid, so the choice is too.
     """
-    ndim = image.ndim
-    direction = np.asarray(image.direction, dtype=float).reshape(ndim, ndim)
+    axes, flipped = _canonical_axes(tuple(image.direction), image.ndim)
+    return Reorientation(axes, flipped, image.array.shape)
+
+
+@lru_cache(maxsize=64)
+def _canonical_axes(direction: tuple, ndim: int) -> tuple:
+    """``(axes, flipped)`` of :func:`canonical` for a direction (ITK order, row-major), found once
+    per direction (48 candidates in 3-D)."""
+    direction = np.asarray(direction, dtype=float).reshape(ndim, ndim)
 
     def closeness(candidate):  # ITK axes and signs -> (trace, row-major entries), rounded
         itk_axes, signs = candidate
@@ -230,4 +238,4 @@ def canonical(image: LabelImage) -> Reorientation:
     itk_axes, signs = max(candidates, key=closeness)
     axes = tuple(ndim - 1 - itk_axes[ndim - 1 - a] for a in range(ndim))
     flipped = tuple(signs[ndim - 1 - a] < 0 for a in range(ndim))
-    return Reorientation(axes, flipped, image.array.shape)
+    return axes, flipped

@@ -1,0 +1,47 @@
+"""The package's worker threads: one pool of a thread per core, for work that releases the GIL
+(compiled kernels, NumPy reductions over large arrays, reading two images). Plain threads are safe
+in forked processes, unlike numba's OpenMP layer. Light to import (no numba)."""
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+#: Chunks per core that :func:`in_threads` splits the query points into, and their fewest points.
+CHUNKS_PER_THREAD = 4
+MIN_POINTS_PER_CHUNK = 1024
+
+_THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+_POOL = []
+
+
+def in_threads(kernel, per_point: tuple, shared: tuple) -> tuple:
+    """``kernel(*per_point, *shared)`` with the ``per_point`` arrays split row-wise into chunks
+    (:data:`CHUNKS_PER_THREAD` per core, so that a costly region does not keep one core busy
+    alone) run on :func:`thread_pool`; the kernel's output arrays are joined back in order."""
+    chunks = min(_THREADS * CHUNKS_PER_THREAD, max(len(per_point[0]) // MIN_POINTS_PER_CHUNK, 1))
+    if chunks == 1:
+        return kernel(*per_point, *shared)
+    bounds = np.linspace(0, len(per_point[0]), chunks + 1).astype(int)
+    parts = list(thread_pool().map(lambda lo, hi: kernel(*(a[lo:hi] for a in per_point), *shared), bounds[:-1], bounds[1:]))
+    return tuple(np.concatenate(outputs) for outputs in zip(*parts))
+
+
+def set_thread_count(count: int) -> None:
+    """Run the kernels on ``count`` threads from now on (batch workers share the cores)."""
+    global _THREADS
+    _THREADS = max(1, count)
+    for pool in _POOL:  # a pool already started lets its threads end
+        pool.shutdown(wait=False)
+    _POOL.clear()
+
+
+def thread_pool() -> ThreadPoolExecutor:
+    """The package's thread pool (one thread per core), started on first use. Its tasks must not
+    wait for other tasks of the pool."""
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(_THREADS, thread_name_prefix="segmetrics"))
+    return _POOL[0]
+
+
+if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads
+    os.register_at_fork(after_in_child=_POOL.clear)
