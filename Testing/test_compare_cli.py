@@ -56,6 +56,27 @@ def test_label_selection_and_names_and_array_input(label_pair):
     assert [s.structure for s in only.structures] == ["1"]
 
 
+@pytest.mark.parametrize("named_side", ["reference", "test"])
+def test_names_on_one_side_pair_by_value_and_no_label_is_measured_twice(named_side):
+    reference = np.zeros((6, 6, 6), np.uint8)
+    reference[1:4, 1:4, 1:4] = 1
+    reference[3:5, 3:5, 3:5] = 2
+    test = reference.copy()
+    test[1, 1, 1] = 0  # label 1 (27 voxels less the one label 2 covers) loses one
+    names = {1: "liver"}
+    images = [LabelImage(reference, (1, 1, 1), names=names if named_side == "reference" else {}),
+              LabelImage(test, (1, 1, 1), names=names if named_side == "test" else {})]
+    result = segmetrics.compare(*images, metrics="dice")
+    assert [(s.structure, s.reference_label, s.test_label) for s in result.structures] == [("liver", 1, 1), ("2", 2, 2)]
+    assert result["liver"].value("dice") == pytest.approx(2 * 25 / (26 + 25))
+    assert any("paired by value with 'liver'" in note for note in result.notes)
+    # both images named: a label value never serves two structures of one image
+    both = segmetrics.compare(LabelImage(reference, (1, 1, 1), names={1: "liver"}),
+                              LabelImage(test, (1, 1, 1), names={2: "spleen"}), metrics="dice")
+    used = [(side, label) for s in both.structures for side, label in (("r", s.reference_label), ("t", s.test_label)) if label is not None]
+    assert len(used) == len(set(used)) == 4
+
+
 def test_unknown_metric_is_a_clear_error(label_pair):
     ref_path, test_path, _, _ = label_pair
     with pytest.raises(ValueError, match="unknown metric"):

@@ -169,7 +169,8 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
     """Return ``([(name, reference_label, test_label), ...], notes)`` for the structures to compare.
 
     Structures are paired by name (a label without a name is named by its value, so unnamed
-    label maps pair by value), named structures also ignoring case and separators and by
+    label maps pair by value; when only one image names its structures, the other's labels take
+    the names of the same values), named structures also ignoring case and separators and by
     ``synonyms`` (:mod:`segmetrics.structure_names`); structures left unpaired are listed in a note
     and compared with an empty mask. Two single-structure masks with different foreground values
     (e.g. 0/255 vs 0/1 pictures) are paired as one structure, with a note. ``labels`` selects
@@ -183,6 +184,15 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
         notes.append(f"binary masks with different foreground values ({ref_label} vs {test_label}) compared as one structure")
         pairs = [("foreground", ref_label, test_label)]
     else:
+        if bool(reference.names) != bool(test.names):  # names on one side only: the other's labels pair by value
+            named, plain = (ref_entries, test_entries) if reference.names else (test_entries, ref_entries)
+            by_value = {label: name for name, label in named.items()}
+            valued = {name: by_value[label] for name, label in plain.items() if by_value.get(label, name) not in plain}
+            plain = {valued.get(name, name): label for name, label in plain.items()}
+            ref_entries, test_entries = (ref_entries, plain) if reference.names else (plain, test_entries)
+            side = "test" if reference.names else "reference"
+            notes += [f"{side} label {name} (its image names no structures) paired by value with {new!r}"
+                      for name, new in valued.items()]
         renamed = match_names(ref_entries, test_entries, synonyms)
         test_entries = {renamed.get(name, name): label for name, label in test_entries.items()}
         notes += [f"test structure {t!r} paired with reference {r!r}" for t, r in renamed.items()]
@@ -217,10 +227,12 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
 
 def _partner(name: str, entries: dict, other: dict):
     """The label of ``name`` in ``entries``; a structure named only by its value keeps that value
-    on the side where it is absent (its mask there is simply empty)."""
+    on the side where it is absent (its mask there is simply empty), unless a structure of
+    ``entries`` has that value under another name (``None``: one label is never measured twice)."""
     if name in entries:
         return entries[name]
-    return other[name] if name == str(other[name]) else None
+    value = other[name]
+    return value if name == str(value) and value not in entries.values() else None
 
 
 def _as_number(text):
