@@ -567,6 +567,30 @@ def test_an_image_grid_with_a_broken_voxel_size_is_refused(tmp_path, capsys, pix
         assert code == 2 and len(err.splitlines()) == 1 and "grid.nii" in err and "pixdim" in err, (option, err)
 
 
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_gzipped_image_grid_is_decompressed_once_and_a_damaged_one_refused(tmp_path, monkeypatch, damaged):
+    """An --image / --resample-to .nii.gz has its gzip stream checked on the voxels ITK read (as
+    every input): an intact file is decompressed once, not a second time by the file checks; a
+    file with one damaged byte in its stream is still refused."""
+    from segmetrics import validation
+    from segmetrics.dicom import read_image_grid
+
+    rng = np.random.default_rng(7)
+    image = sitk.GetImageFromArray(rng.integers(-1000, 1000, (6, 20, 30)).astype(np.int16))
+    image.SetSpacing((0.5, 0.75, 2.5))
+    sitk.WriteImage(image, str(tmp_path / "grid.nii.gz"))
+    if damaged:
+        raw = bytearray((tmp_path / "grid.nii.gz").read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        (tmp_path / "grid.nii.gz").write_bytes(bytes(raw))
+        with pytest.raises(ReadError, match="grid.nii.gz.*cut short or damaged"):
+            read_image_grid(tmp_path / "grid.nii.gz")
+        return
+    monkeypatch.setattr(validation, "_data_length", lambda path: pytest.fail(f"{path} decompressed twice"))
+    grid = read_image_grid(tmp_path / "grid.nii.gz")
+    assert grid.array.shape == (6, 20, 30) and grid.spacing == pytest.approx((2.5, 0.75, 0.5))
+
+
 def test_an_image_folder_without_a_series_is_one_line(tmp_path, capfd):
     """ITK's 'No Series were found' warning (three lines on standard error) no longer precedes the error."""
     from segmetrics.cli import main

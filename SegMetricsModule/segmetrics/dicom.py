@@ -473,7 +473,7 @@ def read_image_series(path) -> tuple:
     import SimpleITK as sitk
 
     path = Path(path)
-    identity = (None, None)
+    identity, voxel_check = (None, None), None
     if path.is_dir():
         warnings = sitk.ProcessObject.GetGlobalWarningDisplay()
         sitk.ProcessObject.SetGlobalWarningDisplay(False)  # "No Series were found": said below in one line
@@ -491,7 +491,9 @@ def read_image_series(path) -> tuple:
         reader_call = reader.Execute
         identity = dicom_identity(series[0][0])
     elif path.is_file():
-        check_file(path, InputPolicy())  # header spacing ITK would replace by 1 mm, damaged streams, DICOM class
+        # header spacing ITK would replace by 1 mm, DICOM class; a gzip stream's integrity is checked
+        # on the voxels as ITK decompresses them (voxel_check), so that the file is decompressed once
+        voxel_check = check_file(path, InputPolicy(), defer_data_check=True)
         reader_call = lambda: sitk.ReadImage(str(path))  # noqa: E731
         identity = dicom_identity(path) if looks_like_dicom(path) else identity
     else:
@@ -499,7 +501,11 @@ def read_image_series(path) -> tuple:
     try:
         image = reader_call()
     except RuntimeError as error:
+        if voxel_check is not None:
+            voxel_check.check_stream()  # a damaged gzip stream is named as such
         raise ReadError(f"{path}: cannot be read as an image ({str(error).strip().splitlines()[-1]})") from error
+    if voxel_check is not None:
+        voxel_check.verify(sitk.GetArrayViewFromImage(image))
     try:
         grid = LabelImage.from_sitk(image)
     except ValueError as error:
