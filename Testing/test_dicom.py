@@ -622,3 +622,19 @@ def test_an_image_series_with_uneven_slices_is_refused(tmp_path, data_dir):
     with pytest.raises(ReadError, match=r"series: the slices of the DICOM series are not evenly spaced \(gaps from 1 "
                                         r"to 3 mm\)"):
         read_image_grid(tmp_path / "series")
+
+
+@pytest.mark.parametrize("slice_axis", [0, 1, 2])
+def test_label_packing_takes_whole_masks_and_slice_dicts_along_the_same_axis(slice_axis):
+    """_label_image's two mask forms (a 3-D array, ``{slice: 2-D mask}`` along ``slice_axis``) give
+    the same labels: whole arrays were cut along the first axis whatever ``slice_axis`` said, so a
+    (4, 5, 6) mask with slices along axis 1 raised or landed transposed."""
+    from segmetrics.dicom import _label_image
+
+    rng = np.random.default_rng(slice_axis)
+    first, second = rng.random((2, 4, 5, 6)) < 0.3
+    second &= ~first
+    by_slice = {k: np.take(second, k, axis=slice_axis) for k in range(second.shape[slice_axis])}
+    image = _label_image({1: first, 2: by_slice}, {1: "a", 2: "b"}, "test", (1.0, 1.0, 1.0), (0.0,) * 3,
+                         np.eye(3).ravel(), shape=first.shape, slice_axis=slice_axis)
+    np.testing.assert_array_equal(image.array, first * 1 + second * 2)

@@ -326,20 +326,21 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     """Fill every ROI's polygons on ``grid`` (3-D): pixel centres inside, even-odd per slice.
 
     A polygon goes to the slice nearest to its plane (:func:`nearest_slice`), along whichever grid
-    axis is normal to the contour planes (a grid stored transposed gives the same voxels); polygons outside the grid are
-    counted in ``notes``; a polygon not parallel to the slices raises :class:`ReadError`. The even-odd rule
-    applies within a plane: when several contour planes fall on one slice (slices thicker than
-    the contour spacing), the slice holds the union of their fills (and a note says so).
+    axis is normal to the contour planes (a grid stored transposed gives the same voxels); polygons
+    outside the grid are counted in ``notes``; a polygon not parallel to the slices raises
+    :class:`ReadError`. The even-odd rule applies within a plane: when several contour planes fall
+    on one slice (slices thicker than the contour spacing), the slice holds the union of their
+    fills (and a note says so).
     """
     if grid.ndim != 3:
         raise ReadError(f"{structures.source}: contours need a 3-D grid, got a {grid.ndim}-D one")
     shape = grid.array.shape
     direction = np.asarray(grid.direction).reshape(3, 3)
     scale = np.asarray(grid.spacing[::-1])  # ITK (i, j, k) order
-    polygons = structures.polygons()
+    every_polygon = structures.polygons()
     # the ITK axis normal to the contour planes: k for a grid stored in slices of the planes, another
     # one for a grid stored transposed (e.g. sagittal slices of axial contours): the same voxels
-    along_normal = direction.T @ plane_axes(polygons)[2] if polygons else np.eye(3)[2]
+    along_normal = direction.T @ plane_axes(every_polygon)[2] if every_polygon else np.eye(3)[2]
     normal_axis = int(np.argmax(np.abs(along_normal)))
     rows, columns = sorted(set(range(3)) - {normal_axis}, reverse=True)  # ITK axes of a slice's rows, columns
     patient_axis = np.argmax(np.abs(direction), axis=0)  # of each ITK axis
@@ -395,8 +396,8 @@ def fill_in_patient_order(rings, shape, flips=(False, False), swap=False) -> np.
     done in the patient order of the slice, so that a pixel centre exactly on an edge is inside or
     outside whatever the storage: ``flips`` says which of the stored (row, column) axes run against
     their patient axis, ``swap`` that the stored rows follow the earlier patient axis (a transposed
-    grid). Coordinates within 1e-6 pixel of a pixel centre are taken as on it (float noise of the
-    origin). The mask is returned in the stored order."""
+    grid). A coordinate within 1e-6 pixel of a whole number (a row or column of pixel centres) is
+    taken as on it (float noise of the origin). The mask is returned in the stored order."""
     size = np.asarray(shape, dtype=float) - 1
     moved = []
     for ring in rings:
@@ -584,18 +585,19 @@ def _label_image(masks: dict, names: dict, source: str, spacing, origin, directi
                  shape=None, slice_axis: int = 0) -> LabelImage:
     """Pack ``{label: mask}`` into one label array of the smallest unsigned type holding the labels;
     a mask is a 3-D boolean array or ``{slice index: 2-D mask}`` on a grid of ``shape``, slices
-    along array axis ``slice_axis`` (only the slices that hold the structure are touched). A mask overlapping an earlier one is kept whole in
-    ``segment_masks``. Every name is kept, so empty structures stay listed; the names are checked
-    by the reader (RTSTRUCT) or by :func:`segmetrics.io.load_label_image` (SEG), not here again."""
-    by_slice = {label: mask if isinstance(mask, dict) else dict(enumerate(mask)) for label, mask in masks.items()}
-    if shape is None:
-        shape = next(iter(masks.values())).shape if masks else (1, 1, 1)
-    array = np.zeros(shape, dtype=np.min_scalar_type(max(masks, default=0)))
-    overlapping = {}
+    along array axis ``slice_axis`` (only the slices that hold the structure are touched). A mask
+    overlapping an earlier one is kept whole in ``segment_masks``. Every name is kept, so empty
+    structures stay listed; the names are checked by the reader (RTSTRUCT) or by
+    :func:`segmetrics.io.load_label_image` (SEG), not here again."""
 
     def along(volume):  # a view of volume with the slices first
         return np.moveaxis(volume, slice_axis, 0)
 
+    by_slice = {label: mask if isinstance(mask, dict) else dict(enumerate(along(mask))) for label, mask in masks.items()}
+    if shape is None:
+        shape = next(iter(masks.values())).shape if masks else (1, 1, 1)
+    array = np.zeros(shape, dtype=np.min_scalar_type(max(masks, default=0)))
+    overlapping = {}
     for label, slices in by_slice.items():
         if any(np.any(along(array)[k][fill]) for k, fill in slices.items()):
             overlapping[label] = np.zeros(shape, dtype=bool)
