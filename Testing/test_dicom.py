@@ -1,6 +1,7 @@
 """DICOM SEG and RT Structure Set inputs: geometry, rasterisation rule, structure matching."""
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -604,24 +605,39 @@ def test_an_image_folder_without_a_series_is_one_line(tmp_path, capfd):
                                               "series; give a folder with exactly one"]
 
 
-def test_an_image_series_with_uneven_slices_is_refused(tmp_path, data_dir):
+def test_an_image_series_with_uneven_slices_is_refused(tmp_path, data_dir, capfd, monkeypatch):
     """Slices at -126.69, -127.69 and -130.69 mm: ITK builds a regular 2 mm grid (-130.69, -128.69,
     -126.69) with a warning only, so the contours of -127.69 mm were filled on the slice of -128.69
-    mm. Refused in one line; the series with its own even slices still gives its 1 mm grid."""
+    mm. Refused in one line (without ITK's warning); the series with its own even slices still
+    gives its 1 mm grid, and its slices' positions come from ITK's reading of the series, not from
+    reading every file again with pydicom (only the first slice's file is: its class and UIDs)."""
     import shutil
 
     import pydicom
 
+    from segmetrics.cli import main
     from segmetrics.dicom import read_image_grid
 
     shutil.copytree(data_dir / "dcmqi/ct-3slice", tmp_path / "series")
+    read = []
+    original_dcmread = pydicom.dcmread
+    monkeypatch.setattr(pydicom, "dcmread", lambda path, *a, **k: (read.append(Path(path).name),
+                                                                   original_dcmread(path, *a, **k))[1])
     assert read_image_grid(tmp_path / "series").spacing[0] == pytest.approx(1.0)
+    assert len(set(read)) == 1  # the first file in slice order
+    monkeypatch.undo()
     last = pydicom.dcmread(tmp_path / "series/03.dcm")
     last.ImagePositionPatient = [-235.199997, -226.800003, -130.690002]
     last.save_as(tmp_path / "series/03.dcm")
     with pytest.raises(ReadError, match=r"series: the slices of the DICOM series are not evenly spaced \(gaps from 1 "
                                         r"to 3 mm\)"):
         read_image_grid(tmp_path / "series")
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [circle(4.0, -127.69)]})
+    capfd.readouterr()
+    code = main(["compare", str(tmp_path / "reference.dcm"), str(tmp_path / "reference.dcm"), "--metrics", "dice",
+                 "--image", str(tmp_path / "series")])
+    err = capfd.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1 and "not evenly spaced" in err, err
 
 
 @pytest.mark.parametrize("slice_axis", [0, 1, 2])

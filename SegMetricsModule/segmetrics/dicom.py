@@ -42,6 +42,7 @@ warning note (:func:`series_warnings`).
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -476,20 +477,22 @@ def read_image_series(path) -> tuple:
     path = Path(path)
     identity, voxel_check = (None, None), None
     if path.is_dir():
-        warnings = sitk.ProcessObject.GetGlobalWarningDisplay()
-        sitk.ProcessObject.SetGlobalWarningDisplay(False)  # "No Series were found": said below in one line
-        try:
+        with _itk_warnings_off():  # "No Series were found": said below in one line
             series = [names for uid in sitk.ImageSeriesReader.GetGDCMSeriesIDs(str(path))
                       if (names := sitk.ImageSeriesReader.GetGDCMSeriesFileNames(str(path), uid))
                       and dicom_kind(names[0]) is None]
-        finally:
-            sitk.ProcessObject.SetGlobalWarningDisplay(warnings)
         if len(series) != 1:
             raise ReadError(f"{path}: holds {len(series)} DICOM image series; give a folder with exactly one")
-        check_even_slices(path, series[0])
         reader = sitk.ImageSeriesReader()
         reader.SetFileNames(series[0])
-        reader_call = reader.Execute
+        reader.MetaDataDictionaryArrayUpdateOn()  # each slice's header, for check_even_slices
+
+        def reader_call():
+            with _itk_warnings_off():  # ITK's "Non uniform sampling or missing slices": refused in one line
+                image = reader.Execute()
+            check_even_slices(path, reader)
+            return image
+
         identity = dicom_identity(series[0][0])
     elif path.is_file():
         # header spacing ITK would replace by 1 mm, DICOM class; a gzip stream's integrity is checked
@@ -514,21 +517,35 @@ def read_image_series(path) -> tuple:
     return grid.with_array(np.zeros(grid.array.shape, np.uint8)), identity
 
 
-def check_even_slices(path, files) -> None:
-    """Refuse a DICOM series (``files`` in slice order) whose slices are not evenly spaced along
-    their normal: ITK builds one regular grid from it (with a warning only), so a missing slice or
-    a change of slice spacing would put every later slice, and the contours on it, at a wrong
-    place. Positions may deviate from the regular grid by :data:`SLICE_POSITION_TOLERANCE` of a
-    slice spacing (or 0.01 mm)."""
-    import pydicom
+@contextmanager
+def _itk_warnings_off():
+    """SimpleITK's warnings (several lines on standard error) off within the block."""
+    import SimpleITK as sitk
 
-    heads = [pydicom.dcmread(f, stop_before_pixels=True, specific_tags=["ImagePositionPatient",
-                                                                        "ImageOrientationPatient"]) for f in files]
-    if len(heads) < 3 or not all("ImagePositionPatient" in h and "ImageOrientationPatient" in h for h in heads):
+    shown = sitk.ProcessObject.GetGlobalWarningDisplay()
+    sitk.ProcessObject.SetGlobalWarningDisplay(False)
+    try:
+        yield
+    finally:
+        sitk.ProcessObject.SetGlobalWarningDisplay(shown)
+
+
+def check_even_slices(path, reader) -> None:
+    """Refuse the DICOM series of folder ``path`` read by ``reader`` (a SimpleITK
+    ``ImageSeriesReader`` that kept each slice's header, files in slice order) when its slices are
+    not evenly spaced along their normal: ITK builds one regular grid from it (with a warning
+    only), so a missing slice or a change of slice spacing would put every later slice, and the
+    contours on it, at a wrong place. Positions (mm) may deviate from the regular grid by
+    :data:`SLICE_POSITION_TOLERANCE` of a slice spacing (or 0.01 mm)."""
+    count, tags = len(reader.GetFileNames()), ("0020|0032", "0020|0037")  # ImagePosition/OrientationPatient
+    if count < 3 or not all(reader.HasMetaDataKey(i, tag) for i in range(count) for tag in tags):
         return
-    row, column = np.reshape(np.asarray(heads[0].ImageOrientationPatient, dtype=float), (2, 3))
-    positions = np.array([np.dot(np.asarray(h.ImagePositionPatient, dtype=float), np.cross(row, column))
-                          for h in heads])
+
+    def numbers(i, tag):
+        return np.array([float(value) for value in reader.GetMetaData(i, tag).split("\\")])
+
+    row, column = numbers(0, tags[1]).reshape(2, 3)
+    positions = np.array([numbers(i, tags[0]) @ np.cross(row, column) for i in range(count)])
     regular = np.linspace(positions[0], positions[-1], len(positions))
     spacing = abs(positions[-1] - positions[0]) / (len(positions) - 1)
     if np.max(np.abs(positions - regular)) > max(SLICE_POSITION_TOLERANCE * spacing, 0.01):
