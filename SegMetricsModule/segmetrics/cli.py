@@ -429,12 +429,12 @@ OUTPUTS = {
 }
 
 
-#: Input files and folders of each command: an output file must never overwrite one of them (nor a
-#: file inside an input folder), whatever the path spelling (links, ``./``, ``..``).
+#: Input files and folders of the commands with output files (``batch`` and ``demo`` write into
+#: folders of their own): an output file must never overwrite one of them (nor an existing file
+#: inside an input folder), whatever the path spelling (links, ``./``, ``..``).
 INPUTS = {
     "compare": ("reference", "test", "image", "resample_to", "names", "synonyms", "params"),
     "frames": ("reference_dir", "test_dir", "reference", "test", "classes", "scores", "instance_dirs"),
-    "batch": ("manifest", "reference_dir", "test_dir", "names", "params"),
 }
 
 
