@@ -256,7 +256,8 @@ def test_params_given_inline_take_effect_and_are_checked(files, capsys):
     lambda f: (["compare", f["ref"], f["test"], "--metrics", "dice", "-o", f["ref"]], "ref"),
     lambda f: (["compare", f["ref"], f["test"], "--metrics", "msi", "--slices", f["link"]], "test"),
     lambda f: (["compare", f["ref"], f["test"], "--metrics", "dice", "-o", f["names"], "--names", f["names"]], "names"),
-    lambda f: (["batch", "--manifest", f["manifest"], "-o", f["out"], "--report", f["folder"]], None),
+    lambda f: (["compare", f["ref"], f["test"], "--metrics", "dice", "--resample-to", f["grid"], "-o", f["grid"]],
+               "grid"),
     lambda f: (["frames", "--reference", f["refs"], "--test", f["tests"], "-o", f["tests"] / "c1.nrrd"], "frame"),
 ])
 def test_an_output_file_never_overwrites_an_input(files, capsys, case):
@@ -267,11 +268,22 @@ def test_an_output_file_never_overwrites_an_input(files, capsys, case):
     files["names"] = files["file"].parent / "names.json"
     files["names"].write_text('{"1": "cube"}')
     files["frame"] = files["tests"] / "c1.nrrd"
+    files["grid"] = _write(files["file"].parent / "grid.nrrd", np.zeros((8, 8, 8), np.uint8))
     argv, kept = case(files)
-    if kept is None:  # an output folder beside the inputs is fine (control)
-        return
     before = files[kept].read_bytes()
     code, _out, err = _run(capsys, argv)
     _assert_one_line_error(code, err, argv[0], "input")
     assert "overwrite" in err
     assert files[kept].read_bytes() == before
+
+
+def test_an_output_file_beside_the_inputs_is_written(files, capsys, monkeypatch):
+    """Control of the refusal above: an output in the inputs' folder that is no input is written,
+    and so is one named like the word of ``--resample-to reference`` (the keyword, not a file)."""
+    monkeypatch.chdir(files["file"].parent)
+    for output, extra in (("results.csv", []), ("reference", ["--resample-to", "reference"])):
+        Path(output).write_text("an earlier result")
+        code, _out, err = _run(capsys, ["compare", files["ref"], files["test"], "--metrics", "dice", "--format", "csv",
+                                        "-o", output, *extra])
+        assert code == 0, err
+        assert Path(output).read_text().splitlines()[0].startswith("structure,"), output

@@ -1,6 +1,7 @@
 """DICOM SEG and RT Structure Set inputs: geometry, rasterisation rule, structure matching."""
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -567,6 +568,30 @@ def test_an_image_grid_with_a_broken_voxel_size_is_refused(tmp_path, capsys, pix
         assert code == 2 and len(err.splitlines()) == 1 and "grid.nii" in err and "pixdim" in err, (option, err)
 
 
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_gzipped_image_grid_is_decompressed_once_and_a_damaged_one_refused(tmp_path, monkeypatch, damaged):
+    """An --image / --resample-to .nii.gz has its gzip stream checked on the voxels ITK read (as
+    every input): an intact file is decompressed once, not a second time by the file checks; a
+    file with one damaged byte in its stream is still refused."""
+    from segmetrics import validation
+    from segmetrics.dicom import read_image_grid
+
+    rng = np.random.default_rng(7)
+    image = sitk.GetImageFromArray(rng.integers(-1000, 1000, (6, 20, 30)).astype(np.int16))
+    image.SetSpacing((0.5, 0.75, 2.5))
+    sitk.WriteImage(image, str(tmp_path / "grid.nii.gz"))
+    if damaged:
+        raw = bytearray((tmp_path / "grid.nii.gz").read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        (tmp_path / "grid.nii.gz").write_bytes(bytes(raw))
+        with pytest.raises(ReadError, match="grid.nii.gz.*cut short or damaged"):
+            read_image_grid(tmp_path / "grid.nii.gz")
+        return
+    monkeypatch.setattr(validation, "_data_length", lambda path: pytest.fail(f"{path} decompressed twice"))
+    grid = read_image_grid(tmp_path / "grid.nii.gz")
+    assert grid.array.shape == (6, 20, 30) and grid.spacing == pytest.approx((2.5, 0.75, 0.5))
+
+
 def test_an_image_folder_without_a_series_is_one_line(tmp_path, capfd):
     """ITK's 'No Series were found' warning (three lines on standard error) no longer precedes the error."""
     from segmetrics.cli import main
@@ -580,21 +605,52 @@ def test_an_image_folder_without_a_series_is_one_line(tmp_path, capfd):
                                               "series; give a folder with exactly one"]
 
 
-def test_an_image_series_with_uneven_slices_is_refused(tmp_path, data_dir):
+def test_an_image_series_with_uneven_slices_is_refused(tmp_path, data_dir, capfd, monkeypatch):
     """Slices at -126.69, -127.69 and -130.69 mm: ITK builds a regular 2 mm grid (-130.69, -128.69,
     -126.69) with a warning only, so the contours of -127.69 mm were filled on the slice of -128.69
-    mm. Refused in one line; the series with its own even slices still gives its 1 mm grid."""
+    mm. Refused in one line (without ITK's warning); the series with its own even slices still
+    gives its 1 mm grid, and its slices' positions come from ITK's reading of the series, not from
+    reading every file again with pydicom (only the first slice's file is: its class and UIDs)."""
     import shutil
 
     import pydicom
 
+    from segmetrics.cli import main
     from segmetrics.dicom import read_image_grid
 
     shutil.copytree(data_dir / "dcmqi/ct-3slice", tmp_path / "series")
+    read = []
+    original_dcmread = pydicom.dcmread
+    monkeypatch.setattr(pydicom, "dcmread", lambda path, *a, **k: (read.append(Path(path).name),
+                                                                   original_dcmread(path, *a, **k))[1])
     assert read_image_grid(tmp_path / "series").spacing[0] == pytest.approx(1.0)
+    assert len(set(read)) == 1  # the first file in slice order
+    monkeypatch.undo()
     last = pydicom.dcmread(tmp_path / "series/03.dcm")
     last.ImagePositionPatient = [-235.199997, -226.800003, -130.690002]
     last.save_as(tmp_path / "series/03.dcm")
     with pytest.raises(ReadError, match=r"series: the slices of the DICOM series are not evenly spaced \(gaps from 1 "
                                         r"to 3 mm\)"):
         read_image_grid(tmp_path / "series")
+    write_rtstruct(tmp_path / "reference.dcm", {"a": [circle(4.0, -127.69)]})
+    capfd.readouterr()
+    code = main(["compare", str(tmp_path / "reference.dcm"), str(tmp_path / "reference.dcm"), "--metrics", "dice",
+                 "--image", str(tmp_path / "series")])
+    err = capfd.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1 and "not evenly spaced" in err, err
+
+
+@pytest.mark.parametrize("slice_axis", [0, 1, 2])
+def test_label_packing_takes_whole_masks_and_slice_dicts_along_the_same_axis(slice_axis):
+    """_label_image's two mask forms (a 3-D array, ``{slice: 2-D mask}`` along ``slice_axis``) give
+    the same labels: whole arrays were cut along the first axis whatever ``slice_axis`` said, so a
+    (4, 5, 6) mask with slices along axis 1 raised or landed transposed."""
+    from segmetrics.dicom import _label_image
+
+    rng = np.random.default_rng(slice_axis)
+    first, second = rng.random((2, 4, 5, 6)) < 0.3
+    second &= ~first
+    by_slice = {k: np.take(second, k, axis=slice_axis) for k in range(second.shape[slice_axis])}
+    image = _label_image({1: first, 2: by_slice}, {1: "a", 2: "b"}, "test", (1.0, 1.0, 1.0), (0.0,) * 3,
+                         np.eye(3).ravel(), shape=first.shape, slice_axis=slice_axis)
+    np.testing.assert_array_equal(image.array, first * 1 + second * 2)

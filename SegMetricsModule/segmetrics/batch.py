@@ -9,7 +9,8 @@ the error message, its record count and a fingerprint of its inputs and settings
 Durability: a case that kills its process (segmentation fault, out-of-memory kill) is logged
 ``failed`` with the signal and the run goes on (:mod:`segmetrics.workers`). Re-running the same
 command skips the cases logged ``ok`` whose records are all present and whose input files (path,
-size, modification time) and settings are unchanged; every other case is (re)done. Result files are
+size, modification and status-change times, inode: :func:`_fingerprint`) and settings are
+unchanged; every other case is (re)done. Result files are
 only ever replaced whole (temporary file, fsync, ``os.replace``), so a kill at any moment loses at
 most the cases still running. When the run ends the result files are rewritten in case order, so
 every execution mode gives byte-identical files (plus ``results.parquet`` when pyarrow is present).

@@ -429,12 +429,12 @@ OUTPUTS = {
 }
 
 
-#: Input files and folders of each command: an output file must never overwrite one of them (nor a
-#: file inside an input folder), whatever the path spelling (links, ``./``, ``..``).
+#: Input files and folders of the commands with output files (``batch`` and ``demo`` write into
+#: folders of their own): an output file must never overwrite one of them (nor an existing file
+#: inside an input folder), whatever the path spelling (links, ``./``, ``..``).
 INPUTS = {
-    "compare": ("reference", "test", "image", "names", "synonyms", "params"),
+    "compare": ("reference", "test", "image", "resample_to", "names", "synonyms", "params"),
     "frames": ("reference_dir", "test_dir", "reference", "test", "classes", "scores", "instance_dirs"),
-    "batch": ("manifest", "reference_dir", "test_dir", "names", "params"),
 }
 
 
@@ -529,12 +529,14 @@ def check_output_folder(path, option: str) -> None:
 
 def _input_paths(args) -> list:
     """``(option, Path)`` of every input file or folder the command was given (see :data:`INPUTS`);
-    ``--params`` only when it names a file (not inline JSON)."""
+    ``--params`` only when it names a file (not inline JSON), ``--resample-to`` only when it names an
+    image (not the word ``reference``)."""
     found = []
     for option in INPUTS.get(args.command, ()):
         value = getattr(args, option, None)
         for item in value if isinstance(value, list) else [value]:
-            if item and not (option == "params" and item.lstrip().startswith("{")):
+            inline_json = option == "params" and item and item.lstrip().startswith("{")
+            if item and not inline_json and (option, item) != ("resample_to", "reference"):
                 found.append((option, Path(item)))
     return found
 

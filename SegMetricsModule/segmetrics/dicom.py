@@ -42,6 +42,7 @@ warning note (:func:`series_warnings`).
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -326,20 +327,21 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     """Fill every ROI's polygons on ``grid`` (3-D): pixel centres inside, even-odd per slice.
 
     A polygon goes to the slice nearest to its plane (:func:`nearest_slice`), along whichever grid
-    axis is normal to the contour planes (a grid stored transposed gives the same voxels); polygons outside the grid are
-    counted in ``notes``; a polygon not parallel to the slices raises :class:`ReadError`. The even-odd rule
-    applies within a plane: when several contour planes fall on one slice (slices thicker than
-    the contour spacing), the slice holds the union of their fills (and a note says so).
+    axis is normal to the contour planes (a grid stored transposed gives the same voxels); polygons
+    outside the grid are counted in ``notes``; a polygon not parallel to the slices raises
+    :class:`ReadError`. The even-odd rule applies within a plane: when several contour planes fall
+    on one slice (slices thicker than the contour spacing), the slice holds the union of their
+    fills (and a note says so).
     """
     if grid.ndim != 3:
         raise ReadError(f"{structures.source}: contours need a 3-D grid, got a {grid.ndim}-D one")
     shape = grid.array.shape
     direction = np.asarray(grid.direction).reshape(3, 3)
     scale = np.asarray(grid.spacing[::-1])  # ITK (i, j, k) order
-    polygons = structures.polygons()
+    every_polygon = structures.polygons()
     # the ITK axis normal to the contour planes: k for a grid stored in slices of the planes, another
     # one for a grid stored transposed (e.g. sagittal slices of axial contours): the same voxels
-    along_normal = direction.T @ plane_axes(polygons)[2] if polygons else np.eye(3)[2]
+    along_normal = direction.T @ plane_axes(every_polygon)[2] if every_polygon else np.eye(3)[2]
     normal_axis = int(np.argmax(np.abs(along_normal)))
     rows, columns = sorted(set(range(3)) - {normal_axis}, reverse=True)  # ITK axes of a slice's rows, columns
     patient_axis = np.argmax(np.abs(direction), axis=0)  # of each ITK axis
@@ -395,8 +397,8 @@ def fill_in_patient_order(rings, shape, flips=(False, False), swap=False) -> np.
     done in the patient order of the slice, so that a pixel centre exactly on an edge is inside or
     outside whatever the storage: ``flips`` says which of the stored (row, column) axes run against
     their patient axis, ``swap`` that the stored rows follow the earlier patient axis (a transposed
-    grid). Coordinates within 1e-6 pixel of a pixel centre are taken as on it (float noise of the
-    origin). The mask is returned in the stored order."""
+    grid). A coordinate within 1e-6 pixel of a whole number (a row or column of pixel centres) is
+    taken as on it (float noise of the origin). The mask is returned in the stored order."""
     size = np.asarray(shape, dtype=float) - 1
     moved = []
     for ring in rings:
@@ -473,25 +475,29 @@ def read_image_series(path) -> tuple:
     import SimpleITK as sitk
 
     path = Path(path)
-    identity = (None, None)
+    identity, voxel_check = (None, None), None
     if path.is_dir():
-        warnings = sitk.ProcessObject.GetGlobalWarningDisplay()
-        sitk.ProcessObject.SetGlobalWarningDisplay(False)  # "No Series were found": said below in one line
-        try:
+        with _itk_warnings_off():  # "No Series were found": said below in one line
             series = [names for uid in sitk.ImageSeriesReader.GetGDCMSeriesIDs(str(path))
                       if (names := sitk.ImageSeriesReader.GetGDCMSeriesFileNames(str(path), uid))
                       and dicom_kind(names[0]) is None]
-        finally:
-            sitk.ProcessObject.SetGlobalWarningDisplay(warnings)
         if len(series) != 1:
             raise ReadError(f"{path}: holds {len(series)} DICOM image series; give a folder with exactly one")
-        check_even_slices(path, series[0])
         reader = sitk.ImageSeriesReader()
         reader.SetFileNames(series[0])
-        reader_call = reader.Execute
+        reader.MetaDataDictionaryArrayUpdateOn()  # each slice's header, for check_even_slices
+
+        def reader_call():
+            with _itk_warnings_off():  # ITK's "Non uniform sampling or missing slices": refused in one line
+                image = reader.Execute()
+            check_even_slices(path, reader)
+            return image
+
         identity = dicom_identity(series[0][0])
     elif path.is_file():
-        check_file(path, InputPolicy())  # header spacing ITK would replace by 1 mm, damaged streams, DICOM class
+        # header spacing ITK would replace by 1 mm, DICOM class; a gzip stream's integrity is checked
+        # on the voxels as ITK decompresses them (voxel_check), so that the file is decompressed once
+        voxel_check = check_file(path, InputPolicy(), defer_data_check=True)
         reader_call = lambda: sitk.ReadImage(str(path))  # noqa: E731
         identity = dicom_identity(path) if looks_like_dicom(path) else identity
     else:
@@ -499,7 +505,11 @@ def read_image_series(path) -> tuple:
     try:
         image = reader_call()
     except RuntimeError as error:
+        if voxel_check is not None:
+            voxel_check.check_stream()  # a damaged gzip stream is named as such
         raise ReadError(f"{path}: cannot be read as an image ({str(error).strip().splitlines()[-1]})") from error
+    if voxel_check is not None:
+        voxel_check.verify(sitk.GetArrayViewFromImage(image))
     try:
         grid = LabelImage.from_sitk(image)
     except ValueError as error:
@@ -507,21 +517,35 @@ def read_image_series(path) -> tuple:
     return grid.with_array(np.zeros(grid.array.shape, np.uint8)), identity
 
 
-def check_even_slices(path, files) -> None:
-    """Refuse a DICOM series (``files`` in slice order) whose slices are not evenly spaced along
-    their normal: ITK builds one regular grid from it (with a warning only), so a missing slice or
-    a change of slice spacing would put every later slice, and the contours on it, at a wrong
-    place. Positions may deviate from the regular grid by :data:`SLICE_POSITION_TOLERANCE` of a
-    slice spacing (or 0.01 mm)."""
-    import pydicom
+@contextmanager
+def _itk_warnings_off():
+    """SimpleITK's warnings (several lines on standard error) off within the block."""
+    import SimpleITK as sitk
 
-    heads = [pydicom.dcmread(f, stop_before_pixels=True, specific_tags=["ImagePositionPatient",
-                                                                        "ImageOrientationPatient"]) for f in files]
-    if len(heads) < 3 or not all("ImagePositionPatient" in h and "ImageOrientationPatient" in h for h in heads):
+    shown = sitk.ProcessObject.GetGlobalWarningDisplay()
+    sitk.ProcessObject.SetGlobalWarningDisplay(False)
+    try:
+        yield
+    finally:
+        sitk.ProcessObject.SetGlobalWarningDisplay(shown)
+
+
+def check_even_slices(path, reader) -> None:
+    """Refuse the DICOM series of folder ``path`` read by ``reader`` (a SimpleITK
+    ``ImageSeriesReader`` that kept each slice's header, files in slice order) when its slices are
+    not evenly spaced along their normal: ITK builds one regular grid from it (with a warning
+    only), so a missing slice or a change of slice spacing would put every later slice, and the
+    contours on it, at a wrong place. Positions (mm) may deviate from the regular grid by
+    :data:`SLICE_POSITION_TOLERANCE` of a slice spacing (or 0.01 mm)."""
+    count, tags = len(reader.GetFileNames()), ("0020|0032", "0020|0037")  # ImagePosition/OrientationPatient
+    if count < 3 or not all(reader.HasMetaDataKey(i, tag) for i in range(count) for tag in tags):
         return
-    row, column = np.reshape(np.asarray(heads[0].ImageOrientationPatient, dtype=float), (2, 3))
-    positions = np.array([np.dot(np.asarray(h.ImagePositionPatient, dtype=float), np.cross(row, column))
-                          for h in heads])
+
+    def numbers(i, tag):
+        return np.array([float(value) for value in reader.GetMetaData(i, tag).split("\\")])
+
+    row, column = numbers(0, tags[1]).reshape(2, 3)
+    positions = np.array([numbers(i, tags[0]) @ np.cross(row, column) for i in range(count)])
     regular = np.linspace(positions[0], positions[-1], len(positions))
     spacing = abs(positions[-1] - positions[0]) / (len(positions) - 1)
     if np.max(np.abs(positions - regular)) > max(SLICE_POSITION_TOLERANCE * spacing, 0.01):
@@ -578,18 +602,19 @@ def _label_image(masks: dict, names: dict, source: str, spacing, origin, directi
                  shape=None, slice_axis: int = 0) -> LabelImage:
     """Pack ``{label: mask}`` into one label array of the smallest unsigned type holding the labels;
     a mask is a 3-D boolean array or ``{slice index: 2-D mask}`` on a grid of ``shape``, slices
-    along array axis ``slice_axis`` (only the slices that hold the structure are touched). A mask overlapping an earlier one is kept whole in
-    ``segment_masks``. Every name is kept, so empty structures stay listed; the names are checked
-    by the reader (RTSTRUCT) or by :func:`segmetrics.io.load_label_image` (SEG), not here again."""
-    by_slice = {label: mask if isinstance(mask, dict) else dict(enumerate(mask)) for label, mask in masks.items()}
-    if shape is None:
-        shape = next(iter(masks.values())).shape if masks else (1, 1, 1)
-    array = np.zeros(shape, dtype=np.min_scalar_type(max(masks, default=0)))
-    overlapping = {}
+    along array axis ``slice_axis`` (only the slices that hold the structure are touched). A mask
+    overlapping an earlier one is kept whole in ``segment_masks``. Every name is kept, so empty
+    structures stay listed; the names are checked by the reader (RTSTRUCT) or by
+    :func:`segmetrics.io.load_label_image` (SEG), not here again."""
 
     def along(volume):  # a view of volume with the slices first
         return np.moveaxis(volume, slice_axis, 0)
 
+    by_slice = {label: mask if isinstance(mask, dict) else dict(enumerate(along(mask))) for label, mask in masks.items()}
+    if shape is None:
+        shape = next(iter(masks.values())).shape if masks else (1, 1, 1)
+    array = np.zeros(shape, dtype=np.min_scalar_type(max(masks, default=0)))
+    overlapping = {}
     for label, slices in by_slice.items():
         if any(np.any(along(array)[k][fill]) for k, fill in slices.items()):
             overlapping[label] = np.zeros(shape, dtype=bool)

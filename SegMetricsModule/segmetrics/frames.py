@@ -379,13 +379,10 @@ def read_frame(path, labels: bool = True, threshold: float | None = None, input_
     the values unchanged (probability or score maps). Label frames pass the input checks of
     :mod:`segmetrics.validation` with ``input_policy`` (:class:`segmetrics.io.InputPolicy`).
     """
-    from .io import read_label_image
-
     path = Path(path)
     if labels:
         return read_label_frame(path, threshold, input_policy).array
-    return np.load(path, allow_pickle=False) if path.suffix.lower() == ".npy" else read_label_image(
-        path, input_policy=input_policy).array
+    return _score_map(path, input_policy).array
 
 
 def read_label_frame(path, threshold: float | None = None, input_policy=None):
