@@ -277,6 +277,20 @@ def test_an_output_file_never_overwrites_an_input(files, capsys, case):
     assert files[kept].read_bytes() == before
 
 
+@pytest.mark.parametrize("option", ["-o", "--report"])
+def test_a_batch_output_folder_is_never_an_input_folder(files, capsys, option):
+    """batch -o / --report naming the reference or test folder (here through a relative spelling)
+    is refused before any work: its results would be listed among the cases of the next run."""
+    for folder in ("refs", "tests"):
+        argv = ["batch", "--reference-dir", files["refs"], "--test-dir", files["tests"], "-o", files["out"]]
+        argv += ["--report", files[folder] / ".." / folder] if option == "--report" else []
+        if option == "-o":
+            argv[-1] = files[folder] / ".." / folder
+        code, _out, err = _run(capsys, argv)
+        _assert_one_line_error(code, err, "batch", "input")
+        assert sorted(p.name for p in files[folder].iterdir()) == ["c1.nrrd"]
+
+
 def test_an_output_file_beside_the_inputs_is_written(files, capsys, monkeypatch):
     """Control of the refusal above: an output in the inputs' folder that is no input is written,
     and so is one named like the word of ``--resample-to reference`` (the keyword, not a file)."""

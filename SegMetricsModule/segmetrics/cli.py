@@ -429,12 +429,13 @@ OUTPUTS = {
 }
 
 
-#: Input files and folders of the commands with output files (``batch`` and ``demo`` write into
-#: folders of their own): an output file must never overwrite one of them (nor an existing file
-#: inside an input folder), whatever the path spelling (links, ``./``, ``..``).
+#: Input files and folders of the commands: an output file must never overwrite one of them (nor
+#: an existing file inside an input folder), and an output folder must not be an input folder,
+#: whatever the path spelling (links, ``./``, ``..``).
 INPUTS = {
     "compare": ("reference", "test", "image", "resample_to", "names", "synonyms", "params"),
     "frames": ("reference_dir", "test_dir", "reference", "test", "classes", "scores", "instance_dirs"),
+    "batch": ("reference_dir", "test_dir", "manifest"),
 }
 
 
@@ -541,20 +542,22 @@ def _input_paths(args) -> list:
     return found
 
 
-def check_not_an_input(path, option: str, inputs) -> None:
+def check_not_an_input(path, option: str, inputs, folder: bool = False) -> None:
     """Refuse an output file ``path`` that is one of the ``inputs`` (``(option, Path)``) or an
-    existing file inside an input folder: writing it would destroy the data being evaluated."""
+    existing file inside an input folder (writing it would destroy the data being evaluated), or
+    an output ``folder`` that is an input folder (its results would be read as cases next time)."""
     path = Path(path)
     if not path.exists():
         return
     for input_option, source in inputs:
         same = source.exists() and os.path.samefile(path, source)
-        inside = source.is_dir() and path.resolve().parent == source.resolve()
+        inside = not folder and source.is_dir() and path.resolve().parent == source.resolve()
         if same or inside:
             where = "is" if same else "is a file in"
             what = input_option.replace("_dir", " folder").replace("_", " ")
-            raise UserError(f"{option} {path}: {where} the {what} input {source}; writing it would overwrite the "
-                            "data being evaluated, give another output file")
+            harm = "mix the results with" if folder else "overwrite"
+            raise UserError(f"{option} {path}: {where} the {what} input {source}; writing it would {harm} the "
+                            f"data being evaluated, give another output {'folder' if folder else 'file'}")
 
 
 def check_outputs(args) -> None:
@@ -567,8 +570,7 @@ def check_outputs(args) -> None:
         path = getattr(args, option, None)
         if path is not None:
             (check_output_file if kind == "file" else check_output_folder)(path, _flag(option))
-            if kind == "file":
-                check_not_an_input(path, _flag(option), inputs)
+            check_not_an_input(path, _flag(option), inputs, folder=kind == "folder")
             place = Path(path).resolve()
             if kind == "file" and place in seen:
                 raise UserError(f"{_flag(option)} {path}: the same place as {_flag(seen[place])}; "
