@@ -385,6 +385,46 @@ def test_search_and_walk_refuse_a_grid_of_other_points():
         _kernels.closest_points_near(points, *grid[:4], order, grid[5], points, cells, *star)
 
 
+def bad_stars():
+    """Inputs of the walk of a tetrahedron's 4 triangles, each with one set of indices out of range."""
+    points, cells = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]]), np.array([[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]])
+    by_vertex, first, count = _kernels.cells_by_vertex(cells, 4)
+    corners = _kernels.FEATURE_CORNERS[3]
+    good = dict(points=points, cells=cells, by_vertex=by_vertex, first=first, count=count, feature_corners=corners)
+    beyond_column = corners.copy()
+    beyond_column[3, 0] = 3  # edge ab read as corner columns 3 and 1
+    return [
+        {**good, "cells": cells + 1},  # corners beyond the points (cells per vertex still fit)
+        {**good, "cells": cells - 1},
+        {**good, "by_vertex": by_vertex + len(cells)},
+        {**good, "by_vertex": -by_vertex - 1},
+        {**good, "first": first + 100},
+        {**good, "first": first - 100},
+        {**good, "count": count + 100},
+        {**good, "feature_corners": beyond_column},
+    ]
+
+
+@pytest.mark.parametrize("star", bad_stars(), ids=["corners+1", "corners-1", "cells beyond", "cells negative", "first+100",
+                                                    "first-100", "count+100", "feature corner column"])
+def test_walk_refuses_indices_out_of_range_in_any_input(star):
+    """Every index the walk follows is checked on entry (ValueError), not read out of bounds."""
+    queries = np.array([[0.3, 0.3, 0.3], [2.0, 2.0, 2.0], [-1.0, 0.2, 0.1], [0.9, 0.05, 0.0]])
+    inputs = (star["points"], star["cells"], star["by_vertex"], star["first"], star["count"], star["feature_corners"])
+    with pytest.raises(ValueError, match="closest points"):
+        _kernels.closest_points(queries, np.arange(4), *inputs)
+    with pytest.raises(ValueError, match="closest points"):
+        _kernels.closest_points_near(queries, *mesh.point_grid(star["points"], np.ones(4)), *inputs)
+
+
+def test_search_and_walk_refuse_a_grid_order_of_negative_vertices():
+    points, cells = np.eye(3), np.array([[0, 1, 2]])
+    bucket_mm, low, shape, first, order, sorted_xyz = mesh.point_grid(points, np.ones(3))
+    with pytest.raises(ValueError, match="vertex order"):
+        _kernels.closest_points_near(points + 0.1, bucket_mm, low, shape, first, order - 5, sorted_xyz, points, cells,
+                                     *_kernels.cells_by_vertex(cells, 3), _kernels.FEATURE_CORNERS[3])
+
+
 def test_walk_refuses_a_nearest_vertex_out_of_range():
     points, cells = np.eye(3), np.array([[0, 1, 2]])
     for nearest in (-1, 3):
