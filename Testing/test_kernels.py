@@ -417,6 +417,20 @@ def test_walk_refuses_indices_out_of_range_in_any_input(star):
         _kernels.closest_points_near(queries, *mesh.point_grid(star["points"], np.ones(4)), *inputs)
 
 
+def test_nearest_vertex_search_refuses_grids_not_of_vertex_grid():
+    """Grids whose buckets would lead the search out of bounds: ValueError."""
+    points = np.random.default_rng(3).random((20, 3))
+    bucket_mm, low, shape, first, order, sorted_xyz = mesh.point_grid(points, np.full(20, 0.01))
+    assert len(first) > 3  # buckets enough to break their order
+    unordered = first.copy()
+    unordered[1:-1] = len(order) + 100  # runs beyond the vertices
+    too_many = np.array([2**32, 2**32, 1])  # 2**64 buckets: 0 in 64-bit integers
+    for grid in ((low[:2], shape, first), (low, shape[:2], first), (low, shape, unordered), (low, too_many, np.zeros(1, np.int64))):
+        with pytest.raises(ValueError, match="not one of vertex_grid"):
+            _kernels.nearest_vertices(points, bucket_mm, *grid, order[:0] if len(grid[2]) == 1 else order,
+                                      sorted_xyz[:, :0] if len(grid[2]) == 1 else sorted_xyz)
+
+
 def test_search_and_walk_refuse_a_grid_order_of_negative_vertices():
     points, cells = np.eye(3), np.array([[0, 1, 2]])
     bucket_mm, low, shape, first, order, sorted_xyz = mesh.point_grid(points, np.ones(3))

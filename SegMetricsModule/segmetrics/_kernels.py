@@ -347,11 +347,15 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     (along z) farther than the nearest vertex so far are skipped. Fastest for points in surface
     order (each near the one before). -1 (and inf) for points with no vertex within
     :data:`MAX_RINGS` buckets (``MAX_RINGS * bucket_mm``), and for every point when there are no
-    vertices."""
+    vertices. ValueError for a grid whose buckets are not those of :func:`vertex_grid` (3 axes of
+    1 to :data:`MAX_BUCKETS_PER_AXIS` buckets, runs of vertices in order), which could lead the
+    search out of range."""
     if queries.shape[1] != 3:
         raise ValueError("nearest_vertices: needs query points of 3 components")
-    if not (bucket_mm > 0 and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
-            and first[-1] == len(order) and sorted_xyz.shape == (3, len(order))):
+    if not (bucket_mm > 0 and len(low) == 3 and len(shape) == 3 and np.all(shape >= 1)
+            and np.all(shape <= MAX_BUCKETS_PER_AXIS)
+            and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0 and first[-1] == len(order)
+            and np.all(first[1:] >= first[:-1]) and sorted_xyz.shape == (3, len(order))):
         raise ValueError("nearest_vertices: the grid is not one of vertex_grid")
     nearest = np.full(len(queries), -1, dtype=np.int64)
     squared = np.full(len(queries), np.inf)
