@@ -501,6 +501,8 @@ def test_corner_shares_refuse_corners_out_of_range_and_missing_sizes():
             _kernels.corner_shares(np.array([[0, 1, 2], [1, 2, bad]]), np.ones(2), 4)
     with pytest.raises(ValueError, match="one size per cell"):
         _kernels.corner_shares(np.array([[0, 1, 2]]), np.ones(2), 4)
+    with pytest.raises(ValueError, match="one size per cell"):  # cells of no corners: nothing to share the sizes
+        _kernels.corner_shares(np.zeros((2, 0), dtype=np.int64), np.ones(2), 4)
 
 
 @PROPERTY

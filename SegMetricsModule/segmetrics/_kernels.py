@@ -562,9 +562,9 @@ def corner_shares(cells, sizes, vertex_count):
     """Per vertex ``0 … vertex_count - 1``, the sum of ``size / corners`` over its cells (rows of
     vertex indices, ``sizes`` one per cell), added in the order of the cells' corners: what
     ``np.bincount(cells.ravel(), np.repeat(sizes / corners, corners), vertex_count)`` gives.
-    ValueError for a corner index out of range."""
-    if len(sizes) != len(cells):
-        raise ValueError("corner_shares: needs one size per cell")
+    ValueError for a corner index out of range, or sizes that are not one per cell of corners."""
+    if len(sizes) != len(cells) or (len(cells) and cells.shape[1] == 0):
+        raise ValueError("corner_shares: needs one size per cell, and cells of at least one corner")
     shares = np.zeros(vertex_count)
     corners = cells.shape[1]
     for cell in range(len(cells)):
