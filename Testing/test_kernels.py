@@ -463,6 +463,18 @@ def test_distances_to_degenerate_surfaces_against_brute_force():
     np.testing.assert_allclose(mesh.distances_to_surface(queries, strip), truth, rtol=1e-12, atol=1e-12)
 
 
+def test_distances_to_a_2d_contour_from_points_beyond_the_grid_search():
+    """Points of a 2-D contour's frame farther than the bucket search reaches take the KD-tree of
+    the contour's 2-D points: exact distances to a straight contour of 1 m."""
+    count = 200
+    line = np.stack([np.linspace(0, 1000, count), np.zeros(count)], axis=1)
+    contour = mesh.Surface(line, np.full(count, 5.0), np.stack([np.arange(count - 1), np.arange(1, count)], axis=1))
+    queries = np.array([[500.0, 3.0], [500.0, 2000.0], [-3000.0, 0.0], [1004.0, -3.0]])
+    assert np.any(_kernels.closest_points_near(mesh._three_components(queries), *contour.vertex_grid, mesh._three_components(line),
+                                               contour.cells, *contour.cells_by_vertex, _kernels.FEATURE_CORNERS[2])[3] < 0)
+    np.testing.assert_allclose(mesh.distances_to_surface(queries, contour), [3.0, 2000.0, 3000.0, 5.0], rtol=1e-12)
+
+
 # --- cells per vertex, areas, blur, clamp --------------------------------------------------------
 
 

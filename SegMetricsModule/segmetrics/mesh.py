@@ -503,7 +503,7 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     offset, cell, feature, nearest = _kernels.in_threads(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
     far = np.flatnonzero(nearest < 0)  # no vertex within the grid search's reach: the KD-tree's nearest, then the walk
     if len(far):
-        nearest = surface.tree.query(queries[far], workers=-1)[1]
+        nearest = surface.tree.query(points[far], workers=-1)[1]  # the tree holds the surface's 2-D or 3-D points
         offset[far], cell[far], feature[far] = _kernels.closest_points(queries[far], nearest, *star)
     squared = offset * offset
     distances = np.sqrt(squared[:, 0] + squared[:, 1] + squared[:, 2])  # np.sum(..., axis=1), many times faster
