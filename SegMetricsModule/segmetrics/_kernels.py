@@ -196,9 +196,11 @@ def closest_points(queries, nearest, points, cells, by_vertex, first, count, fea
 def closest_points_near(queries, bucket_mm, low, shape, first, order, sorted_xyz, points, cells, by_vertex, cell_first, count,
                         feature_corners):
     """:func:`closest_points` walking from each query's :func:`nearest_vertices` (grid ``bucket_mm``
-    … ``sorted_xyz`` of ``points``), in one pass: ``(p - q, cell, feature, nearest vertex)``.
+    … ``sorted_xyz`` of ``points``), in one pass: ``(p - q`` (rows, mm), ``cell, feature, nearest vertex)``.
     A query on a vertex is not walked (``p - q`` 0, cell -1); one with no vertex within
-    :data:`MAX_RINGS` buckets has nearest vertex -1 and nothing else (for a search further out)."""
+    :data:`MAX_RINGS` buckets has nearest vertex -1 and nothing else (for a search further out).
+    ValueError for a grid or cells per vertex that are not those of ``points`` and ``cells``
+    (as in :func:`nearest_vertices` and :func:`closest_points`)."""
     if len(order) != len(points):
         raise ValueError("closest_points_near: the grid's vertices are not those of these points")
     for v in order:
