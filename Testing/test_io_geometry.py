@@ -144,3 +144,28 @@ def test_multi_layer_seg_nrrd_keeps_overlapping_segments():
     result = segmetrics.compare(single, image, metrics="dice")  # same grid, matched by segment name
     assert result["ribs"].value("dice") == 1.0
     assert result["overlapping sphere"].status == "reference_empty"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_load_pair_reports_the_reference_first_when_both_inputs_are_bad(tmp_path, threads):
+    """The two inputs are read in the package's threads (one in a batch worker): the reference's
+    error surfaces when both are bad, else the bad one's, as when they were read one after the other."""
+    from segmetrics import _threads
+    from segmetrics.io import load_pair
+
+    good = tmp_path / "good.nii.gz"
+    sitk.WriteImage(sitk.GetImageFromArray(np.ones((2, 3, 4), np.uint8)), str(good))
+    (tmp_path / "broken.nii.gz").write_bytes(b"not an image")
+    before = _threads._THREADS
+    _threads.set_thread_count(threads)
+    try:
+        with pytest.raises(ReadError, match="missing-reference"):
+            load_pair(tmp_path / "missing-reference.nii.gz", tmp_path / "broken.nii.gz")
+        with pytest.raises(ReadError, match="broken"):
+            load_pair(good, tmp_path / "broken.nii.gz")
+        with pytest.raises(ReadError, match="missing-test"):
+            load_pair(good, tmp_path / "missing-test.nii.gz")
+        reference, test = load_pair(good, good)
+        assert reference.labels() == test.labels() == [1]
+    finally:
+        _threads.set_thread_count(before)

@@ -385,6 +385,60 @@ def test_search_and_walk_refuse_a_grid_of_other_points():
         _kernels.closest_points_near(points, *grid[:4], order, grid[5], points, cells, *star)
 
 
+def bad_stars():
+    """Inputs of the walk of a tetrahedron's 4 triangles, each with one set of indices out of range."""
+    points, cells = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]]), np.array([[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]])
+    by_vertex, first, count = _kernels.cells_by_vertex(cells, 4)
+    corners = _kernels.FEATURE_CORNERS[3]
+    good = dict(points=points, cells=cells, by_vertex=by_vertex, first=first, count=count, feature_corners=corners)
+    beyond_column = corners.copy()
+    beyond_column[3, 0] = 3  # edge ab read as corner columns 3 and 1
+    return [
+        {**good, "cells": cells + 1},  # corners beyond the points (cells per vertex still fit)
+        {**good, "cells": cells - 1},
+        {**good, "by_vertex": by_vertex + len(cells)},
+        {**good, "by_vertex": -by_vertex - 1},
+        {**good, "first": first + 100},
+        {**good, "first": first - 100},
+        {**good, "count": count + 100},
+        {**good, "feature_corners": beyond_column},
+    ]
+
+
+@pytest.mark.parametrize("star", bad_stars(), ids=["corners+1", "corners-1", "cells beyond", "cells negative", "first+100",
+                                                    "first-100", "count+100", "feature corner column"])
+def test_walk_refuses_indices_out_of_range_in_any_input(star):
+    """Every index the walk follows is checked on entry (ValueError), not read out of bounds."""
+    queries = np.array([[0.3, 0.3, 0.3], [2.0, 2.0, 2.0], [-1.0, 0.2, 0.1], [0.9, 0.05, 0.0]])
+    inputs = (star["points"], star["cells"], star["by_vertex"], star["first"], star["count"], star["feature_corners"])
+    with pytest.raises(ValueError, match="closest points"):
+        _kernels.closest_points(queries, np.arange(4), *inputs)
+    with pytest.raises(ValueError, match="closest points"):
+        _kernels.closest_points_near(queries, *mesh.point_grid(star["points"], np.ones(4)), *inputs)
+
+
+def test_nearest_vertex_search_refuses_grids_not_of_vertex_grid():
+    """Grids whose buckets would lead the search out of bounds: ValueError."""
+    points = np.random.default_rng(3).random((20, 3))
+    bucket_mm, low, shape, first, order, sorted_xyz = mesh.point_grid(points, np.full(20, 0.01))
+    assert len(first) > 3  # buckets enough to break their order
+    unordered = first.copy()
+    unordered[1:-1] = len(order) + 100  # runs beyond the vertices
+    too_many = np.array([2**32, 2**32, 1])  # 2**64 buckets: 0 in 64-bit integers
+    for grid in ((low[:2], shape, first), (low, shape[:2], first), (low, shape, unordered), (low, too_many, np.zeros(1, np.int64))):
+        with pytest.raises(ValueError, match="not one of vertex_grid"):
+            _kernels.nearest_vertices(points, bucket_mm, *grid, order[:0] if len(grid[2]) == 1 else order,
+                                      sorted_xyz[:, :0] if len(grid[2]) == 1 else sorted_xyz)
+
+
+def test_search_and_walk_refuse_a_grid_order_of_negative_vertices():
+    points, cells = np.eye(3), np.array([[0, 1, 2]])
+    bucket_mm, low, shape, first, order, sorted_xyz = mesh.point_grid(points, np.ones(3))
+    with pytest.raises(ValueError, match="vertex order"):
+        _kernels.closest_points_near(points + 0.1, bucket_mm, low, shape, first, order - 5, sorted_xyz, points, cells,
+                                     *_kernels.cells_by_vertex(cells, 3), _kernels.FEATURE_CORNERS[3])
+
+
 def test_walk_refuses_a_nearest_vertex_out_of_range():
     points, cells = np.eye(3), np.array([[0, 1, 2]])
     for nearest in (-1, 3):
@@ -407,6 +461,18 @@ def test_distances_to_degenerate_surfaces_against_brute_force():
     strip = mesh.Surface(line, np.zeros(8), slivers)
     truth = [point_segment(p, line[0], line[-1]) for p in queries]
     np.testing.assert_allclose(mesh.distances_to_surface(queries, strip), truth, rtol=1e-12, atol=1e-12)
+
+
+def test_distances_to_a_2d_contour_from_points_beyond_the_grid_search():
+    """Points of a 2-D contour's frame farther than the bucket search reaches take the KD-tree of
+    the contour's 2-D points: exact distances to a straight contour of 1 m."""
+    count = 200
+    line = np.stack([np.linspace(0, 1000, count), np.zeros(count)], axis=1)
+    contour = mesh.Surface(line, np.full(count, 5.0), np.stack([np.arange(count - 1), np.arange(1, count)], axis=1))
+    queries = np.array([[500.0, 3.0], [500.0, 2000.0], [-3000.0, 0.0], [1004.0, -3.0]])
+    assert np.any(_kernels.closest_points_near(mesh._three_components(queries), *contour.vertex_grid, mesh._three_components(line),
+                                               contour.cells, *contour.cells_by_vertex, _kernels.FEATURE_CORNERS[2])[3] < 0)
+    np.testing.assert_allclose(mesh.distances_to_surface(queries, contour), [3.0, 2000.0, 3000.0, 5.0], rtol=1e-12)
 
 
 # --- cells per vertex, areas, blur, clamp --------------------------------------------------------
@@ -447,6 +513,8 @@ def test_corner_shares_refuse_corners_out_of_range_and_missing_sizes():
             _kernels.corner_shares(np.array([[0, 1, 2], [1, 2, bad]]), np.ones(2), 4)
     with pytest.raises(ValueError, match="one size per cell"):
         _kernels.corner_shares(np.array([[0, 1, 2]]), np.ones(2), 4)
+    with pytest.raises(ValueError, match="one size per cell"):  # cells of no corners: nothing to share the sizes
+        _kernels.corner_shares(np.zeros((2, 0), dtype=np.int64), np.ones(2), 4)
 
 
 @PROPERTY

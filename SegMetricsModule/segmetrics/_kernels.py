@@ -11,9 +11,10 @@ query points on the package's threads (:mod:`segmetrics._threads`, also reachabl
 
 numba does not check array bounds, so every index a kernel follows is in range by construction,
 for any input: a query's bucket is clamped to the grid, index inputs (cell corners, nearest
-vertices, grids) are checked on entry (ValueError), degenerate cells (zero length or area) and
-empty sets have defined results, and no division is by zero. The tests compile the kernels with
-``NUMBA_BOUNDSCHECK=1`` (``Testing/conftest.py``) so that a slip fails with IndexError.
+vertices, grids) are checked on entry, or in the walk just before each is read (ValueError),
+degenerate cells (zero length or area) and empty sets have defined results, and no division is
+by zero. The tests compile the kernels with ``NUMBA_BOUNDSCHECK=1`` (``Testing/conftest.py``) so
+that a slip fails with IndexError.
 """
 import numba
 import numpy as np
@@ -142,13 +143,21 @@ def _vertex(points, index):
 def _closest_in_stars(p, centre_a, centre_b, points, cells, by_vertex, first, count, best):
     """Closest point to ``p`` among the cells around the vertices ``centre_a`` and ``centre_b``
     (-1 = none), if closer than ``best`` (squared mm): ``(squared distance, p - q, cell,
-    feature)``; cell -1 when none is closer. The first closest cell wins ties."""
+    feature)``; cell -1 when none is closer. The first closest cell wins ties. ValueError for a
+    run of cells per vertex, a cell or a corner index out of range (checked before it is read)."""
     offset, cell, feature = (0.0, 0.0, 0.0), -1, 0
     for centre in (centre_a, centre_b):
         if centre < 0:
             continue
+        if not (first[centre] >= 0 and 0 <= count[centre] <= len(by_vertex) - first[centre]):
+            raise ValueError("closest points: the cells per vertex are not those of these points (a run out of range)")
         for k in range(first[centre], first[centre] + count[centre]):
             candidate = by_vertex[k]
+            if not 0 <= candidate < len(cells):
+                raise ValueError("closest points: the cells per vertex are not those of these cells (an index out of range)")
+            for c in range(cells.shape[1]):
+                if not 0 <= cells[candidate, c] < len(points):
+                    raise ValueError("closest points: a cell's corner index is out of range")
             if cells.shape[1] == 3:
                 found, code = _triangle(p, _vertex(points, cells[candidate, 0]), _vertex(points, cells[candidate, 1]), _vertex(points, cells[candidate, 2]))
             else:
@@ -167,15 +176,12 @@ def closest_points(queries, nearest, points, cells, by_vertex, first, count, fea
 
     ``by_vertex``, ``first``, ``count``: the cells around vertex ``v`` are
     ``by_vertex[first[v]:first[v] + count[v]]``, as :func:`cells_by_vertex` of ``cells`` and
-    ``len(points)`` gives them (which checked every corner index), so every index the walk
-    follows is in range; ``nearest`` is checked here (ValueError).
+    ``len(points)`` gives them. ValueError for inputs that would lead the walk out of range
+    (``nearest``, :func:`_check_star`, :func:`_closest_in_stars`).
     """
-    if queries.shape[1] != 3 or points.shape[1] != 3 or len(nearest) != len(queries):
-        raise ValueError("closest_points: needs rows of 3 components and a nearest vertex per query")
-    if cells.shape[1] not in (2, 3) or feature_corners.shape != ((FACE + 1, 3) if cells.shape[1] == 3 else (3, 2)):
-        raise ValueError("closest_points: cells are triangles or segments, with their feature corners")
-    if len(first) != len(points) or len(count) != len(points):
-        raise ValueError("closest_points: the cells per vertex are not those of these points")
+    if queries.shape[1] != 3 or len(nearest) != len(queries):
+        raise ValueError("closest_points: needs query rows of 3 components and a nearest vertex per query")
+    _check_star(points, cells, by_vertex, first, count, feature_corners)
     offsets = np.empty((len(queries), 3))
     found_cells = np.full(len(queries), -1, dtype=np.int64)
     features = np.zeros(len(queries), dtype=np.int8)
@@ -190,24 +196,42 @@ def closest_points(queries, nearest, points, cells, by_vertex, first, count, fea
 def closest_points_near(queries, bucket_mm, low, shape, first, order, sorted_xyz, points, cells, by_vertex, cell_first, count,
                         feature_corners):
     """:func:`closest_points` walking from each query's :func:`nearest_vertices` (grid ``bucket_mm``
-    … ``sorted_xyz`` of ``points``), in one pass: ``(p - q, cell, feature, nearest vertex)``.
+    … ``sorted_xyz`` of ``points``), in one pass: ``(p - q`` (rows, mm), ``cell, feature, nearest vertex)``.
     A query on a vertex is not walked (``p - q`` 0, cell -1); one with no vertex within
-    :data:`MAX_RINGS` buckets has nearest vertex -1 and nothing else (for a search further out)."""
-    if len(order) != len(points) or len(cell_first) != len(points) or len(count) != len(points):
-        raise ValueError("closest_points_near: the grid or the cells per vertex are not those of these points")
-    corners_shape = (FACE + 1, 3) if cells.shape[1] == 3 else (3, 2)
-    if points.shape[1] != 3 or cells.shape[1] not in (2, 3) or feature_corners.shape != corners_shape:
-        raise ValueError("closest_points_near: needs points of 3 components, triangles or segments and their feature corners")
+    :data:`MAX_RINGS` buckets has nearest vertex -1 and nothing else (for a search further out).
+    ValueError for a grid or cells per vertex that are not those of ``points`` and ``cells``
+    (as in :func:`nearest_vertices` and :func:`closest_points`)."""
+    if len(order) != len(points):
+        raise ValueError("closest_points_near: the grid's vertices are not those of these points")
+    for v in order:
+        if not 0 <= v < len(points):
+            raise ValueError("closest_points_near: the grid's vertex order is not one of these points")
+    _check_star(points, cells, by_vertex, cell_first, count, feature_corners)
     nearest, squared = nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz)  # values of `order`, or -1
     offsets = np.zeros((len(queries), 3))
     found_cells = np.full(len(queries), -1, dtype=np.int64)
     features = np.zeros(len(queries), dtype=np.int8)
     for i in range(len(queries)):
-        if nearest[i] >= len(points):
-            raise ValueError("closest_points_near: the grid's vertex order is not one of these points")
         if nearest[i] >= 0 and squared[i] > 0:
             _walk(queries, i, nearest[i], points, cells, by_vertex, cell_first, count, feature_corners, offsets, found_cells, features)
     return offsets, found_cells, features, nearest
+
+
+@numba.njit(cache=True, nogil=True)
+def _check_star(points, cells, by_vertex, first, count, feature_corners):
+    """ValueError unless the walk's inputs (see :func:`closest_points`) have the shapes it reads:
+    points of 3 components, triangles or segments with their feature corners (columns of a cell,
+    -1 = none), cells per vertex for each point. The indices within the cells and the cells per
+    vertex are checked where the walk follows them (:func:`_closest_in_stars`): a pass over them
+    on entry would cost about 8 % of a chunk of :func:`closest_points_near`."""
+    corners_shape = (FACE + 1, 3) if cells.shape[1] == 3 else (3, 2)
+    if points.shape[1] != 3 or cells.shape[1] not in (2, 3) or feature_corners.shape != corners_shape:
+        raise ValueError("closest points: needs points of 3 components, triangles or segments and their feature corners")
+    for corner in feature_corners.ravel():
+        if not -1 <= corner < cells.shape[1]:
+            raise ValueError("closest points: a feature corner is not a column of a cell")
+    if len(first) != len(points) or len(count) != len(points):
+        raise ValueError("closest points: the cells per vertex are not those of these points")
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -325,11 +349,15 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     (along z) farther than the nearest vertex so far are skipped. Fastest for points in surface
     order (each near the one before). -1 (and inf) for points with no vertex within
     :data:`MAX_RINGS` buckets (``MAX_RINGS * bucket_mm``), and for every point when there are no
-    vertices."""
+    vertices. ValueError for a grid whose buckets are not those of :func:`vertex_grid` (3 axes of
+    1 to :data:`MAX_BUCKETS_PER_AXIS` buckets, runs of vertices in order), which could lead the
+    search out of range."""
     if queries.shape[1] != 3:
         raise ValueError("nearest_vertices: needs query points of 3 components")
-    if not (bucket_mm > 0 and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
-            and first[-1] == len(order) and sorted_xyz.shape == (3, len(order))):
+    if not (bucket_mm > 0 and len(low) == 3 and len(shape) == 3 and np.all(shape >= 1)
+            and np.all(shape <= MAX_BUCKETS_PER_AXIS)
+            and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0 and first[-1] == len(order)
+            and np.all(first[1:] >= first[:-1]) and sorted_xyz.shape == (3, len(order))):
         raise ValueError("nearest_vertices: the grid is not one of vertex_grid")
     nearest = np.full(len(queries), -1, dtype=np.int64)
     squared = np.full(len(queries), np.inf)
@@ -536,9 +564,9 @@ def corner_shares(cells, sizes, vertex_count):
     """Per vertex ``0 … vertex_count - 1``, the sum of ``size / corners`` over its cells (rows of
     vertex indices, ``sizes`` one per cell), added in the order of the cells' corners: what
     ``np.bincount(cells.ravel(), np.repeat(sizes / corners, corners), vertex_count)`` gives.
-    ValueError for a corner index out of range."""
-    if len(sizes) != len(cells):
-        raise ValueError("corner_shares: needs one size per cell")
+    ValueError for a corner index out of range, or sizes that are not one per cell of corners."""
+    if len(sizes) != len(cells) or (len(cells) and cells.shape[1] == 0):
+        raise ValueError("corner_shares: needs one size per cell, and cells of at least one corner")
     shares = np.zeros(vertex_count)
     corners = cells.shape[1]
     for cell in range(len(cells)):

@@ -432,12 +432,11 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     return (bucket_mm, *_kernels.vertex_grid(points, bucket_mm))
 
 
-def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple, make_tree=None) -> tuple:
+def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple) -> tuple:
     """``(distances in mm, indices)`` of the point of ``points`` nearest to each query (rows in
     the same frame, 2-D or 3-D): the bucket search of :func:`point_grid`'s ``grid`` in threads,
-    and a KD-tree of the points (from ``make_tree()`` when given) for queries beyond its rings.
-    Without points every distance is inf and every index -1. ValueError for queries that are
-    not finite."""
+    and a KD-tree of the points for queries beyond its rings. Without points every distance is
+    inf and every index -1. ValueError for queries that are not finite."""
     queries = np.asarray(queries, dtype=float)
     if not np.isfinite(queries).all():
         raise ValueError("nearest_points: the query points must be finite (mm)")
@@ -446,8 +445,7 @@ def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple, make_tr
     nearest, squared = _kernels.in_threads(_kernels.nearest_vertices, (_three_components(queries),), grid)
     far = np.flatnonzero(nearest < 0)
     if len(far):
-        tree = kd_tree(points) if make_tree is None else make_tree()
-        squared[far], nearest[far] = tree.query(queries[far], workers=-1)
+        squared[far], nearest[far] = kd_tree(points).query(queries[far], workers=-1)
         squared[far] **= 2
     return np.sqrt(squared), nearest
 
@@ -503,7 +501,7 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     offset, cell, feature, nearest = _kernels.in_threads(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
     far = np.flatnonzero(nearest < 0)  # no vertex within the grid search's reach: the KD-tree's nearest, then the walk
     if len(far):
-        nearest = surface.tree.query(queries[far], workers=-1)[1]
+        nearest = surface.tree.query(points[far], workers=-1)[1]  # the tree holds the surface's 2-D or 3-D points
         offset[far], cell[far], feature[far] = _kernels.closest_points(queries[far], nearest, *star)
     squared = offset * offset
     distances = np.sqrt(squared[:, 0] + squared[:, 1] + squared[:, 2])  # np.sum(..., axis=1), many times faster
