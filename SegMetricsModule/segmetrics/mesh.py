@@ -82,6 +82,24 @@ MAX_BUCKETS_PER_POINT = 8
 BLUR_BLOCK = 32
 
 
+class _built_once:
+    """A :func:`functools.cached_property` without the lock that Python < 3.12 shares between
+    all instances of a class, so that two surfaces' search structures build at once in two
+    threads (:func:`prepare_searches`). Two threads asking one surface may both build it."""
+
+    def __init__(self, method):
+        self.method, self.__doc__ = method, method.__doc__
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, instance, owner=None):
+        if instance is None:
+            return self
+        value = instance.__dict__[self.name] = self.method(instance)  # found there from now on
+        return value
+
+
 @dataclass(eq=False)
 class Surface:
     """A closed surface as vertices with their area weights and the cells joining them.
@@ -118,17 +136,17 @@ class Surface:
         """Surface of a closed, outward-oriented triangle polydata (points kept in its frame)."""
         return cls(points(polydata), point_areas(polydata), triangles(polydata))
 
-    @cached_property
+    @_built_once
     def tree(self) -> cKDTree:
         """KD-tree of the vertices (:func:`kd_tree`)."""
         return kd_tree(self.points)
 
-    @cached_property
+    @_built_once
     def vertex_grid(self) -> tuple:
         """:func:`point_grid` of the vertices."""
         return point_grid(self.points, self.sizes)
 
-    @cached_property
+    @_built_once
     def cells_by_vertex(self) -> tuple:
         """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``."""
         return _kernels.cells_by_vertex(self.cells, len(self.points))
