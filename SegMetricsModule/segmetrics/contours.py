@@ -149,12 +149,11 @@ def _planes(pair: StructurePair, params: Parameters):
     volume = pair.reference.ndim == 3
     axis = pair_slice_axis(pair, params) if volume else 0
     in_plane = np.delete(pair.spacing, axis) if volume else pair.spacing
-    spacing = pair.spacing[axis] if volume else 1.0
     orientation = pair.orientation or Reorientation.identity(pair.reference.shape)
     planes = []
     for k, reference, test, dice in mask_slices(pair.reference, pair.test, pair.spacing, axis):
-        index = orientation.stored_index(axis, k) if volume else 0
-        planes.append((index, index * spacing, reference, test, dice))
+        index, position = orientation.stored_slice(axis, k, pair.spacing[axis]) if volume else (0, 0.0)
+        planes.append((index, position, reference, test, dice))
     stored_axis = orientation.stored_axis(axis) if volume else None
     step = max(SAMPLE_STEP_MM, min(in_plane) / 10, max(in_plane) / MAX_SEGMENT_PIECES)  # bounded samples per segment
     return step, stored_axis, sorted(planes, key=lambda plane: plane[0])

@@ -716,8 +716,8 @@ def _stored_slices(rows, orientation: Reorientation, axis: int, spacing_mm: floa
         return rows
     moved = []
     for row in rows:
-        index = orientation.stored_index(axis, row.slice)
-        moved.append(replace(row, slice=index, position_mm=float(index * spacing_mm)))
+        index, position = orientation.stored_slice(axis, row.slice, spacing_mm)
+        moved.append(replace(row, slice=index, position_mm=position))
     return sorted(moved, key=lambda r: r.slice)
 
 

@@ -124,6 +124,13 @@ class Reorientation:
         size = self._extents()[source]
         return self._starts()[source] + (size - 1 - index if self.flipped[canonical_axis] else index)
 
+    def stored_slice(self, canonical_axis: int, index: int, spacing_mm: float) -> tuple:
+        """``(stored index, position in mm)`` of slice ``index`` along a canonical axis: its index
+        along ``stored_axis(canonical_axis)`` and that index times the slice spacing (mm), the
+        index-scaled position the per-slice rows report."""
+        stored = self.stored_index(canonical_axis, index)
+        return stored, float(stored * spacing_mm)
+
     def stored_point(self, canonical_point, spacing=None) -> np.ndarray:
         """Stored array-order coordinates of canonical ones, shape ``(..., ndim)``: voxel indices
         (floats allowed), or index-scaled mm when the canonical image's ``spacing`` (mm, array
