@@ -7,7 +7,7 @@ marching squares, nearest points between two 2-D point sets, the inside test.
 Points are 3-component rows in mm (2-D contours padded with a zero third component); cells are
 triangles (3 vertex indices) or segments (2). The kernels are compiled with numba (cached on disk
 after the first call) and release the GIL; :func:`segmetrics._threads.in_threads` runs one on the
-query points on the package's threads (:mod:`segmetrics._threads`, also reachable from here).
+query points on the package's threads (:mod:`segmetrics._threads`).
 
 numba does not check array bounds, so every index a kernel follows is in range by construction,
 for any input: a query's bucket is clamped to the grid, index inputs (cell corners, nearest
@@ -19,7 +19,6 @@ that a slip fails with IndexError.
 import numba
 import numpy as np
 
-from ._threads import in_threads, set_thread_count, thread_pool  # noqa: F401 (the kernels' threads, named here too)
 
 # --- closest point: the walk --------------------------------------------------------------------
 

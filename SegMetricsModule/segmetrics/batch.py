@@ -222,12 +222,12 @@ def _limit_threads(workers: int) -> None:
     import SimpleITK as sitk
     import vtk
 
-    from . import _kernels
+    from . import _threads
 
     threads = max(1, (os.cpu_count() or 1) // max(workers, 1))
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
     vtk.vtkSMPTools.Initialize(threads)
-    _kernels.set_thread_count(threads)
+    _threads.set_thread_count(threads)
 
 
 def _compile_before_workers() -> None:

@@ -35,6 +35,7 @@ import numpy as np
 from skimage import measure
 
 from . import _kernels, mesh
+from ._threads import thread_pool
 from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, StructurePair, register_group
 
 SURFACE_MODES = ("exact", "deepmind")
@@ -119,7 +120,7 @@ def exact_surface_distances(reference: mesh.Surface | None, test: mesh.Surface |
 def _sorted_by_distance(directed: list, mode: str) -> SurfaceDistances:
     """:class:`SurfaceDistances` of the ``(distances, sizes)`` reference→test and test→reference,
     each sorted by distance (the two sorts run in parallel)."""
-    orders = _kernels.thread_pool().map(np.argsort, [distances for distances, _ in directed])
+    orders = thread_pool().map(np.argsort, [distances for distances, _ in directed])
     return SurfaceDistances(*(values[order] for (distances, sizes), order in zip(directed, orders) for values in (distances, sizes)), mode)
 
 

@@ -65,6 +65,7 @@ from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
 from . import _kernels
+from ._threads import in_threads, thread_pool
 from .geometry import bounding_box, union_box
 
 #: Gaussian blur (in voxels, every axis) of :func:`smooth_surface`.
@@ -324,7 +325,7 @@ def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGM
     read in two threads (the scans and the blur release the GIL), and meshed in two threads too
     when their joint box is small (at most :data:`PARALLEL_BOX_VOXELS`), so that the second field
     held at once costs little memory."""
-    masks, pool = [np.asarray(reference), np.asarray(test)], _kernels.thread_pool()
+    masks, pool = [np.asarray(reference), np.asarray(test)], thread_pool()
     boxes = list(pool.map(bounding_box, masks))
     joint = union_box(boxes)
     if joint is None:
@@ -460,7 +461,7 @@ def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple) -> tupl
         raise ValueError("nearest_points: the query points must be finite (mm)")
     if len(points) == 0:
         return np.full(len(queries), np.inf), np.full(len(queries), -1, dtype=np.int64)
-    nearest, squared = _kernels.in_threads(_kernels.nearest_vertices, (_three_components(queries),), grid)
+    nearest, squared = in_threads(_kernels.nearest_vertices, (_three_components(queries),), grid)
     far = np.flatnonzero(nearest < 0)
     if len(far):
         squared[far], nearest[far] = kd_tree(points).query(queries[far], workers=-1)
@@ -472,7 +473,7 @@ def prepare_searches(*surfaces: Surface | None) -> None:
     """Build what :func:`distances_to_surface` searches on each surface (its nearest-vertex grid
     and cells per vertex), one surface per thread; ``None`` entries are skipped."""
     build = lambda surface: (surface.vertex_grid, surface.cells_by_vertex)  # noqa: E731
-    list(_kernels.thread_pool().map(build, [s for s in surfaces if s is not None]))
+    list(thread_pool().map(build, [s for s in surfaces if s is not None]))
 
 
 def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.ndarray:
@@ -516,7 +517,7 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex,
             _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
     queries = _three_components(points)
-    offset, cell, feature, nearest = _kernels.in_threads(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
+    offset, cell, feature, nearest = in_threads(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
     far = np.flatnonzero(nearest < 0)  # no vertex within the grid search's reach: the KD-tree's nearest, then the walk
     if len(far):
         nearest = surface.tree.query(points[far], workers=-1)[1]  # the tree holds the surface's 2-D or 3-D points

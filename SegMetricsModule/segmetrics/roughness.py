@@ -21,6 +21,7 @@ import numpy as np
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from . import _kernels, mesh
+from ._threads import in_threads
 from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group
 
 # ---------------------------------------------------------------------------------------------
@@ -181,7 +182,7 @@ def local_roughness(surface: mesh.Surface, radius: float) -> np.ndarray:
     zeta = np.linalg.norm(points - surface_centre(points, weights), axis=1)
     centres = np.pad(np.asarray(points, dtype=float), ((0, 0), (0, 3 - points.shape[1])))
     shared = (zeta, np.asarray(weights, dtype=float), float(radius), *surface.vertex_grid)
-    return _kernels.in_threads(_kernels.window_deviations, (centres,), shared)[0]
+    return in_threads(_kernels.window_deviations, (centres,), shared)[0]
 
 
 def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
@@ -222,7 +223,7 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
     cells = _kernels.ray_cells(vertices, np.asarray(other_cells, dtype=np.int64), np.pad(np.asarray(centre, dtype=float), (0, missing)))
     finest = _direction_buckets(cells[1])
     shared = (*cells, _HIT_TOLERANCE, finest, *_kernels.direction_grid(cells[0], cells[1], finest))
-    return _kernels.in_threads(_kernels.radial_gaps, (directions, zeta), shared)[0]
+    return in_threads(_kernels.radial_gaps, (directions, zeta), shared)[0]
 
 
 def _direction_buckets(reach: np.ndarray) -> int:
