@@ -27,3 +27,16 @@ def data_dir() -> Path:
     if not DATA.is_dir():
         pytest.skip(f"shared test data not found at {DATA}")
     return DATA
+
+
+@pytest.fixture
+def flip_middle_byte():
+    """``flip(source, target=None)``: writes ``source`` with every bit of its middle byte flipped
+    (one damaged byte inside a compressed stream) to ``target`` (default: in place); returns the path."""
+    def flip(source: Path, target: Path | None = None) -> Path:
+        raw = bytearray(Path(source).read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        target = Path(source if target is None else target)
+        target.write_bytes(bytes(raw))
+        return target
+    return flip

@@ -572,7 +572,7 @@ def test_an_image_grid_with_a_broken_voxel_size_is_refused(tmp_path, capsys, pix
 
 
 @pytest.mark.parametrize("damaged", [False, True])
-def test_a_gzipped_image_grid_is_decompressed_once_and_a_damaged_one_refused(tmp_path, monkeypatch, damaged):
+def test_a_gzipped_image_grid_is_decompressed_once_and_a_damaged_one_refused(tmp_path, monkeypatch, damaged, flip_middle_byte):
     """An --image / --resample-to .nii.gz has its gzip stream checked on the voxels ITK read (as
     every input): an intact file is decompressed once, not a second time by the file checks; a
     file with one damaged byte in its stream is still refused."""
@@ -584,9 +584,7 @@ def test_a_gzipped_image_grid_is_decompressed_once_and_a_damaged_one_refused(tmp
     image.SetSpacing((0.5, 0.75, 2.5))
     sitk.WriteImage(image, str(tmp_path / "grid.nii.gz"))
     if damaged:
-        raw = bytearray((tmp_path / "grid.nii.gz").read_bytes())
-        raw[len(raw) // 2] ^= 0xFF
-        (tmp_path / "grid.nii.gz").write_bytes(bytes(raw))
+        flip_middle_byte(tmp_path / "grid.nii.gz")
         with pytest.raises(ReadError, match="grid.nii.gz.*cut short or damaged"):
             read_image_grid(tmp_path / "grid.nii.gz")
         return

@@ -64,11 +64,10 @@ def test_truncated_nii_gz_is_refused_not_zero_filled(tmp_path, capsys):
     assert list(summary.failed) == ["cut"] and "cut short" in summary.failed["cut"]
 
 
-def test_damaged_nii_gz_is_refused(tmp_path):
+def test_damaged_nii_gz_is_refused(tmp_path, flip_middle_byte):
     rng = np.random.default_rng(4)
-    raw = bytearray(write((rng.random((20, 30, 40)) > 0.5).astype(np.uint8), tmp_path / "a.nii.gz").read_bytes())
-    raw[len(raw) // 2] ^= 0xFF  # one damaged byte inside the compressed stream
-    (tmp_path / "damaged.nii.gz").write_bytes(bytes(raw))
+    whole = write((rng.random((20, 30, 40)) > 0.5).astype(np.uint8), tmp_path / "a.nii.gz")
+    flip_middle_byte(whole, tmp_path / "damaged.nii.gz")
     with pytest.raises(ReadError, match="cut short or damaged"):
         load_label_image(tmp_path / "damaged.nii.gz")
 
@@ -115,7 +114,7 @@ def test_voxel_check_accepts_an_intact_stream_read_differently(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("damaged", [False, True])
-def test_big_endian_nii_gz_is_read_and_checked_on_its_stream(tmp_path, damaged):
+def test_big_endian_nii_gz_is_read_and_checked_on_its_stream(tmp_path, damaged, flip_middle_byte):
     """ITK swaps a big-endian file's voxels, so they do not give the stream's CRC: an intact file
     still reads to its values, a damaged one is refused."""
     nib = pytest.importorskip("nibabel")
@@ -126,9 +125,7 @@ def test_big_endian_nii_gz_is_read_and_checked_on_its_stream(tmp_path, damaged):
     nib.save(nib.Nifti1Image(array.transpose(2, 1, 0), np.eye(4), header), tmp_path / "big.nii.gz")
     assert nib.load(tmp_path / "big.nii.gz").header.endianness == ">"
     if damaged:
-        raw = bytearray((tmp_path / "big.nii.gz").read_bytes())
-        raw[len(raw) // 2] ^= 0xFF
-        (tmp_path / "big.nii.gz").write_bytes(bytes(raw))
+        flip_middle_byte(tmp_path / "big.nii.gz")
         with pytest.raises(ReadError, match="cut short or damaged"):
             load_label_image(tmp_path / "big.nii.gz")
     else:
