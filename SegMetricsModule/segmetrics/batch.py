@@ -9,7 +9,7 @@ the error message, its record count and a fingerprint of its inputs and settings
 Durability: a case that kills its process (segmentation fault, out-of-memory kill) is logged
 ``failed`` with the signal and the run goes on (:mod:`segmetrics.workers`). Re-running the same
 command skips the cases logged ``ok`` whose records are all present and whose input files (path,
-size, modification and status-change times, inode: :func:`_fingerprint`) and settings are
+size, times, inode: :func:`_fingerprint`) and settings are
 unchanged; every other case is (re)done. Result files are
 only ever replaced whole (temporary file, fsync, ``os.replace``), so a kill at any moment loses at
 most the cases still running. When the run ends the result files are rewritten in case order, so
@@ -449,14 +449,14 @@ def _check_settings(output: Path, settings: dict) -> None:
 
 
 def _fingerprint(case: Case, settings: dict) -> str:
-    """Hash of the run settings and of each input file's absolute path, size, modification and
-    status-change times and inode.
+    """Hash of the run settings and of each input file's absolute path and version
+    (:func:`segmetrics.validation.file_version`: size, times, inode, device).
 
-    A resumed case whose fingerprint changed is redone. The status-change time and the inode
-    catch a file rewritten (in place or replaced) with the same size and modification time: two
-    writes within the file system's time granularity, or a copy that kept the old time (``cp -p``,
-    ``os.utime``). For a header-only image (``.mhd``, ``.nhdr``) only the header file is checked.
+    A resumed case whose fingerprint changed is redone. For a header-only image (``.mhd``,
+    ``.nhdr``) only the header file is checked.
     """
+    from .validation import file_version
+
     files = []
     for path in (case.reference, case.test, case.names):
         absolute = None if path is None else os.path.abspath(path)
@@ -464,7 +464,7 @@ def _fingerprint(case: Case, settings: dict) -> str:
             info = os.stat(absolute) if absolute else None
         except OSError:  # missing now: the case is redone and fails with the reading error
             info = None
-        files.append([absolute, *((info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino) if info else ())])
+        files.append([absolute, *(file_version(info) if info else ())])
     return hashlib.sha256(json.dumps([settings, files], sort_keys=True).encode()).hexdigest()[:20]
 
 

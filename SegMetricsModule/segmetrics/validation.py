@@ -199,12 +199,19 @@ def looks_like_dicom(path: Path, head: bytes | None = None) -> bool:
     return head[128:132] == b"DICM"
 
 
+def file_version(status: os.stat_result) -> tuple:
+    """What tells one version of a file from another (``os.stat`` of it): its size, modification
+    and status-change times (ns), inode and device. The status-change time and the inode catch a
+    file rewritten with the same size and modification time (two writes within one tick of the
+    file system's clock, a copy or ``os.utime`` that set the old time back)."""
+    return status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino, status.st_dev
+
+
 def dicom_class(path: Path) -> tuple:
     """``(SOP Class UID, Modality or None)`` of a DICOM file (pixel data not read); ReadError when
     it cannot be read as DICOM. The header is parsed once per file version, however often the
-    checks and the reader's dispatch ask: a version is the file's size, times, inode and the bytes
-    of its start (:data:`_DICOM_HEAD_BYTES`, where the SOP class and modality are), so that a file
-    rewritten within the clock tick of its modification time is parsed again."""
+    checks and the reader's dispatch ask: a version is :func:`file_version` and the bytes of the
+    file's start (:data:`_DICOM_HEAD_BYTES`, where the SOP class and modality are)."""
     from pydicom.errors import InvalidDicomError
 
     path = Path(path)
@@ -212,8 +219,7 @@ def dicom_class(path: Path) -> tuple:
         with open(path, "rb") as handle:
             status = os.fstat(handle.fileno())
             head = hashlib.blake2b(handle.read(_DICOM_HEAD_BYTES)).digest()
-        return _dicom_class(str(path.resolve()), (status.st_size, status.st_mtime_ns, status.st_ctime_ns,
-                                                  status.st_ino, status.st_dev, head))
+        return _dicom_class(str(path.resolve()), (*file_version(status), head))
     except (InvalidDicomError, OSError, ValueError) as error:
         raise ReadError(f"{path}: not a readable DICOM file ({error})") from error
 
