@@ -562,8 +562,8 @@ def check_not_an_input(path, option: str, inputs, folder: bool = False) -> None:
 
 def check_outputs(args) -> None:
     """Check every output location of the command before the work starts (see :data:`OUTPUTS`);
-    two output files in one place would overwrite each other, and no output file may overwrite an
-    input (:func:`check_not_an_input`)."""
+    two output files in one place would overwrite each other, no output file may overwrite an
+    input and no output folder may be an input folder (:func:`check_not_an_input`)."""
     seen = {}
     inputs = _input_paths(args)
     for option, kind in OUTPUTS.get(args.command, {}).items():
