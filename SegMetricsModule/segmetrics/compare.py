@@ -187,7 +187,8 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
         if bool(reference.names) != bool(test.names):  # names on one side only: the other's labels pair by value
             named, plain = (ref_entries, test_entries) if reference.names else (test_entries, ref_entries)
             by_value = {label: name for name, label in named.items()}
-            valued = {name: by_value[label] for name, label in plain.items() if by_value.get(label, name) not in plain}
+            valued = {name: by_value[label] for name, label in plain.items()
+                      if label in by_value and by_value[label] not in plain}  # a name the plain side has stays apart
             plain = {valued.get(name, name): label for name, label in plain.items()}
             ref_entries, test_entries = (ref_entries, plain) if reference.names else (plain, test_entries)
             side = "test" if reference.names else "reference"
