@@ -475,9 +475,9 @@ def test_msi_3d_shares_the_reference_to_test_distances_with_the_distance_group(m
     reference, test = ball(6.0, spacing, (12, 20, 20), (11.0, 9.5, 10.2)), ball(5.5, spacing, (12, 20, 20), (12.0, 10.5, 9.0))
     alone = msi.compute(StructurePair("s", reference, test, spacing), Parameters())[1].value
     measured = []
-    original = mesh.distances_to_surface
-    monkeypatch.setattr(mesh, "distances_to_surface", lambda points, surface, signed=False: (
-        measured.append(signed), original(points, surface, signed))[1])
+    original = mesh._distances_to_surfaces
+    monkeypatch.setattr(mesh, "_distances_to_surfaces", lambda requests, signed=False: (
+        measured.extend([signed] * len(requests)), original(requests, signed))[1])
     pair = StructurePair("s", reference, test, spacing)
     distance.compute(pair, Parameters())
     assert measured == [False, False]  # reference to test, test to reference

@@ -18,12 +18,24 @@ def in_threads(kernel, per_point: tuple, shared: tuple) -> tuple:
     """``kernel(*per_point, *shared)`` with the ``per_point`` arrays split row-wise into chunks
     (:data:`CHUNKS_PER_THREAD` per core, so that a costly region does not keep one core busy
     alone) run on :func:`thread_pool`; the kernel's output arrays are joined back in order."""
-    chunks = min(_THREADS * CHUNKS_PER_THREAD, max(len(per_point[0]) // MIN_POINTS_PER_CHUNK, 1))
-    if chunks == 1:
-        return kernel(*per_point, *shared)
-    bounds = np.linspace(0, len(per_point[0]), chunks + 1).astype(int)
-    parts = list(thread_pool().map(lambda lo, hi: kernel(*(a[lo:hi] for a in per_point), *shared), bounds[:-1], bounds[1:]))
-    return tuple(np.concatenate(outputs) for outputs in zip(*parts))
+    return in_threads_together([(kernel, per_point, shared)])[0]
+
+
+def in_threads_together(jobs: list) -> list:
+    """:func:`in_threads` of several ``(kernel, per_point, shared)`` jobs, whose chunks are all
+    queued at once (one wait for all, and no core idles between jobs); their outputs in order."""
+    tasks, spans = [], []
+    for kernel, per_point, shared in jobs:
+        chunks = min(_THREADS * CHUNKS_PER_THREAD, max(len(per_point[0]) // MIN_POINTS_PER_CHUNK, 1))
+        bounds = np.linspace(0, len(per_point[0]), chunks + 1).astype(int)
+        spans.append((len(tasks), len(tasks) + chunks))
+        tasks += [(kernel, tuple(a[lo:hi] for a in per_point), shared) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    if len(tasks) == 1:
+        parts = [tasks[0][0](*tasks[0][1], *tasks[0][2])]
+    else:
+        parts = list(thread_pool().map(lambda task: task[0](*task[1], *task[2]), tasks))
+    return [parts[start] if stop - start == 1 else tuple(np.concatenate(outputs) for outputs in zip(*parts[start:stop]))
+            for start, stop in spans]
 
 
 def set_thread_count(count: int) -> None:

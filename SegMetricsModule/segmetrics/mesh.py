@@ -65,7 +65,7 @@ from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
 from . import _kernels
-from ._threads import in_threads, thread_pool
+from ._threads import in_threads, in_threads_together, thread_pool
 from .geometry import bounding_box, union_box
 
 #: Gaussian blur (in voxels, every axis) of :func:`smooth_surface`.
@@ -507,17 +507,40 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
         Distances in mm (signed when asked); 0 for a point on a vertex; inf for every point when
         the surface has no points. ValueError for points that are not finite.
     """
-    points = np.asarray(points, dtype=float)
-    if signed and surface.cells.shape[1] != 3:
-        raise ValueError("signed distances need a 3-D (triangle) surface")
-    if len(surface.points) == 0:
-        return np.full(len(points), np.inf)
-    if not np.isfinite(points).all():
-        raise ValueError("distances_to_surface: the points must be finite (mm)")
-    star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex,
-            _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
-    queries = _three_components(points)
-    offset, cell, feature, nearest = in_threads(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
+    return _distances_to_surfaces([(points, surface)], signed)[0]
+
+
+def distances_both_ways(first: Surface, second: Surface) -> tuple:
+    """Unsigned :func:`distances_to_surface` (mm) from the vertices of each surface to the other,
+    ``(first → second, second → first)``; the chunks of both searches share the threads at once."""
+    return tuple(_distances_to_surfaces([(first.points, second), (second.points, first)]))
+
+
+def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
+    """:func:`distances_to_surface` of each ``(points, surface)`` request; the chunks of all their
+    searches share the threads at once."""
+    distances, searches = [None] * len(requests), []
+    for index, (points, surface) in enumerate(requests):
+        points = np.asarray(points, dtype=float)
+        if signed and surface.cells.shape[1] != 3:
+            raise ValueError("signed distances need a 3-D (triangle) surface")
+        if len(surface.points) == 0:
+            distances[index] = np.full(len(points), np.inf)
+            continue
+        if not np.isfinite(points).all():
+            raise ValueError("distances_to_surface: the points must be finite (mm)")
+        star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex,
+                _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
+        searches.append((index, points, _three_components(points), star, surface))
+    found = in_threads_together([(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
+                                 for _, _, queries, star, surface in searches])
+    for (index, points, queries, star, surface), outputs in zip(searches, found):
+        distances[index] = _walked_distances(points, queries, star, surface, *outputs, signed)
+    return distances
+
+
+def _walked_distances(points, queries, star, surface: Surface, offset, cell, feature, nearest, signed: bool) -> np.ndarray:
+    """The distances of :func:`distances_to_surface` from what :func:`_kernels.closest_points_near` found."""
     far = np.flatnonzero(nearest < 0)  # no vertex within the grid search's reach: the KD-tree's nearest, then the walk
     if len(far):
         nearest = surface.tree.query(points[far], workers=-1)[1]  # the tree holds the surface's 2-D or 3-D points
@@ -533,16 +556,21 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     return distances
 
 
-def cached_distances(pair, source: str) -> np.ndarray:
-    """Unsigned :func:`distances_to_surface` (mm) from the vertices of a structure pair's
-    ``source`` surface (``"reference"`` or ``"test"``, :func:`cached_surface`) to the other one,
-    computed once per pair and kept in ``pair.cache[("distances", source)]``, so that the groups
-    measuring on both surfaces (distance, 3-D MSI) share them. Both surfaces must exist."""
-    key = ("distances", source)
-    if key not in pair.cache:
-        target = cached_surface(pair, "test" if source == "reference" else "reference")
-        pair.cache[key] = distances_to_surface(cached_surface(pair, source).points, target)
-    return pair.cache[key]
+def cached_distances(pair, *sources: str) -> tuple:
+    """Unsigned :func:`distances_to_surface` (mm) from the vertices of each of a structure pair's
+    ``sources`` surfaces (``"reference"``, ``"test"``; :func:`cached_surface`) to the other one,
+    computed once per pair (those not yet known together, :func:`distances_both_ways`) and kept
+    in ``pair.cache[("distances", source)]``, so that the groups measuring on both surfaces
+    (distance, 3-D MSI) share them. Both surfaces must exist."""
+    missing = [source for source in sources if ("distances", source) not in pair.cache]
+    if len(missing) == 2:
+        found = distances_both_ways(cached_surface(pair, missing[0]), cached_surface(pair, missing[1]))
+    else:
+        other = {"reference": "test", "test": "reference"}
+        found = [distances_to_surface(cached_surface(pair, source).points, cached_surface(pair, other[source]))
+                 for source in missing]
+    pair.cache.update({("distances", source): distances for source, distances in zip(missing, found)})
+    return tuple(pair.cache[("distances", source)] for source in sources)
 
 
 def _three_components(points: np.ndarray) -> np.ndarray:
