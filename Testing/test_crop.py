@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from vtk.util.numpy_support import vtk_to_numpy
 
 from segmetrics.compare import compare
-from segmetrics.geometry import LabelImage, label_boxes
+from segmetrics.geometry import LabelImage, bounding_box, label_boxes
 from segmetrics.registry import Parameters, StructurePair, all_groups
 
 SPACING = (2.0, 0.7, 0.9)
@@ -90,6 +90,23 @@ def test_label_boxes_equal_brute_force(seed, dtype, shape):
     image = LabelImage(array, (1.0,) * len(shape))
     assert image.labels() == sorted(expected)
     assert all(image.label_box(label) == box for label, box in expected.items())
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**16), dtype=st.sampled_from(["bool", "uint8", "int8", "int16", "uint32", "int64", "float32", "float64"]),
+       shape=st.sampled_from([(7, 9, 11), (3, 5, 3), (13, 6), (9,), (1, 1, 8)]), layout=st.sampled_from(["C", "F", "strided"]))
+def test_bounding_box_equals_brute_force(seed, dtype, shape, layout):
+    """The box of the non-zero voxels for any dtype and memory layout (integers are read as words:
+    negative values count, float -0.0 does not)."""
+    rng = np.random.default_rng(seed)
+    array = (rng.random(shape) < rng.choice([0.0, 0.01, 0.2])) * rng.choice([-3, 1, 200])
+    array = array.astype(dtype)
+    if array.dtype.kind == "f":
+        array[array == 0] = -0.0
+    array = {"C": array, "F": np.asfortranarray(array), "strided": np.repeat(array, 2, axis=-1)[..., ::2]}[layout]
+    where = np.argwhere(array != 0)
+    expected = tuple(slice(int(a), int(b) + 1) for a, b in zip(where.min(0), where.max(0))) if len(where) else None
+    assert bounding_box(array) == expected
 
 
 def test_labels_and_boxes_of_negative_and_large_values():
