@@ -318,20 +318,27 @@ def joint_bounding_box(*masks):
     return union_box(list(map(bounding_box, masks)))
 
 
-def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) -> tuple:
+def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, searchable: bool = False) -> tuple:
     """:func:`smooth_surface` of two masks of one grid in a shared frame, starting at their joint
     bounding box (so that distances between them do not change by a rounding when both masks
     move); ``(reference surface, test surface)``, ``None`` for an empty mask. The two masks are
     read in two threads (the scans and the blur release the GIL), and meshed in two threads too
     when their joint box is small (at most :data:`PARALLEL_BOX_VOXELS`), so that the second field
-    held at once costs little memory."""
+    held at once costs little memory. ``searchable``: also build each surface's search structures
+    (:func:`prepare_searches`) in its thread, while the other one may still be meshed."""
     masks, pool = [np.asarray(reference), np.asarray(test)], thread_pool()
     boxes = list(pool.map(bounding_box, masks))
     joint = union_box(boxes)
     if joint is None:
         return None, None
     origin = [s.start for s in joint]
-    build = lambda mask, box: smooth_surface(mask, spacing, sigma_voxels, origin, box) if box is not None else None  # noqa: E731
+
+    def build(mask, box):
+        surface = smooth_surface(mask, spacing, sigma_voxels, origin, box) if box is not None else None
+        if searchable and surface is not None:
+            _build_searches(surface)
+        return surface
+
     if np.prod([s.stop - s.start for s in joint]) <= PARALLEL_BOX_VOXELS:
         return tuple(pool.map(build, masks, boxes))
     return tuple(map(build, masks, boxes))
@@ -472,8 +479,12 @@ def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple) -> tupl
 def prepare_searches(*surfaces: Surface | None) -> None:
     """Build what :func:`distances_to_surface` searches on each surface (its nearest-vertex grid
     and cells per vertex), one surface per thread; ``None`` entries are skipped."""
-    build = lambda surface: (surface.vertex_grid, surface.cells_by_vertex)  # noqa: E731
-    list(thread_pool().map(build, [s for s in surfaces if s is not None]))
+    list(thread_pool().map(_build_searches, [s for s in surfaces if s is not None]))
+
+
+def _build_searches(surface: Surface) -> None:
+    """Build a surface's nearest-vertex grid and cells per vertex (kept on the surface)."""
+    surface.vertex_grid, surface.cells_by_vertex  # noqa: B018 (built once, on first access)
 
 
 def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.ndarray:
@@ -694,11 +705,12 @@ def to_physical(polydata: vtkPolyData, label_image) -> vtkPolyData:
 def cached_surface(pair, which: str) -> Surface | None:
     """:func:`smooth_surface` of a :class:`~segmetrics.registry.StructurePair`'s ``"reference"``
     or ``"test"`` mask, built once and kept in ``pair.cache[("surface", which)]`` (``None`` for
-    an empty mask). Both surfaces are built together (:func:`pair_surfaces`) and share a frame
-    starting at the pair's joint bounding box (:attr:`Surface.origin`)."""
+    an empty mask). Both surfaces are built together (:func:`pair_surfaces`), with their search
+    structures, and share a frame starting at the pair's joint bounding box (:attr:`Surface.origin`)."""
     key = ("surface", which)
     if key not in pair.cache:
-        pair.cache[("surface", "reference")], pair.cache[("surface", "test")] = pair_surfaces(pair.reference, pair.test, pair.spacing)
+        pair.cache[("surface", "reference")], pair.cache[("surface", "test")] = pair_surfaces(
+            pair.reference, pair.test, pair.spacing, searchable=True)
     return pair.cache[key]
 
 
