@@ -324,8 +324,9 @@ def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGM
     move); ``(reference surface, test surface)``, ``None`` for an empty mask. The two masks are
     read in two threads (the scans and the blur release the GIL), and meshed in two threads too
     when their joint box is small (at most :data:`PARALLEL_BOX_VOXELS`), so that the second field
-    held at once costs little memory. ``searchable``: also build each surface's search structures
-    (:func:`prepare_searches`) in its thread, while the other one may still be meshed."""
+    held at once costs little memory. ``searchable``: then also build each surface's search
+    structures (:func:`prepare_searches`) in its thread, while the other one may still be meshed
+    (a large surface's are built later, so as not to be held while the other field is)."""
     masks, pool = [np.asarray(reference), np.asarray(test)], thread_pool()
     boxes = list(pool.map(bounding_box, masks))
     joint = union_box(boxes)
@@ -333,14 +334,14 @@ def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGM
         return None, None
     origin = [s.start for s in joint]
 
-    def build(mask, box):
+    def build(mask, box, searchable=False):
         surface = smooth_surface(mask, spacing, sigma_voxels, origin, box) if box is not None else None
         if searchable and surface is not None:
             _build_searches(surface)
         return surface
 
     if np.prod([s.stop - s.start for s in joint]) <= PARALLEL_BOX_VOXELS:
-        return tuple(pool.map(build, masks, boxes))
+        return tuple(pool.map(build, masks, boxes, [searchable] * 2))
     return tuple(map(build, masks, boxes))
 
 
