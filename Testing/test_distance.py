@@ -419,3 +419,23 @@ def test_compare_totalsegmentator_labels_match_library(data_dir):
         assert record.get("hd_mm").status == Status.OK
     missing = result["13"]
     assert missing.get("hd_mm").status == Status.TEST_EMPTY and missing.value("hd_mm") == math.inf
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**16), size=st.sampled_from([0, 1, 2, 7, 300, 5000]), ties=st.booleans())
+def test_distances_sort_as_a_stable_argsort(seed, size, ties):
+    """The radix sort of the directed distances (not negative, inf allowed) orders them as NumPy's
+    stable sort: ascending, equal distances in their input order."""
+    rng = np.random.default_rng(seed)
+    distances = rng.exponential(3.0, size) * 10.0 ** rng.integers(-6, 6, size)
+    if ties and size:
+        distances = rng.choice(distances[: max(1, size // 10)], size)
+        distances[rng.random(size) < 0.1] = np.inf
+        distances[rng.random(size) < 0.1] = 0.0
+    assert np.array_equal(_kernels.ascending_order(distances), np.argsort(distances, kind="stable"))
+
+
+def test_sorting_other_values_stays_a_permutation():
+    """Negative values and NaN have no distance order, but the sort still returns every index once."""
+    values = np.array([1.0, -2.0, np.nan, 0.0, -0.0, np.inf, -np.inf, 3.5])
+    assert sorted(_kernels.ascending_order(values)) == list(range(len(values)))

@@ -115,8 +115,8 @@ def exact_surface_distances(reference: mesh.Surface | None, test: mesh.Surface |
 
 def _sorted_by_distance(directed: list, mode: str) -> SurfaceDistances:
     """:class:`SurfaceDistances` of the ``(distances, sizes)`` reference→test and test→reference,
-    each sorted by distance (the two sorts run in parallel)."""
-    orders = thread_pool().map(np.argsort, [distances for distances, _ in directed])
+    each sorted by distance, equal distances in their input order (the two sorts run in parallel)."""
+    orders = thread_pool().map(_kernels.ascending_order, [np.asarray(distances, dtype=float) for distances, _ in directed])
     return SurfaceDistances(*(values[order] for (distances, sizes), order in zip(directed, orders) for values in (distances, sizes)), mode)
 
 
