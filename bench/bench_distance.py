@@ -15,9 +15,13 @@ spheres, the error against the continuous truth. Methods:
 - the CLI end to end (``segmetrics compare``, a new process, start-up included), kidney case only.
 
 Run: ``python bench/bench_distance.py`` (several minutes on two cores; other load on the machine
-shows as noise: compare runs of one session only). ``--quick`` uses a 120×256×256 grid.
+shows as noise: compare runs of one session only). ``--quick`` uses a 120×256×256 grid;
+``--stages`` also prints, per sphere pair, the time of each step ``compare`` takes (reading the masks,
+the surfaces and their search structures, the exact search both ways, the sorts) and the CPU time
+of the exact search per query vertex on one thread.
 """
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -74,6 +78,35 @@ def ours(mode="exact"):
                                                              labels=[1], params=params))
 
 
+def stage_split(reference, test, rounds: int) -> str:
+    """Where ``compare``'s time goes for the exact distance set of a pair: the best wall time (ms,
+    of ``rounds``, steps interleaved) of each step it takes, run on their own, and the CPU time
+    of the exact search per query vertex on one thread (ns)."""
+    from segmetrics import _threads, distance, geometry, io, mesh
+
+    box = geometry.union_box([geometry.bounding_box(m) for m in (reference, test)])
+    crops = reference[box], test[box]
+    surfaces = mesh.pair_surfaces(*crops, SPACING, searchable=True)
+    queries = sum(len(s.points) for s in surfaces)
+    steps = {
+        "compare": lambda: ours("exact")(reference, test),
+        "read both masks": lambda: io.load_pair(reference, test, SPACING),
+        "surfaces and searches": lambda: mesh.pair_surfaces(*crops, SPACING, searchable=True),
+        "search both ways": lambda: mesh.distances_both_ways(*surfaces),
+        "search and sorts": lambda: distance.exact_surface_distances(*surfaces),
+    }
+    best = {}
+    for _ in range(rounds):
+        for step, run in steps.items():
+            best[step] = min(best_time(run, 1)[0], best.get(step, np.inf))
+    threads = len(os.sched_getaffinity(0))
+    _threads.set_thread_count(1)
+    one_thread = min(best_time(lambda: mesh.distances_both_ways(*surfaces), 1)[0] for _ in range(rounds))
+    _threads.set_thread_count(threads)
+    split = ", ".join(f"{step} {seconds * 1e3:.1f}" for step, seconds in best.items())
+    return f"stages, best ms: {split}; exact search on one thread {one_thread / queries * 1e9:.0f} ns per query ({queries} queries)"
+
+
 def read_then_deepmind(reference_file, test_file):
     reference, test = (sitk.GetArrayFromImage(sitk.ReadImage(str(f))) for f in (reference_file, test_file))
     return deepmind_distance_set(reference, test, SPACING)
@@ -84,6 +117,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a 120×256×256 grid (development runs)")
     parser.add_argument("--cases", default="kidney,liver,body", help="comma-separated subset of kidney,liver,body")
+    parser.add_argument("--stages", action="store_true", help="also print where compare's time goes for the spheres")
     args = parser.parse_args()
     if args.quick:
         SHAPE = (120, 256, 256)
@@ -126,6 +160,8 @@ def main():
                 print(f"{name:<14} {'CLI end to end (new process)':<30} {seconds:>7.3f} {baseline['DeepMind after reading files'] / seconds:>7.1f}x")
             if truth:
                 print(f"{'':<14} truth: HD95 {truth['hd95']:.3f} mm, ASSD {truth['assd']:.3f} mm, NSD {truth['nsd']:.4f}")
+            if truth and args.stages:
+                print(f"{'':<14} {stage_split(reference, test, repeats)}")
 
 
 if __name__ == "__main__":
