@@ -1,0 +1,223 @@
+"""Damaged files are refused by the readers' shared checks (segmetrics.validation), whatever the format:
+data cut short or longer than the header declares, damaged or incomplete compressed streams, garbage
+after them, impossible NIfTI dimensions, NRRD axes without a voxel size and unparsable ASCII data.
+Each file is built here from a known array, so that "refused" and "read intact" are both checked."""
+import gzip
+import re
+import struct
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+
+from segmetrics.io import ReadError, load_label_image
+
+ARRAY = np.zeros((6, 20, 24), np.uint8)
+ARRAY[1:5, 3:15, 4:18] = 1
+ARRAY[2:4, 5:10, 6:10] = 2
+SPACING_XYZ = (0.8, 0.9, 2.5)
+
+
+def write_image(path, array=ARRAY, compressed=False):
+    image = sitk.GetImageFromArray(array)
+    image.SetSpacing(SPACING_XYZ)
+    sitk.WriteImage(image, str(path), useCompression=compressed)
+    return path
+
+
+def nrrd_header(encoding, sizes=(24, 20, 6), data_file=None, directions="(0.8,0,0) (0,0.9,0) (0,0,2.5)"):
+    """A NRRD header (bytes, ending in its blank line) for unsigned chars in ``sizes`` (x, y, z)."""
+    lines = ["NRRD0004", "type: unsigned char", f"dimension: {len(sizes)}", "space: left-posterior-superior",
+             "sizes: " + " ".join(map(str, sizes)), f"space directions: {directions}", f"encoding: {encoding}",
+             "space origin: (0,0,0)"] + ([f"data file: {data_file}"] if data_file else [])
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+# Each layout: (file to read, file holding the data stream, whether the stream is compressed), built by hand
+# or by ITK, so that damage can be aimed at the data (not at a header that ITK would refuse anyway).
+def layout(tmp_path, kind):
+    if kind == "nrrd-gzip":
+        path = tmp_path / "a.nrrd"
+        path.write_bytes(nrrd_header("gzip") + gzip.compress(ARRAY.tobytes()))
+        return path, path, len(nrrd_header("gzip"))
+    if kind == "nhdr-raw.gz":
+        path = tmp_path / "a.nhdr"
+        path.write_bytes(nrrd_header("gzip", data_file="a.raw.gz"))
+        (tmp_path / "a.raw.gz").write_bytes(gzip.compress(ARRAY.tobytes()))
+        return path, tmp_path / "a.raw.gz", 0
+    if kind in ("mha-compressed", "mhd-zraw"):
+        path = write_image(tmp_path / ("a.mha" if kind == "mha-compressed" else "a.mhd"), compressed=True)
+        data = path if kind == "mha-compressed" else tmp_path / "a.zraw"
+        start = path.read_bytes().index(b"ElementDataFile = LOCAL\n") + 24 if data == path else 0
+        return path, data, start
+    if kind == "nii.gz":
+        path = write_image(tmp_path / "a.nii.gz", compressed=True)
+        return path, path, 0
+    raise ValueError(kind)
+
+
+COMPRESSED = ["nrrd-gzip", "nhdr-raw.gz", "mha-compressed", "mhd-zraw", "nii.gz"]
+
+
+@pytest.mark.parametrize("kind", COMPRESSED)
+def test_intact_compressed_files_are_read_exactly(tmp_path, kind):
+    path, _, _ = layout(tmp_path, kind)
+    assert np.array_equal(load_label_image(path).array, ARRAY)
+
+
+@pytest.mark.parametrize("kind", COMPRESSED)
+@pytest.mark.parametrize("where", [0.3, 0.5, 0.7, 0.9])
+def test_a_damaged_byte_inside_a_compressed_stream_is_refused(tmp_path, kind, where):
+    """ITK's MetaImage reader reads a damaged zlib stream as zeros ("Uncompress failed" on stderr), and
+    teem a damaged detached gzip stream as whatever inflated; the stream's checksum catches both."""
+    path, data, start = layout(tmp_path, kind)
+    raw = bytearray(data.read_bytes())
+    raw[start + 10 + int((len(raw) - start - 18) * where)] ^= 0xFF  # past a gzip header, before a trailer
+    data.write_bytes(bytes(raw))
+    with pytest.raises(ReadError, match="cut short or damaged|cannot be read"):
+        load_label_image(path)
+
+
+@pytest.mark.parametrize("kind", COMPRESSED)
+@pytest.mark.parametrize("cut", [1, 4, 6, 9, 0.5])
+def test_a_compressed_stream_cut_short_is_refused(tmp_path, kind, cut):
+    """Cut by a few bytes the stream has all its data but not its checksum (teem read it as whole)."""
+    path, data, start = layout(tmp_path, kind)
+    raw = data.read_bytes()
+    keep = len(raw) - cut if isinstance(cut, int) else start + int((len(raw) - start) * cut)
+    data.write_bytes(raw[:keep])
+    with pytest.raises(ReadError, match="cut short"):
+        load_label_image(path)
+
+
+@pytest.mark.parametrize("kind", COMPRESSED)
+def test_garbage_after_a_compressed_stream_is_refused_but_zero_padding_is_read(tmp_path, kind):
+    path, data, _ = layout(tmp_path, kind)
+    raw = data.read_bytes()
+    data.write_bytes(raw + bytes(64))
+    assert np.array_equal(load_label_image(path).array, ARRAY)
+    data.write_bytes(raw + b"trailing garbage")
+    with pytest.raises(ReadError, match="after the end of its compressed data|cut short or damaged"):
+        load_label_image(path)
+
+
+def test_a_second_gzip_member_is_read_as_part_of_the_stream(tmp_path):
+    path = tmp_path / "a.nrrd"
+    half = ARRAY.nbytes // 2
+    data = ARRAY.tobytes()
+    path.write_bytes(nrrd_header("gzip") + gzip.compress(data[:half]) + gzip.compress(data[half:]))
+    assert np.array_equal(load_label_image(path).array, ARRAY)
+
+
+# ------------------------------------------------------------- data longer than the header declares
+def fewer_slices_in_header(tmp_path, kind):
+    """A file whose header declares 3 slices (z) while its data holds the 6 of ARRAY."""
+    if kind in ("nii", "nii.gz"):
+        raw = bytearray(write_image(tmp_path / "full.nii").read_bytes())
+        struct.pack_into("<h", raw, 46, 3)  # dim[3]
+        path = tmp_path / f"a.{kind}"
+        path.write_bytes(gzip.compress(bytes(raw)) if kind == "nii.gz" else bytes(raw))
+        return path
+    if kind in ("nrrd", "nrrd-gzip"):
+        path = write_image(tmp_path / "a.nrrd", compressed=kind == "nrrd-gzip")
+    elif kind in ("nhdr", "nhdr-gzip"):
+        path = write_image(tmp_path / "a.nhdr", compressed=kind == "nhdr-gzip")
+    else:
+        path = write_image(tmp_path / f"a.{kind.split('-')[0]}", compressed=kind.endswith("-compressed"))
+    raw = path.read_bytes()
+    edited = re.sub(rb"(sizes: 24 20|DimSize = 24 20) 6", rb"\1 3", raw, count=1)
+    assert edited != raw
+    path.write_bytes(edited)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["nii", "nii.gz", "nrrd", "nrrd-gzip", "nhdr", "nhdr-gzip", "mha", "mha-compressed",
+                                  "mhd", "mhd-compressed"])
+def test_data_longer_than_the_header_declares_is_refused(tmp_path, kind):
+    """ITK reads the first slices of such a file and drops the rest without a word."""
+    with pytest.raises(ReadError, match=r"holds (1440|2880|3232) bytes .* declares (1440|1792|2880)"):
+        load_label_image(fewer_slices_in_header(tmp_path, kind))
+
+
+@pytest.mark.parametrize("suffix", [".nii", ".nrrd", ".mha"])
+def test_bytes_appended_to_raw_data_are_refused(tmp_path, suffix):
+    path = write_image(tmp_path / f"a{suffix}")
+    path.write_bytes(path.read_bytes() + b"\0" * 16)
+    with pytest.raises(ReadError, match="longer than its header says"):
+        load_label_image(path)
+
+
+def test_metaimage_header_size_skips_bytes_before_the_data(tmp_path):
+    """``HeaderSize`` bytes before the raw data are not counted as data (so not as too long)."""
+    (tmp_path / "a.raw").write_bytes(b"x" * 100 + ARRAY.tobytes())
+    (tmp_path / "a.mhd").write_text("ObjectType = Image\nNDims = 3\nDimSize = 24 20 6\nElementSpacing = 0.8 0.9 2.5\n"
+                                    "HeaderSize = 100\nElementType = MET_UCHAR\nElementDataFile = a.raw\n")
+    assert np.array_equal(load_label_image(tmp_path / "a.mhd").array, ARRAY)
+
+
+# ------------------------------------------------------------------------------ NIfTI dimensions
+@pytest.mark.parametrize("offset, value, pattern", [
+    (44, -20, r"NIfTI dim \[3, 24, -20, 6"),  # dim[2] negative: ITK read one row
+    (44, 0, r"NIfTI dim \[3, 24, 0, 6"),  # dim[2] zero: ITK read one row
+    (40, 9, r"NIfTI dim \[9,"),  # more than 7 dimensions
+])
+def test_nifti_impossible_dimensions_are_refused(tmp_path, offset, value, pattern):
+    raw = bytearray(write_image(tmp_path / "good.nii").read_bytes())
+    struct.pack_into("<h", raw, offset, value)
+    (tmp_path / "bad.nii").write_bytes(bytes(raw))
+    with pytest.raises(ReadError, match=pattern + ".* is invalid"):
+        load_label_image(tmp_path / "bad.nii")
+
+
+@pytest.mark.parametrize("value", [-10.0, 0.0, 100.0, float("nan")])
+def test_nifti_vox_offset_inside_the_header_is_refused(tmp_path, value):
+    """A single-file NIfTI's voxels start after its 348-byte header; ITK read a negative offset as other bytes."""
+    raw = bytearray(write_image(tmp_path / "good.nii").read_bytes())
+    struct.pack_into("<f", raw, 108, value)
+    (tmp_path / "bad.nii").write_bytes(bytes(raw))
+    with pytest.raises(ReadError, match="vox_offset .* lies inside the header"):
+        load_label_image(tmp_path / "bad.nii")
+
+
+# ------------------------------------------------------------------------------------- NRRD
+def test_nrrd_spatial_axis_without_a_space_direction_is_refused(tmp_path):
+    """``none`` in place of a spatial axis' direction: ITK read that axis as 1 mm."""
+    path = tmp_path / "a.nrrd"
+    path.write_bytes(nrrd_header("raw", directions="(0.8,0,0) (0,0.9,0) none") + ARRAY.tobytes())
+    with pytest.raises(ReadError, match="no voxel size for 1 of its 3 axes"):
+        load_label_image(path)
+    # a layered .seg.nrrd's list axis has no direction either: test_io_geometry reads slicerio's sample
+
+
+@pytest.mark.parametrize("data", [b"\0" * 3000, b"1 " * 1000 + b"x" * 2000, b"1 " * 100])
+def test_ascii_nrrd_that_is_not_numbers_is_refused_without_crashing(tmp_path, data):
+    """ITK (teem) crashes the process on a long unparsable token of ASCII data: checked in a child process."""
+    path = tmp_path / "a.nrrd"
+    path.write_bytes(nrrd_header("ascii", sizes=(3000, 1, 1), directions="(1,0,0) (0,1,0) (0,0,1)") + data)
+    script = ("import sys\nfrom segmetrics.io import ReadError, load_label_image\ntry:\n"
+              f"    load_label_image({str(path)!r})\nexcept ReadError as error:\n    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-500:]
+    assert re.search("is not a number|holds 100 numbers of ASCII image data where its header declares 3000",
+                     result.stdout)
+
+
+def test_ascii_nrrd_of_numbers_is_read(tmp_path):
+    path = tmp_path / "a.nrrd"
+    path.write_bytes(nrrd_header("ascii") + " ".join(map(str, ARRAY.ravel())).encode() + b"\n")
+    assert np.array_equal(load_label_image(path).array, ARRAY)
+
+
+def test_zlib_checksum_is_what_catches_a_metaimage_damage(tmp_path):
+    """Independent truth for the MetaImage cases: zlib itself refuses the damaged stream."""
+    path, data, start = layout(tmp_path, "mha-compressed")
+    raw = bytearray(data.read_bytes())
+    raw[-6] ^= 0xFF
+    with pytest.raises(zlib.error):
+        zlib.decompress(bytes(raw[start:]))
+    data.write_bytes(bytes(raw))
+    with pytest.raises(ReadError, match="cut short or damaged"):
+        load_label_image(path)
