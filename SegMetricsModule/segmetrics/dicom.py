@@ -49,7 +49,8 @@ from pathlib import Path
 import numpy as np
 
 from .geometry import LabelImage
-from .validation import InputPolicy, ReadError, check_file, check_unique_names, dicom_class, looks_like_dicom
+from .validation import (InputPolicy, ReadError, check_contour_resolution, check_file, check_unique_names, dicom_class,
+                         looks_like_dicom)
 
 #: In-plane pixel size (mm) of grids built from contour planes: about the pixel size of the
 #: planning CTs contours are drawn on (0.9-1.3 mm), so the half-pixel rasterisation error stays at
@@ -258,9 +259,7 @@ def contour_grid(structure_sets, resolution_mm: float = DEFAULT_CONTOUR_RESOLUTI
     square ``resolution_mm`` pixels on a lattice of multiples of ``resolution_mm``, one pixel of
     margin. The slice spacing is the smallest gap between planes (``resolution_mm`` for a single
     plane); planes that do not fall on that lattice are refused (give the image series instead)."""
-    if not (isinstance(resolution_mm, (int, float)) and 0 < resolution_mm < float("inf")):
-        raise ReadError(f"contour resolution must be a positive number of mm (CLI: --contour-resolution), "
-                        f"got {resolution_mm!r}")
+    check_contour_resolution(resolution_mm)
     polygons = [p for s in structure_sets for p in s.polygons()]
     if not polygons:
         return LabelImage(np.zeros((1, 1, 1), np.uint8), (resolution_mm,) * 3)

@@ -18,8 +18,9 @@ import SimpleITK as sitk
 from . import dicom
 from ._threads import thread_pool
 from .geometry import LabelImage, as_label_image
-from .validation import (InputPolicy, ReadError, check_file, check_label_map, check_picture, check_structure_names,
-                         check_threshold, check_unique_names)
+from .validation import (InputPolicy, ReadError, check_evaluation_options, check_file, check_label_map, check_picture,
+                         check_spacing_numbers, check_structure_names, check_threshold, check_threshold_separates,
+                         check_unique_names)
 
 PICTURE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
 
@@ -59,6 +60,8 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
         if dicom.dicom_kind(source) is not None:  # binary segments already (threshold applied to a SEG)
             threshold = None
     else:
+        if spacing is not None:
+            check_spacing_numbers(spacing, label)
         try:
             image = as_label_image(source, spacing)
         except ValueError as error:  # e.g. a NumPy array without spacing, an invalid geometry
@@ -120,6 +123,8 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
     when given, else the other input's grid (an RTSTRUCT against a label map), else a grid built
     from the contour planes of both structure sets with ``contour_resolution_mm`` pixels (default
     :data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`)."""
+    check_evaluation_options(threshold=threshold, image=image, contour_resolution_mm=contour_resolution_mm,
+                             input_policy=input_policy)
     sources = {"reference": reference, "test": test}
     structure_sets = {side: dicom.read_structure_set(source) for side, source in sources.items()
                       if isinstance(source, (str, Path)) and Path(source).is_file()
@@ -190,7 +195,9 @@ def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
     """Binarise at ``threshold`` or make sure the labels are integers (float files are accepted)."""
     array = image.array
     if threshold is not None:
-        return image.with_array((array >= threshold).astype(np.uint8))
+        binary = array >= threshold
+        check_threshold_separates(binary, array, threshold, source)
+        return image.with_array(binary.view(np.uint8))
     if array.dtype == bool:
         return image.with_array(array.view(np.uint8))  # 0/1 bytes as they are: no copy
     if np.issubdtype(array.dtype, np.floating):

@@ -467,11 +467,13 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
         structure's extras also hold ``slice_centres`` (:func:`slice_centres` of both masks along
         the MSI axis) and the review surfaces (:func:`add_review_surfaces`).
     """
-    from .registry import Parameters
+    from .registry import as_parameters
+    from .validation import check_evaluation_options
 
+    params = as_parameters(params)
+    check_evaluation_options(metrics=metrics)
     scene = reference_node.GetScene()
     pairs = segment_pairs(reference_node, test_node) if pairs is None else pairs
-    params = params or Parameters()
     report = progress or (lambda fraction, message: None)
     notes = []
     temporary = _TemporaryNodes(scene)

@@ -14,7 +14,9 @@ runs, frame folders and the Slicer logic refuse the same things with the same on
 - pictures: lossy formats (JPEG), more grey levels than a mask has;
 - label maps: intensity-like content (negative values, more than :data:`MAX_LABELS` distinct
   values, many values varying from voxel to voxel) and names that would merge structures;
-- thresholds that are not finite numbers.
+- thresholds that are not finite numbers, or that make every voxel foreground;
+- options of an evaluation (:func:`check_evaluation_options`): metrics, labels, paths, before any
+  input is read.
 
 :class:`InputPolicy` holds the explicit overrides. Spacing and direction rules themselves live in
 :func:`segmetrics.geometry.check_spacing` / :func:`~segmetrics.geometry.check_placement`.
@@ -28,6 +30,7 @@ import numbers
 import os
 import re
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -449,7 +452,8 @@ def _check_meta(path: Path) -> None:
     _check_data_size(data, path, available, expected)
 
 
-def _check_data_size(data: Path, header: Path, available: int, expected: int, what: str = "bytes of image data") -> None:
+def _check_data_size(data: Path, header: Path, available: int, expected: int,
+                     what: str = "bytes of image data") -> None:
     """Refuse image data shorter or longer than its header declares (``what``: the unit counted)."""
     if available == expected:
         return
@@ -637,3 +641,77 @@ def check_threshold(threshold) -> None:
         return
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not math.isfinite(threshold):
         raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+
+
+def check_threshold_separates(binary: np.ndarray, values: np.ndarray, threshold, source: str) -> None:
+    """Refuse a threshold at or below every value of a non-constant image (``values``), which made
+    every voxel of ``binary`` foreground, the background included."""
+    if values.size and binary.all() and values.min() != values.max():
+        raise ReadError(f"{source}: threshold {threshold:g} is at or below every value (from {values.min():g} to "
+                        f"{values.max():g}), so every voxel, background included, would be foreground; choose a "
+                        "threshold above the background value")
+
+
+# ---------------------------------------------------------------------------- run options
+def check_spacing_numbers(spacing, source: str) -> None:
+    """Refuse a ``spacing`` argument that is not a sequence of real numbers (mm, array order): text
+    (``"125"`` would be read digit by digit), booleans, ``None`` or a single number. Their values
+    are checked by :func:`segmetrics.geometry.check_spacing`."""
+    if isinstance(spacing, (str, bytes)) or not isinstance(spacing, Iterable) or not all(
+            isinstance(s, numbers.Real) and not isinstance(s, bool) for s in spacing):
+        raise ReadError(f"{source}: spacing must be voxel sizes in mm, one number per array axis (e.g. (2.5, 0.8, "
+                        f"0.8) for (z, y, x)), got {spacing!r}")
+
+
+def check_labels(labels) -> None:
+    """Refuse a ``labels`` selection that cannot name structures: a bare text (one label is
+    ``["liver"]``), booleans, or numbers that are not whole label values (1.5, NaN; also as text)."""
+    if labels is None:
+        return
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, Iterable):
+        raise ValueError(f"labels must be a list of label values or structure names (e.g. [1, 2] or ['liver']), "
+                         f"got {labels!r}")
+    for label in labels:
+        number = label if isinstance(label, numbers.Real) else _number(label)
+        if isinstance(label, bool) or (number is not None and not float(number).is_integer()):
+            raise ValueError(f"labels: {label!r} is not a label value (a whole number) or a structure name")
+
+
+def _number(text):
+    """``text`` as a float when it reads as a number (including nan and inf), else None."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_contour_resolution(resolution_mm) -> None:
+    """Refuse a contour-grid pixel size (mm) that is not a positive finite number."""
+    if isinstance(resolution_mm, bool) or not isinstance(resolution_mm, numbers.Real) \
+            or not 0 < resolution_mm < math.inf:
+        raise ReadError(f"contour resolution must be a positive number of mm (CLI: --contour-resolution), "
+                        f"got {resolution_mm!r}")
+
+
+def check_evaluation_options(*, metrics=None, labels=None, threshold=None, resample_to=None, image=None,
+                             contour_resolution_mm=None, input_policy=None) -> None:
+    """Refuse options of an evaluation before any input is read (``compare``, ``run_batch`` and the
+    Slicer logic call this; the CLI's flags end up here through them): unknown or no metrics,
+    :func:`check_labels`, :func:`check_threshold`, a ``resample_to`` or ``image`` path that does not
+    exist, a contour resolution that is not a positive number of mm, an ``input_policy`` that is not
+    an :class:`InputPolicy`. Raises ``ValueError`` (:class:`ReadError` for paths) in one line."""
+    from .registry import resolve_selection
+
+    check_threshold(threshold)
+    check_labels(labels)
+    if metrics is not None and not resolve_selection(metrics):  # unknown names raise ValueError
+        raise ValueError(f"metrics {metrics!r}: no metric selected; give metric or group names")
+    for option, path in (("resample_to", resample_to), ("image", image)):
+        if path is not None and not (option == "resample_to" and path == "reference") and not Path(path).exists():
+            expected = "'reference' or " if option == "resample_to" else ""
+            raise ReadError(f"{option} {path}: no such image folder or file (expected {expected}a DICOM series "
+                            "folder or an image file)")
+    if contour_resolution_mm is not None:
+        check_contour_resolution(contour_resolution_mm)
+    if input_policy is not None and not isinstance(input_policy, InputPolicy):
+        raise ValueError(f"input_policy must be segmetrics.io.InputPolicy, got {input_policy!r}")
