@@ -144,3 +144,55 @@ def test_slicer_logic_refuses_no_metric_before_exporting_and_accepts_a_params_di
     outputs = mrml.run(*nodes, metrics=["overlap", "distance"], params={"nsd_tolerance_mm": 1.0})
     assert outputs.result.structures[0].value("dice") == pytest.approx(numpy_dice(REFERENCE > 0, TEST > 0))
     assert outputs.result.structures[0].get("nsd").params.get("tolerance_mm", 1.0) == 1.0
+
+
+# ----------------------------------------------------------------------- frames
+FRAME_PREDICTION = TEST[3]
+FRAME_TRUTH = REFERENCE[3]
+
+
+@pytest.mark.parametrize("prediction, message", [
+    (FRAME_PREDICTION * 0.5, "prediction frame 0: holds non-integer values"),
+    (np.where(FRAME_PREDICTION > 0, np.nan, 0), "prediction frame 0: holds non-integer values"),
+    (FRAME_PREDICTION.astype(int) * -1, "prediction frame 0: holds negative values"),
+    (np.arange(FRAME_PREDICTION.size).reshape(FRAME_PREDICTION.shape) * 7, "prediction frame 0: holds 119 values that vary"),
+])
+def test_in_memory_frames_pass_the_label_map_checks_of_files(prediction, message):
+    """evaluate_frames scored a probability map, NaN or a CT slice as classes (challenge IoU 0, status ok)."""
+    with pytest.raises(ReadError, match=message):
+        segmetrics.evaluate_frames([prediction], [FRAME_TRUTH])
+
+
+def test_in_memory_frames_of_labels_are_scored():
+    result = segmetrics.evaluate_frames([FRAME_PREDICTION.astype(bool)], [FRAME_TRUTH.astype(float)])
+    intersection = np.count_nonzero(FRAME_PREDICTION & FRAME_TRUTH)
+    union = np.count_nonzero(FRAME_PREDICTION | FRAME_TRUTH)
+    assert result.iou[0, 0] == pytest.approx(intersection / union)
+
+
+@pytest.mark.parametrize("classes, message", [([1.5], "1.5 is not a class id"), ([math.nan], "nan is not a class id"),
+                                              ("1", "classes must be class ids"), ([True], "True is not a class id")])
+def test_frame_classes_must_be_whole_label_values(tmp_path, classes, message):
+    """Such a class can never occur: it was scored as empty (both_empty) without a word."""
+    with pytest.raises(ValueError, match=message):
+        segmetrics.evaluate_frames([FRAME_PREDICTION], [FRAME_TRUTH], classes=classes)
+    from segmetrics.frames import evaluate_folders
+    with pytest.raises(ValueError, match=message):
+        evaluate_folders(tmp_path / "missing", tmp_path / "missing", classes=classes)
+
+
+@pytest.mark.parametrize("damage", ["without end chunk", "damaged chunk"])
+def test_a_damaged_png_frame_is_refused(tmp_path, damage):
+    """PIL read the pixels of a PNG cut before its end chunk as if it were whole."""
+    from PIL import Image
+
+    path = tmp_path / "mask.png"
+    Image.fromarray(FRAME_TRUTH * 255).save(path)
+    raw = bytearray(path.read_bytes())
+    if damage == "without end chunk":
+        raw = raw[:-12]  # the IEND chunk: 4 bytes length, 4 bytes type, 4 bytes CRC
+    else:
+        raw[raw.index(b"IDAT") + 2] ^= 0x01  # the chunk's CRC no longer matches
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ReadError, match="the PNG file is damaged or cut short"):
+        load_label_image(path)

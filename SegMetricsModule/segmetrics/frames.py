@@ -38,7 +38,7 @@ import numpy as np
 
 from .geometry import geometry_differences
 from .registry import MetricValue, Parameters, Status, emptiness_status, positive_number
-from .validation import InputPolicy, NothingToCompareError, check_threshold
+from .validation import InputPolicy, NothingToCompareError, check_class_ids, check_threshold
 
 #: File endings read as frames (longest first so ``.nii.gz`` wins over ``.gz``).
 FRAME_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".png", ".npy", ".tif", ".tiff", ".bmp")
@@ -240,7 +240,9 @@ def evaluate_frames(predictions, ground_truths, classes=None, rules: EdgeRules |
     ----------
     predictions, ground_truths : sequences of ndarray
         Paired label maps of class ids, 2-D ``(row, col)`` frames or 3-D ``(z, y, x)`` volumes;
-        each pair must have one shape. Counts are in pixels/voxels (spacing plays no role).
+        each pair must have one shape. Counts are in pixels/voxels (spacing plays no role). Each
+        frame passes the label-map checks of files (:func:`segmetrics.validation.check_label_map`):
+        probability maps, NaN, negative or intensity-like values are refused (:class:`ReadError`).
     classes : dict or iterable of int, optional
         ``{class id: name}`` or class ids to score; default every non-zero label found. Label 0
         is never scored; labels not listed count as background.
@@ -251,12 +253,25 @@ def evaluate_frames(predictions, ground_truths, classes=None, rules: EdgeRules |
     frame_names : list of str, optional
         Names used in per-frame records (default ``"0"``, ``"1"``, ...).
     """
+    check_class_ids(classes)
     predictions, ground_truths = list(predictions), list(ground_truths)
     if len(predictions) != len(ground_truths):
         raise ValueError(f"{len(predictions)} predictions but {len(ground_truths)} ground-truth frames")
+    names = list(frame_names) if frame_names is not None else [str(i) for i in range(len(predictions))]
+    predictions = [_label_frame(frame, f"prediction frame {name}") for frame, name in zip(predictions, names)]
+    ground_truths = [_label_frame(frame, f"ground-truth frame {name}") for frame, name in zip(ground_truths, names)]
     if classes is None:
         classes = found_labels(predictions + ground_truths)
     return frame_counts(zip(predictions, ground_truths), classes, rules, frame_names)
+
+
+def _label_frame(frame, name: str) -> np.ndarray:
+    """An in-memory frame as integer labels, after the label-map checks files pass (a probability
+    map, NaN, negative or intensity-like values are refused; :mod:`segmetrics.validation`)."""
+    from .io import load_label_image
+
+    frame = np.asarray(frame)
+    return load_label_image(frame, spacing=(1.0,) * frame.ndim, name=name).array
 
 
 def found_labels(frames) -> list:
@@ -457,6 +472,7 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
     from .instances import IOU_THRESHOLDS, accumulate_ap, count_detections, image_matches
 
     check_threshold(threshold)
+    check_class_ids(classes)
     positive_number("detection_iou", detection_iou, maximum=1.0)
     size_edges_mm = (Parameters() if size_edges_mm is None
                      else Parameters(lesion_size_edges_mm=size_edges_mm)).lesion_size_edges_mm

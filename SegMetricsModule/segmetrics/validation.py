@@ -11,7 +11,7 @@ runs, frame folders and the Slicer logic refuse the same things with the same on
   or longer than its header declares (ITK zero-fills the one and drops the rest of the other),
   impossible NIfTI dimensions and data offsets, ASCII NRRD data that is not numbers (ITK crashes
   on some);
-- pictures: lossy formats (JPEG), more grey levels than a mask has;
+- pictures: lossy formats (JPEG), more grey levels than a mask has, PNG chunks damaged or cut short;
 - label maps: intensity-like content (negative values, more than :data:`MAX_LABELS` distinct
   values, many values varying from voxel to voxel) and names that would merge structures;
 - thresholds that are not finite numbers, or that make every voxel foreground;
@@ -54,6 +54,7 @@ _DICOM_SUFFIXES = (".dcm", ".dicom")
 _NIFTI_NAME = re.compile(r"\.(nii|hdr|img)(\.gz)?$", re.IGNORECASE)
 _NIFTI1_HEADER_BYTES = 348
 _GZIP_MAGIC = b"\x1f\x8b"
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _HEADER_BYTES_LIMIT = 1 << 16
 #: Bytes of a DICOM file's start that key its parsed header (:func:`dicom_class`).
 _DICOM_HEAD_BYTES = 1 << 16
@@ -117,7 +118,22 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
         _check_meta(path)
     elif head[:2] == _GZIP_MAGIC:
         _data_length(path)
+    elif head.startswith(_PNG_SIGNATURE):
+        _check_png(path)
     return None
+
+
+def _check_png(path: Path) -> None:
+    """Refuse a PNG whose chunks are damaged (CRC) or that ends before its end chunk: PIL reads the
+    pixels of such a file as if it were whole."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as picture:
+            picture.verify()
+    except Exception as error:  # PIL raises SyntaxError, OSError, struct.error ... for one cause
+        raise ReadError(f"{path}: the PNG file is damaged or cut short ({error}); the file was probably not copied "
+                        "or downloaded completely") from error
 
 
 @dataclass(frozen=True)
@@ -675,6 +691,18 @@ def check_labels(labels) -> None:
         number = label if isinstance(label, numbers.Real) else _number(label)
         if isinstance(label, bool) or (number is not None and not float(number).is_integer()):
             raise ValueError(f"labels: {label!r} is not a label value (a whole number) or a structure name")
+
+
+def check_class_ids(classes) -> None:
+    """Refuse frame classes (``{class id: name}`` or class ids) that are not whole label values:
+    a bare text, booleans, NaN, 1.5 (such a class can never be found: it was scored as empty)."""
+    if classes is None:
+        return
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, Iterable):
+        raise ValueError(f"classes must be class ids or {{class id: name}} (e.g. [1, 2]), got {classes!r}")
+    for class_id in classes:
+        if isinstance(class_id, bool) or not isinstance(class_id, numbers.Real) or not float(class_id).is_integer():
+            raise ValueError(f"classes: {class_id!r} is not a class id (a whole label value)")
 
 
 def _number(text):
