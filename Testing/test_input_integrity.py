@@ -221,3 +221,33 @@ def test_zlib_checksum_is_what_catches_a_metaimage_damage(tmp_path):
     data.write_bytes(bytes(raw))
     with pytest.raises(ReadError, match="cut short or damaged"):
         load_label_image(path)
+
+
+# ---------------------------------------------------------------------------------- .seg.nrrd
+def seg_nrrd(tmp_path, segments, array=ARRAY):
+    """A single-layer .seg.nrrd of ``array`` with ``segments``: [(name, label value, layer)]."""
+    fields = []
+    for index, (name, value, layer) in enumerate(segments):
+        fields += [f"Segment{index}_ID:=Segment_{index}", f"Segment{index}_Name:={name}",
+                   f"Segment{index}_LabelValue:={value}", f"Segment{index}_Layer:={layer}"]
+    header = nrrd_header("raw").replace(b"space origin", ("\n".join(fields) + "\nspace origin").encode())
+    path = tmp_path / "a.seg.nrrd"
+    path.write_bytes(header + array.tobytes())
+    return path
+
+
+def test_a_consistent_seg_nrrd_is_read_with_its_names(tmp_path):
+    image = load_label_image(seg_nrrd(tmp_path, [("liver", 1, 0), ("tumour", 2, 0)]))
+    assert image.names == {1: "liver", 2: "tumour"}
+    assert np.array_equal(image.array, ARRAY)
+
+
+@pytest.mark.parametrize("segments, message", [
+    ([("liver", 1, 0), ("tumour", 1, 0)], "'liver' and 'tumour' share label value 1 in layer 0"),  # liver was dropped
+    ([("liver", 1, 0), ("tumour", 2, -1)], "segment 'tumour' is in layer -1, but the file has 1 layer"),  # read layer -1
+    ([("liver", 1, 0), ("tumour", 0, 0)], "segment 'tumour' has label value 0, which is the background"),
+    ([("liver", 1, 0)], r"layer 0 holds voxels of value\(s\) 2 that no segment declares"),  # voxels left out
+])
+def test_seg_nrrd_segments_that_cannot_be_told_apart_are_refused(tmp_path, segments, message):
+    with pytest.raises(ReadError, match=message):
+        load_label_image(seg_nrrd(tmp_path, segments))

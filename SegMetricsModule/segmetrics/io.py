@@ -17,7 +17,7 @@ import SimpleITK as sitk
 
 from . import dicom
 from ._threads import thread_pool
-from .geometry import LabelImage, as_label_image
+from .geometry import LabelImage, as_label_image, distinct_values
 from .validation import (InputPolicy, ReadError, check_evaluation_options, check_file, check_label_map, check_picture,
                          check_spacing_numbers, check_structure_names, check_threshold, check_threshold_separates,
                          check_unique_names)
@@ -232,6 +232,18 @@ def _read_picture(path: Path) -> LabelImage:
     return LabelImage(array, (1.0, 1.0))
 
 
+def _check_segment(path: Path, name: str, layer: int, value: int, declared: list) -> None:
+    """Refuse a ``.seg.nrrd`` segment whose voxels cannot be told: a layer the file does not have,
+    label value 0 (the background) or a value another segment of its layer already has."""
+    if not 0 <= layer < len(declared):
+        raise ReadError(f"{path}: segment {name!r} is in layer {layer}, but the file has {len(declared)} layer(s)")
+    if value < 1:
+        raise ReadError(f"{path}: segment {name!r} has label value {value}, which is the background")
+    if value in declared[layer]:
+        raise ReadError(f"{path}: segments {declared[layer][value]!r} and {name!r} share label value {value} in layer "
+                        f"{layer}, so their voxels cannot be told apart")
+
+
 def _read_seg_nrrd(path: Path) -> LabelImage:
     """A Slicer ``.seg.nrrd``: segment names kept; label values kept for single-layer files.
 
@@ -255,15 +267,24 @@ def _read_seg_nrrd(path: Path) -> LabelImage:
         layers = np.transpose(voxels, (2, 1, 0))[np.newaxis]
     names, masks = {}, {}
     array = np.zeros(layers.shape[1:], dtype=np.int32)
+    declared = [{} for _ in layers]  # per layer: {label value: segment name}
     for number, segment in enumerate(segments, start=1):
-        layer = int(segment.get("layer", 0) or 0)
-        mask = layers[layer] == int(segment["labelValue"])
-        label = number if layered else int(segment["labelValue"])
-        names[label] = segment.get("name", segment.get("id", str(number)))
+        name = segment.get("name", segment.get("id", str(number)))
+        layer, value = int(segment.get("layer", 0) or 0), int(segment["labelValue"])
+        _check_segment(path, name, layer, value, declared)
+        declared[layer][value] = name
+        mask = layers[layer] == value
+        label = number if layered else value
+        names[label] = name
         if np.any(array[mask] != 0):
             masks[label] = mask  # overlaps an earlier segment: keep it separately
         else:
             array[mask] = label
+    for layer, (voxels_of_layer, values) in enumerate(zip(layers, declared)):
+        undeclared = [int(v) for v in distinct_values(voxels_of_layer) if v != 0 and int(v) not in values]
+        if undeclared:
+            raise ReadError(f"{path}: layer {layer} holds voxels of value(s) {', '.join(map(str, undeclared[:10]))} "
+                            "that no segment declares (a damaged or hand-edited file?); they would be left out")
     check_unique_names(names, str(path))
     image = LabelImage(array, tuple(spacing_ijk[::-1]), tuple(ijk_to_lps[:3, 3]), tuple(direction), names)
     image.segment_masks = masks
