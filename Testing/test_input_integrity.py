@@ -251,3 +251,51 @@ def test_a_consistent_seg_nrrd_is_read_with_its_names(tmp_path):
 def test_seg_nrrd_segments_that_cannot_be_told_apart_are_refused(tmp_path, segments, message):
     with pytest.raises(ReadError, match=message):
         load_label_image(seg_nrrd(tmp_path, segments))
+
+
+# ---------------------------------------------------------------------------------- DICOM
+def edited_liver_seg(data_dir, tmp_path, edit):
+    """dcmqi's liver DICOM SEG (3 frames of 512 x 512, one segment) with ``edit(dataset)`` applied."""
+    import pydicom
+
+    dataset = pydicom.dcmread(data_dir / "dcmqi" / "liver.dcm")
+    edit(dataset)
+    dataset.save_as(tmp_path / "seg.dcm")
+    return tmp_path / "seg.dcm"
+
+
+def _fewer_frames(dataset):
+    dataset.NumberOfFrames = 2
+
+
+def _fewer_rows(dataset):
+    dataset.Rows = 256
+
+
+def _undescribed_segment(dataset):
+    dataset.PerFrameFunctionalGroupsSequence[0].SegmentIdentificationSequence[0].ReferencedSegmentNumber = 9
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_fewer_frames, "declares 2 frame\\(s\\) but describes 3"),  # was read as its first 2 frames
+    (_fewer_rows, "holds 98304 bytes of pixel data where its 3 frame\\(s\\) of 256 x 512 declare 49152"),  # half rows
+    (_undescribed_segment, "frames of segment\\(s\\) 9 that the DICOM SEG does not describe"),  # frame left out
+])
+def test_a_dicom_seg_whose_frames_do_not_add_up_is_refused(data_dir, tmp_path, edit, message):
+    with pytest.raises(ReadError, match=message):
+        load_label_image(edited_liver_seg(data_dir, tmp_path, edit))
+    assert load_label_image(edited_liver_seg(data_dir, tmp_path, lambda dataset: None)).array.shape == (3, 512, 512)
+
+
+def test_a_contour_with_fewer_points_than_it_declares_is_refused(tmp_path):
+    """A contour cut short (NumberOfContourPoints larger than ContourData holds) was filled as it was."""
+    import pydicom
+    from test_dicom import rectangle, write_rtstruct
+
+    write_rtstruct(tmp_path / "rt.dcm", {"Heart": [rectangle(0, 0, 5, 5, 0.0)]})
+    dataset = pydicom.dcmread(tmp_path / "rt.dcm")
+    contour = dataset.ROIContourSequence[0].ContourSequence[0]
+    contour.NumberOfContourPoints = int(contour.NumberOfContourPoints) + 3
+    dataset.save_as(tmp_path / "rt.dcm")
+    with pytest.raises(ReadError, match="ROI 1 has a contour .*NumberOfContourPoints is 7 but ContourData holds 4"):
+        load_label_image(tmp_path / "rt.dcm")

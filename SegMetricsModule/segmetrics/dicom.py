@@ -126,7 +126,10 @@ def read_dicom_seg(path, threshold: float | None = None) -> LabelImage:
     threshold = 0.5 if threshold is None else threshold
     try:
         segmentation = highdicom.seg.segread(str(path))
+        _check_seg_frames(path, segmentation)
         volume = segmentation.get_volume()
+    except ReadError:
+        raise
     except Exception as error:  # highdicom raises many types for one cause (e.g. irregular frames)
         raise ReadError(f"{path}: cannot be read as a DICOM SEG volume ({error})") from error
     numbers = [int(n) for n in volume.get_channel_values(volume.channel_descriptors[0])]
@@ -138,6 +141,29 @@ def read_dicom_seg(path, threshold: float | None = None) -> LabelImage:
     axes = np.asarray(volume.affine, dtype=float)[:3, :3][:, ::-1]
     spacing_ijk = np.linalg.norm(axes, axis=0)
     return _label_image(masks, names, str(path), spacing_ijk[::-1], volume.affine[:3, 3], (axes / spacing_ijk).ravel())
+
+
+def _check_seg_frames(path, segmentation) -> None:
+    """Refuse a DICOM SEG whose frames do not add up: a frame count other than its per-frame items,
+    frames of a segment the file does not describe, or (uncompressed) pixel data of another length
+    than rows x columns x frames declare (highdicom reads such data as other frames or rows)."""
+    frames = int(segmentation.get("NumberOfFrames", 1))
+    items = segmentation.get("PerFrameFunctionalGroupsSequence", [])
+    if len(items) != frames:
+        raise ReadError(f"{path}: the DICOM SEG declares {frames} frame(s) but describes {len(items)}; a damaged file?")
+    described = {int(item.SegmentNumber) for item in segmentation.get("SegmentSequence", [])}
+    referenced = {int(ref.ReferencedSegmentNumber) for item in items
+                  for ref in item.get("SegmentIdentificationSequence", [])}
+    if referenced - described:
+        raise ReadError(f"{path}: frames of segment(s) {', '.join(map(str, sorted(referenced - described)))} that the "
+                        "DICOM SEG does not describe; a damaged file?")
+    if "PixelData" not in segmentation or segmentation.file_meta.TransferSyntaxUID.is_compressed:
+        return
+    bits = int(segmentation.Rows) * int(segmentation.Columns) * frames * int(segmentation.BitsAllocated)
+    expected, stored = -(-bits // 8), len(segmentation.PixelData)
+    if stored not in (expected, expected + 1):  # + 1: padding to an even length
+        raise ReadError(f"{path}: holds {stored} bytes of pixel data where its {frames} frame(s) of "
+                        f"{segmentation.Rows} x {segmentation.Columns} declare {expected}; a damaged file?")
 
 
 # -------------------------------------------------------------------------- RT Structure Set
@@ -216,6 +242,10 @@ def _contour_points(contour) -> np.ndarray:
         points = np.asarray(value, dtype=float).reshape(-1, 3)
     if not np.all(np.isfinite(points)):
         raise ValueError("a coordinate is NaN or infinite")
+    declared = contour.get("NumberOfContourPoints")
+    if declared is not None and int(declared) != len(points):
+        raise ValueError(f"NumberOfContourPoints is {int(declared)} but ContourData holds {len(points)} points: "
+                         "cut short or damaged?")
     if len(points) and np.abs(points).max() > MAX_COORDINATE_MM:
         raise ValueError(f"a coordinate is {np.abs(points).max():g} mm from the origin, beyond {MAX_COORDINATE_MM:g} mm "
                          "(100 m): not patient millimetres?")
