@@ -244,7 +244,7 @@ def test_a_consistent_seg_nrrd_is_read_with_its_names(tmp_path):
 
 @pytest.mark.parametrize("segments, message", [
     ([("liver", 1, 0), ("tumour", 1, 0)], "'liver' and 'tumour' share label value 1 in layer 0"),  # liver was dropped
-    ([("liver", 1, 0), ("tumour", 2, -1)], "segment 'tumour' is in layer -1, but the file has 1 layer"),  # read layer -1
+    ([("liver", 1, 0), ("tumour", 2, -1)], "segment 'tumour' is in layer -1, but the file has 1 layer"),
     ([("liver", 1, 0), ("tumour", 0, 0)], "segment 'tumour' has label value 0, which is the background"),
     ([("liver", 1, 0)], r"layer 0 holds voxels of value\(s\) 2 that no segment declares"),  # voxels left out
 ])
@@ -299,3 +299,56 @@ def test_a_contour_with_fewer_points_than_it_declares_is_refused(tmp_path):
     dataset.save_as(tmp_path / "rt.dcm")
     with pytest.raises(ReadError, match="ROI 1 has a contour .*NumberOfContourPoints is 7 but ContourData holds 4"):
         load_label_image(tmp_path / "rt.dcm")
+
+
+def ct_series(data_dir, tmp_path, edit_middle=None, cut_middle=None):
+    """dcmqi's 3-slice CT series copied to tmp_path, its middle slice edited or cut to ``cut_middle`` bytes."""
+    import shutil
+
+    import pydicom
+
+    folder = tmp_path / "series"
+    shutil.copytree(data_dir / "dcmqi" / "ct-3slice", folder)
+    middle = sorted(folder.iterdir())[1]
+    if edit_middle is not None:
+        dataset = pydicom.dcmread(middle)
+        edit_middle(dataset)
+        dataset.save_as(middle)
+    if cut_middle is not None:
+        middle.write_bytes(middle.read_bytes()[:cut_middle])
+    return folder
+
+
+@pytest.mark.parametrize("cut", [-10, 20000])
+def test_a_series_with_an_unreadable_slice_file_is_refused(data_dir, tmp_path, cut):
+    """GDCM skipped the cut file: the grid had 2 slices 2 mm apart instead of 3 at 1 mm, without a word."""
+    from segmetrics.dicom import read_image_grid
+
+    assert read_image_grid(ct_series(data_dir, tmp_path)).array.shape == (3, 512, 512)
+    with pytest.raises(ReadError, match="02.dcm: a DICOM image of the series folder .* cannot be read"):
+        read_image_grid(ct_series(data_dir, tmp_path / "cut", cut_middle=cut))
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("PixelSpacing", [0.5, 0.5], "differ in pixel spacing"),  # ITK took the first slice's for all
+    ("ImageOrientationPatient", [0, 1, 0, 1, 0, 0], "differ in image orientation"),
+])
+def test_a_series_whose_slices_disagree_is_refused(data_dir, tmp_path, field, value, message):
+    from segmetrics.dicom import read_image_grid
+
+    with pytest.raises(ReadError, match=message):
+        read_image_grid(ct_series(data_dir, tmp_path, edit_middle=lambda dataset: setattr(dataset, field, value)))
+
+
+def test_a_series_pixel_spacing_of_zero_is_refused_not_read_as_1mm(data_dir, tmp_path):
+    import pydicom
+
+    from segmetrics.dicom import read_image_grid
+
+    folder = ct_series(data_dir, tmp_path)
+    for path in folder.iterdir():
+        dataset = pydicom.dcmread(path)
+        dataset.PixelSpacing = [0, 0.8]
+        dataset.save_as(path)
+    with pytest.raises(ReadError, match=r"DICOM PixelSpacing \(0, 0.8\) mm is invalid"):
+        read_image_grid(folder)

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .geometry import LabelImage
+from .geometry import LabelImage, check_spacing
 from .validation import (InputPolicy, ReadError, check_contour_resolution, check_file, check_unique_names, dicom_class,
                          looks_like_dicom)
 
@@ -507,11 +507,12 @@ def read_image_series(path) -> tuple:
     identity, voxel_check = (None, None), None
     if path.is_dir():
         with _itk_warnings_off():  # "No Series were found": said below in one line
-            series = [names for uid in sitk.ImageSeriesReader.GetGDCMSeriesIDs(str(path))
-                      if (names := sitk.ImageSeriesReader.GetGDCMSeriesFileNames(str(path), uid))
-                      and dicom_kind(names[0]) is None]
+            every = [sitk.ImageSeriesReader.GetGDCMSeriesFileNames(str(path), uid)
+                     for uid in sitk.ImageSeriesReader.GetGDCMSeriesIDs(str(path))]
+        series = [names for names in every if names and dicom_kind(names[0]) is None]
         if len(series) != 1:
             raise ReadError(f"{path}: holds {len(series)} DICOM image series; give a folder with exactly one")
+        check_no_file_left_out(path, {Path(name).resolve() for names in every for name in names})
         reader = sitk.ImageSeriesReader()
         reader.SetFileNames(series[0])
         reader.MetaDataDictionaryArrayUpdateOn()  # each slice's header, for check_even_slices
@@ -519,6 +520,7 @@ def read_image_series(path) -> tuple:
         def reader_call():
             with _itk_warnings_off():  # ITK's "Non uniform sampling or missing slices": refused in one line
                 image = reader.Execute()
+            check_slice_headers(path, reader)
             check_even_slices(path, reader)
             return image
 
@@ -557,6 +559,54 @@ def _itk_warnings_off():
         yield
     finally:
         sitk.ProcessObject.SetGlobalWarningDisplay(shown)
+
+
+def check_no_file_left_out(folder: Path, in_series: set) -> None:
+    """Refuse a series folder holding a DICOM image file (by name or preamble; other objects such
+    as structure sets may lie beside the series) that no series took up: GDCM skips a file it
+    cannot parse (e.g. cut short), and the grid then lacks its slice."""
+    for candidate in sorted(folder.iterdir()):
+        if not candidate.is_file() or candidate.resolve() in in_series or not looks_like_dicom(candidate):
+            continue
+        try:
+            sop_class, _ = dicom_class(candidate)
+            image = sop_class.name.endswith("Image Storage")
+        except ReadError:
+            image = True  # not even its header can be read
+        if image:
+            raise ReadError(f"{candidate}: a DICOM image of the series folder {folder} that cannot be read (cut short "
+                            "or damaged?); its slice would be missing from the grid")
+
+
+def check_slice_headers(path, reader) -> None:
+    """Refuse a DICOM series (``reader`` as in :func:`check_even_slices`) whose slices disagree on
+    their pixel spacing or orientation, or whose pixel spacing is not a valid voxel size: ITK takes
+    the first slice's values for all, and replaces an invalid spacing by 1 mm."""
+    tags = {"pixel spacing": "0028|0030", "image orientation": "0020|0037"}
+    for what, tag in tags.items():
+        values = [reader.GetMetaData(i, tag).strip() if reader.HasMetaDataKey(i, tag) else None
+                  for i in range(len(reader.GetFileNames()))]
+        parsed = [_floats_of(value) for value in values if value is not None]
+        if parsed and (len(parsed) != len(values) or any(len(p) != len(parsed[0]) or not np.allclose(p, parsed[0])
+                                                          for p in parsed)):
+            raise ReadError(f"{path}: the slices of the DICOM series differ in {what} ({values[0]} vs "
+                            f"{next(v for v, p in zip(values, parsed) if v != values[0])}); give one regular series")
+        if what == "pixel spacing" and parsed:
+            try:
+                check_spacing(parsed[0], "DICOM PixelSpacing")
+            except ValueError as error:
+                raise ReadError(f"{path}: {error}") from None
+
+
+def _floats_of(text: str) -> np.ndarray:
+    """The numbers of a multi-valued DICOM text (``a\\b\\c``); NaN for one that does not parse."""
+    numbers = []
+    for part in text.split("\\"):
+        try:
+            numbers.append(float(part))
+        except ValueError:
+            numbers.append(np.nan)
+    return np.array(numbers)
 
 
 def check_even_slices(path, reader) -> None:
