@@ -352,3 +352,17 @@ def test_a_series_pixel_spacing_of_zero_is_refused_not_read_as_1mm(data_dir, tmp
         dataset.save_as(path)
     with pytest.raises(ReadError, match=r"DICOM PixelSpacing \(0, 0.8\) mm is invalid"):
         read_image_grid(folder)
+
+
+def test_an_open_contour_of_a_closed_structure_is_reported_not_filled(tmp_path):
+    """An OPEN_PLANAR contour among the closed ones of an ROI encloses no area: it was left out silently."""
+    import pydicom
+    from test_dicom import rectangle, write_rtstruct
+
+    write_rtstruct(tmp_path / "rt.dcm", {"Heart": [rectangle(0, 0, 5, 5, 0.0), rectangle(0, 0, 9, 9, 1.0)]})
+    dataset = pydicom.dcmread(tmp_path / "rt.dcm")
+    dataset.ROIContourSequence[0].ContourSequence[1].ContourGeometricType = "OPEN_PLANAR"
+    dataset.save_as(tmp_path / "rt.dcm")
+    image = load_label_image(tmp_path / "rt.dcm")
+    assert any("1 open contour(s) (OPEN_PLANAR or POINT) of 'Heart'" in note for note in image.notes), image.notes
+    assert image.names == {1: "Heart"}

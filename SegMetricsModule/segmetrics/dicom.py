@@ -87,7 +87,9 @@ class StructureSet:
     """The closed planar contours of one RTSTRUCT file: ``names`` and ``contours`` by ROI number;
     the ``frames_of_reference`` (UIDs) its ROIs are drawn in and the image ``referenced_series``
     (Series Instance UIDs) it names, both empty when the file does not say; ``dropped``: by ROI
-    number, how many of its closed contours enclose no area (:func:`encloses_area`) and were left out."""
+    number, how many of its closed contours enclose no area (:func:`encloses_area`) and were left out;
+    ``open_contours``: by ROI number, how many open (OPEN_PLANAR, POINT) contours of an ROI that
+    also has closed ones were left out (an ROI of open contours only is a marker, not a structure)."""
 
     source: str
     names: dict
@@ -95,6 +97,7 @@ class StructureSet:
     frames_of_reference: frozenset = frozenset()
     referenced_series: frozenset = frozenset()
     dropped: dict = field(default_factory=dict)
+    open_contours: dict = field(default_factory=dict)
 
     def polygons(self):
         """Every polygon of every ROI (``(N, 3)`` arrays, mm)."""
@@ -193,11 +196,12 @@ def read_structure_set(path) -> StructureSet:
                             "label values, one per structure")
     names = dict(rois)
     contours = {number: [] for number in names}
-    markers, dropped = set(), {}
+    markers, dropped, open_contours = set(), {}, {}
     for number, roi in zip(contour_numbers, dataset.get("ROIContourSequence", [])):
         for contour in roi.get("ContourSequence", []):
             if contour.get("ContourGeometricType", "CLOSED_PLANAR") != "CLOSED_PLANAR":
                 markers.add(number)
+                open_contours[number] = open_contours.get(number, 0) + 1
                 continue
             try:
                 points = _contour_points(contour)
@@ -210,6 +214,7 @@ def read_structure_set(path) -> StructureSet:
     for number in markers - {n for n, polygons in contours.items() if polygons}:
         names.pop(number, None)  # a marker (POINT, OPEN_PLANAR), not a volume
         contours.pop(number, None)
+        open_contours.pop(number)
     names = {number: names.get(number, str(number)) for number in contours}
     check_unique_names(names, str(path))
     frames = {str(roi.ReferencedFrameOfReferenceUID) for roi in dataset.get("StructureSetROISequence", [])
@@ -218,7 +223,7 @@ def read_structure_set(path) -> StructureSet:
     frames = frames or {str(frame.FrameOfReferenceUID) for frame in referenced if frame.get("FrameOfReferenceUID")}
     series = {str(s.SeriesInstanceUID) for frame in referenced for study in frame.get("RTReferencedStudySequence", [])
               for s in study.get("RTReferencedSeriesSequence", []) if s.get("SeriesInstanceUID")}
-    return StructureSet(str(path), names, contours, frozenset(frames), frozenset(series), dropped)
+    return StructureSet(str(path), names, contours, frozenset(frames), frozenset(series), dropped, open_contours)
 
 
 def _roi_number(item, keyword: str) -> int:
@@ -406,6 +411,9 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     image.notes += [f"{structures.source}: {count} contour(s) of {structures.names.get(label, str(label))!r} "
                     "enclose no area (fewer than 3 points, or zero area) and were left out"
                     for label, count in structures.dropped.items()]
+    image.notes += [f"{structures.source}: {count} open contour(s) (OPEN_PLANAR or POINT) of "
+                    f"{structures.names.get(label, str(label))!r} enclose no area and were left out"
+                    for label, count in structures.open_contours.items()]
     return image
 
 
