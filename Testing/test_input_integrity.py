@@ -366,3 +366,16 @@ def test_an_open_contour_of_a_closed_structure_is_reported_not_filled(tmp_path):
     image = load_label_image(tmp_path / "rt.dcm")
     assert any("1 open contour(s) (OPEN_PLANAR or POINT) of 'Heart'" in note for note in image.notes), image.notes
     assert image.names == {1: "Heart"}
+
+
+def test_a_folder_or_a_loop_of_links_given_as_a_file_says_what_it_is(tmp_path):
+    """Both were reported as "no such file", which sends the user looking for a typo."""
+    (tmp_path / "folder.nii.gz").mkdir()
+    (tmp_path / "a.nii").symlink_to(tmp_path / "b.nii")
+    (tmp_path / "b.nii").symlink_to(tmp_path / "a.nii")
+    with pytest.raises(ReadError, match="folder.nii.gz: is a folder, not an image file"):
+        load_label_image(tmp_path / "folder.nii.gz")
+    with pytest.raises(ReadError, match="a.nii: is a symbolic link to nothing"):
+        load_label_image(tmp_path / "a.nii")
+    with pytest.raises(ReadError, match="missing.nii: no such file"):
+        load_label_image(tmp_path / "missing.nii")

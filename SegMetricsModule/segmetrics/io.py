@@ -85,7 +85,7 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold
     """
     path = Path(path)
     if not path.is_file():
-        raise ReadError(f"{path}: no such file")
+        raise ReadError(f"{path}: {_not_a_file(path)}")
     voxel_check = check_file(path, input_policy or InputPolicy(), defer_data_check=True)
     name = path.name.lower()
     kind = dicom.dicom_kind(path)
@@ -159,6 +159,15 @@ def apply_name_map(image: LabelImage, names: dict) -> None:
     """
     image.names = {label: names[label] for label in sorted({*image.labels(), *image.names}) if label in names}
     check_structure_names(image, "name map")
+
+
+def _not_a_file(path: Path) -> str:
+    """Why ``path`` (not a regular file) cannot be read as an image file."""
+    if path.is_dir():
+        return "is a folder, not an image file (a DICOM series folder can only serve as a grid: --image, --resample-to)"
+    if path.is_symlink():
+        return "is a symbolic link to nothing (broken, or a loop of links)"
+    return "no such file" if not path.exists() else "is not a regular file"
 
 
 def _reason(error: Exception) -> str:
