@@ -379,3 +379,28 @@ def test_a_folder_or_a_loop_of_links_given_as_a_file_says_what_it_is(tmp_path):
         load_label_image(tmp_path / "a.nii")
     with pytest.raises(ReadError, match="missing.nii: no such file"):
         load_label_image(tmp_path / "missing.nii")
+
+
+def test_a_fractional_dicom_seg_threshold_at_or_below_every_fraction_is_refused(data_dir, tmp_path):
+    """Threshold 0 made the whole grid the segment (every fraction >= 0)."""
+    import highdicom
+    import pydicom
+    from pydicom.sr.codedict import codes
+
+    sources = sorted((pydicom.dcmread(path) for path in (data_dir / "dcmqi" / "ct-3slice").iterdir()),
+                     key=lambda source: float(source.ImagePositionPatient[2]))
+    for source in sources:
+        source.SpecificCharacterSet, source.PatientName = "ISO_IR 100", "Test^CT"
+    fractions = np.zeros((len(sources), sources[0].Rows, sources[0].Columns), np.float32)
+    fractions[1, 100:110, 200:220] = 0.7
+    description = highdicom.seg.SegmentDescription(
+        segment_number=1, segment_label="soft", segmented_property_category=codes.SCT.Tissue,
+        segmented_property_type=codes.SCT.Tissue, algorithm_type=highdicom.seg.SegmentAlgorithmTypeValues.MANUAL)
+    highdicom.seg.Segmentation(
+        source_images=sources, pixel_array=fractions, segmentation_type=highdicom.seg.SegmentationTypeValues.FRACTIONAL,
+        segment_descriptions=[description], series_instance_uid=highdicom.UID(), series_number=2,
+        sop_instance_uid=highdicom.UID(), instance_number=1, manufacturer="test", manufacturer_model_name="test",
+        software_versions="0", device_serial_number="0", max_fractional_value=100).save_as(tmp_path / "fractional.dcm")
+    assert load_label_image(tmp_path / "fractional.dcm", threshold=0.5).mask(1).sum() == 10 * 20
+    with pytest.raises(ReadError, match="segment 'soft'\\): threshold 0 is at or below every value"):
+        load_label_image(tmp_path / "fractional.dcm", threshold=0.0)

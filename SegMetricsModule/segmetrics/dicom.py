@@ -49,8 +49,8 @@ from pathlib import Path
 import numpy as np
 
 from .geometry import LabelImage, check_spacing
-from .validation import (InputPolicy, ReadError, check_contour_resolution, check_file, check_unique_names, dicom_class,
-                         looks_like_dicom)
+from .validation import (InputPolicy, ReadError, check_contour_resolution, check_file, check_threshold_separates,
+                         check_unique_names, dicom_class, looks_like_dicom)
 
 #: In-plane pixel size (mm) of grids built from contour planes: about the pixel size of the
 #: planning CTs contours are drawn on (0.9-1.3 mm), so the half-pixel rasterisation error stays at
@@ -140,6 +140,9 @@ def read_dicom_seg(path, threshold: float | None = None) -> LabelImage:
     fractional = "FRACTIONAL" in str(segmentation.segmentation_type)
     channels = np.moveaxis(np.asarray(volume.array), -1, 0)
     masks = {n: (channel >= threshold) if fractional else channel > 0 for n, channel in zip(numbers, channels)}
+    if fractional:
+        for n, channel in zip(numbers, channels):
+            check_threshold_separates(masks[n], channel, threshold, f"{path} (segment {names[n]!r})")
     # highdicom's affine maps (slice, row, column) indices to LPS; ITK's (i, j, k) is the reverse
     axes = np.asarray(volume.affine, dtype=float)[:3, :3][:, ::-1]
     spacing_ijk = np.linalg.norm(axes, axis=0)
