@@ -196,3 +196,13 @@ def test_a_damaged_png_frame_is_refused(tmp_path, damage):
     path.write_bytes(bytes(raw))
     with pytest.raises(ReadError, match="the PNG file is damaged or cut short"):
         load_label_image(path)
+
+
+@pytest.mark.parametrize("option, text", [("--names", '{"1": "liver", "2": "liver"}'), ("--synonyms", "not json")])
+def test_cli_compare_refuses_a_bad_names_or_synonyms_file_before_reading_the_images(files, option, text, capsys,
+                                                                                   monkeypatch):
+    folder, reference, test = files
+    (folder / "extra.json").write_text(text)
+    monkeypatch.setattr(segmetrics.io, "read_label_image", lambda *a, **k: pytest.fail("images read before the check"))
+    assert main(["compare", str(reference), str(test), option, str(folder / "extra.json")]) == 2
+    assert "extra.json" in capsys.readouterr().err
