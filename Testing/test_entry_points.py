@@ -155,7 +155,8 @@ FRAME_TRUTH = REFERENCE[3]
     (FRAME_PREDICTION * 0.5, "prediction frame 0: holds non-integer values"),
     (np.where(FRAME_PREDICTION > 0, np.nan, 0), "prediction frame 0: holds non-integer values"),
     (FRAME_PREDICTION.astype(int) * -1, "prediction frame 0: holds negative values"),
-    (np.arange(FRAME_PREDICTION.size).reshape(FRAME_PREDICTION.shape) * 7, "prediction frame 0: holds 119 values that vary"),
+    (np.arange(FRAME_PREDICTION.size).reshape(FRAME_PREDICTION.shape) * 7,
+     "prediction frame 0: holds 119 values that vary"),
 ])
 def test_in_memory_frames_pass_the_label_map_checks_of_files(prediction, message):
     """evaluate_frames scored a probability map, NaN or a CT slice as classes (challenge IoU 0, status ok)."""
