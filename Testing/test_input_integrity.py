@@ -404,3 +404,19 @@ def test_a_fractional_dicom_seg_threshold_at_or_below_every_fraction_is_refused(
     assert load_label_image(tmp_path / "fractional.dcm", threshold=0.5).mask(1).sum() == 10 * 20
     with pytest.raises(ReadError, match="segment 'soft'\\): threshold 0 is at or below every value"):
         load_label_image(tmp_path / "fractional.dcm", threshold=0.0)
+
+
+def test_a_nifti_sform_whose_voxel_sizes_disagree_with_pixdim_is_refused(tmp_path):
+    """ITK read 0.8 mm from pixdim where the sform (nibabel's, MONAI's choice) says 1.6 mm."""
+    import nibabel
+
+    image = nibabel.Nifti1Image(ARRAY.transpose(), np.diag([0.8, 0.9, 2.5, 1.0]))
+    image.to_filename(tmp_path / "good.nii")
+    raw = bytearray((tmp_path / "good.nii").read_bytes())
+    assert np.frombuffer(raw, "<f4", 1, 280)[0] == pytest.approx(0.8)  # srow_x[0]
+    struct.pack_into("<f", raw, 280, 1.6)  # the x voxel size of the sform doubled
+    (tmp_path / "bad.nii").write_bytes(bytes(raw))
+    assert nibabel.load(tmp_path / "bad.nii").header.get_zooms()[:3] == pytest.approx((0.8, 0.9, 2.5))
+    with pytest.raises(ReadError, match=r"sform gives voxel sizes \(1.6, 0.9, 2.5\) mm but pixdim \(0.8, 0.9, 2.5\)"):
+        load_label_image(tmp_path / "bad.nii")
+    assert load_label_image(tmp_path / "good.nii").spacing == pytest.approx((2.5, 0.9, 0.8))

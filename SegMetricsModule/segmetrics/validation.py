@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .geometry import LabelImage, check_spacing
+from .geometry import DIRECTION_TOLERANCE, LabelImage, check_spacing
 
 #: More distinct non-zero values than this in a label map suggests an intensity image.
 MAX_LABELS = 500
@@ -334,6 +334,7 @@ def _check_nifti(path: Path, defer_data_check: bool = False) -> VoxelCheck | Non
                         f"{_NIFTI1_HEADER_BYTES}): a damaged header?")
     spatial = int(min(dims[0], 3))
     _check_header_spacing(header, f"NIfTI pixdim[1..{spatial}]", pixdim[1:1 + spatial])
+    _check_sform_scales(header, head, order, pixdim[1:1 + spatial])
     expected = int(offset) + int(np.prod(dims[1:1 + dims[0]].astype(np.int64))) * bits // 8
     if defer_data_check and _is_gzip(data):
         crc, length = _gzip_trailer(data)
@@ -341,6 +342,24 @@ def _check_nifti(path: Path, defer_data_check: bool = False) -> VoxelCheck | Non
             return VoxelCheck(data, int(offset), crc)
     _check_data_size(data, header, _data_length(data), expected, "bytes of NIfTI data")
     return None
+
+
+def _check_sform_scales(header: Path, head: bytes, order: str, pixdim) -> None:
+    """Refuse a NIfTI-1 sform (when its code is set) whose column lengths disagree with ``pixdim``
+    (the voxel sizes of the spatial axes, mm):
+    ITK takes the voxel sizes from ``pixdim`` and nibabel or MONAI from the sform, so the same file
+    would give other millimetres in other tools."""
+    if int(np.frombuffer(head, order + "i2", 1, 254)[0]) <= 0:
+        return
+    sform = np.frombuffer(head, order + "f4", 12, 280).reshape(3, 4).astype(float)
+    lengths = np.linalg.norm(sform[:, :3], axis=0)[:len(pixdim)]
+    if np.all(np.isfinite(lengths)) and not np.allclose(lengths, pixdim, rtol=DIRECTION_TOLERANCE, atol=0):
+        raise ReadError(f"{header}: the NIfTI sform gives voxel sizes {_mm(lengths)} but pixdim {_mm(pixdim)}; "
+                        "readers disagree on which to use (ITK takes pixdim, nibabel the sform): fix the header")
+
+
+def _mm(values) -> str:
+    return "(" + ", ".join(f"{float(v):g}" for v in values) + ") mm"
 
 
 def _nifti_parts(path: Path):
