@@ -41,6 +41,8 @@ BAD_OPTIONS = [
     ({"labels": [True]}, None, "is not a label value"),
     ({"metrics": []}, ["--metrics="], "no metric selected"),
     ({"metrics": ""}, ["--metrics", ","], "no metric selected"),
+    ({"metrics": 5}, None, "metrics must be metric or group names"),  # TypeError from deep inside
+    ({"labels": 5}, None, "labels must be a list"),
     ({"resample_to": "refrence"}, None, "resample_to refrence: no such image folder or file"),
     ({"input_policy": "allow"}, None, "input_policy must be"),
 ]

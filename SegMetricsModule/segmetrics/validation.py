@@ -751,6 +751,8 @@ def check_evaluation_options(*, metrics=None, labels=None, threshold=None, resam
 
     check_threshold(threshold)
     check_labels(labels)
+    if metrics is not None and not isinstance(metrics, (str, Iterable)):
+        raise ValueError(f"metrics must be metric or group names (e.g. 'dice,hd95' or ['overlap']), got {metrics!r}")
     if metrics is not None and not resolve_selection(metrics):  # unknown names raise ValueError
         raise ValueError(f"metrics {metrics!r}: no metric selected; give metric or group names")
     for option, path in (("resample_to", resample_to), ("image", image)):
