@@ -420,3 +420,19 @@ def test_a_nifti_sform_whose_voxel_sizes_disagree_with_pixdim_is_refused(tmp_pat
     with pytest.raises(ReadError, match=r"sform gives voxel sizes \(1.6, 0.9, 2.5\) mm but pixdim \(0.8, 0.9, 2.5\)"):
         load_label_image(tmp_path / "bad.nii")
     assert load_label_image(tmp_path / "good.nii").spacing == pytest.approx((2.5, 0.9, 0.8))
+
+
+@pytest.mark.parametrize("mode", ["RGBA", "LA"])
+def test_a_mask_drawn_as_transparency_is_refused_not_read_as_empty(tmp_path, mode):
+    """Black pixels with the mask in the alpha channel were read from their colour: an empty mask."""
+    from PIL import Image
+
+    mask = (ARRAY[3] > 0).astype(np.uint8) * 255
+    channels = np.zeros(mask.shape + (len(mode),), np.uint8)
+    channels[..., -1] = mask
+    Image.fromarray(channels, mode).save(tmp_path / "overlay.png")
+    with pytest.raises(ReadError, match="transparency \\(alpha channel\\) varies"):
+        load_label_image(tmp_path / "overlay.png")
+    channels[..., :-1], channels[..., -1] = mask[..., None], 255  # the same mask in grey, opaque: read
+    Image.fromarray(channels, mode).save(tmp_path / "opaque.png")
+    assert np.array_equal(load_label_image(tmp_path / "opaque.png").array, mask)
