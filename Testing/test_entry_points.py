@@ -209,3 +209,11 @@ def test_cli_compare_refuses_a_bad_names_or_synonyms_file_before_reading_the_ima
     monkeypatch.setattr(segmetrics.io, "read_label_image", lambda *a, **k: pytest.fail("images read before the check"))
     assert main(["compare", str(reference), str(test), option, str(folder / "extra.json")]) == 2
     assert "extra.json" in capsys.readouterr().err
+
+
+def test_a_probability_map_with_nan_is_refused_even_with_a_threshold():
+    """NaN >= 0.5 is False: NaN voxels became background without a word."""
+    probability = np.where(REFERENCE > 0, 0.9, 0.1)
+    probability[3, 4, 5] = np.nan
+    with pytest.raises(ReadError, match="reference: holds NaN or infinite values \\(1 voxels\\)"):
+        segmetrics.compare(probability, TEST * 0.8, spacing=(1, 1, 1), threshold=0.5, metrics="dice")

@@ -204,6 +204,9 @@ def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
     """Binarise at ``threshold`` or make sure the labels are integers (float files are accepted)."""
     array = image.array
     if threshold is not None:
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+            raise ReadError(f"{source}: holds NaN or infinite values ({np.count_nonzero(~np.isfinite(array))} voxels), "
+                            "which no threshold can classify (NaN would silently become background)")
         binary = array >= threshold
         check_threshold_separates(binary, array, threshold, source)
         return image.with_array(binary.view(np.uint8))
