@@ -217,3 +217,26 @@ def test_a_probability_map_with_nan_is_refused_even_with_a_threshold():
     probability[3, 4, 5] = np.nan
     with pytest.raises(ReadError, match="reference: holds NaN or infinite values \\(1 voxels\\)"):
         segmetrics.compare(probability, TEST * 0.8, spacing=(1, 1, 1), threshold=0.5, metrics="dice")
+
+
+@pytest.mark.parametrize("name, text", [("scores.json", '{"f0": {"1": NaN}}'),
+                                        ("scores.csv", "frame,instance,score\nf0,1,inf\n")])
+def test_instance_scores_must_be_finite(tmp_path, name, text):
+    """A NaN score ranked its instance arbitrarily in the AP (sorting NaN is undefined)."""
+    from segmetrics.frames import read_scores
+
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=f"{name}: the score of instance 1 of frame f0 is (nan|inf), not a finite"):
+        read_scores(tmp_path / name)
+
+
+def test_a_score_map_with_nan_is_refused(tmp_path):
+    from segmetrics.frames import evaluate_folders
+
+    for folder, array in (("prediction", FRAME_PREDICTION), ("truth", FRAME_TRUTH)):
+        (tmp_path / folder).mkdir()
+        np.save(tmp_path / folder / "f0.npy", array)
+    (tmp_path / "scores").mkdir()
+    np.save(tmp_path / "scores" / "f0.npy", np.where(FRAME_PREDICTION > 0, np.nan, 0.0))
+    with pytest.raises(ReadError, match="f0.npy: a score map must hold finite numbers"):
+        evaluate_folders(tmp_path / "prediction", tmp_path / "truth", instances=True, scores=tmp_path / "scores")

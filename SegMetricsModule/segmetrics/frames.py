@@ -425,12 +425,18 @@ def read_scores(path) -> dict:
                     table.setdefault(row["frame"], {})[int(row["instance"])] = float(row["score"])
                 except (KeyError, TypeError, ValueError) as error:
                     raise ValueError(f"{path}: needs columns frame,instance,score with numbers ({error})") from error
-        return table
-    try:
-        raw = json.loads(path.read_text())
-        return {str(frame): {int(k): float(v) for k, v in scores.items()} for frame, scores in raw.items()}
-    except (ValueError, AttributeError) as error:
-        raise ValueError(f'{path}: expected JSON like {{"frame": {{"1": 0.9}}}} ({error})') from error
+    else:
+        try:
+            raw = json.loads(path.read_text())
+            table = {str(frame): {int(k): float(v) for k, v in scores.items()} for frame, scores in raw.items()}
+        except (ValueError, AttributeError) as error:
+            raise ValueError(f'{path}: expected JSON like {{"frame": {{"1": 0.9}}}} ({error})') from error
+    bad = next(((frame, instance, score) for frame, scores in table.items() for instance, score in scores.items()
+                if not math.isfinite(score)), None)
+    if bad is not None:
+        raise ValueError(f"{path}: the score of instance {bad[1]} of frame {bad[0]} is {bad[2]}, not a finite number "
+                         "(it would rank the instance arbitrarily)")
+    return table
 
 
 def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: EdgeRules | None = None,
@@ -582,12 +588,17 @@ def _score_map(path: Path, policy):
     """A score (probability) map of a frame as a :class:`~segmetrics.geometry.LabelImage`, values
     unchanged (``.npy``: 1 mm pixels)."""
     from .geometry import LabelImage
-    from .io import read_label_image
+    from .io import ReadError, read_label_image
 
     if path.suffix.lower() == ".npy":
         array = np.load(path, allow_pickle=False)
-        return LabelImage(array, (1.0,) * array.ndim)
-    return read_label_image(path, input_policy=policy)
+        image = LabelImage(array, (1.0,) * array.ndim)
+    else:
+        image = read_label_image(path, input_policy=policy)
+    if not np.issubdtype(image.array.dtype, np.number) or not np.isfinite(image.array).all():
+        raise ReadError(f"{path}: a score map must hold finite numbers (NaN or infinite scores would rank the "
+                        "instances arbitrarily)")
+    return image
 
 
 # ------------------------------------------------------------------------------------------
