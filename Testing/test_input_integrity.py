@@ -436,3 +436,15 @@ def test_a_mask_drawn_as_transparency_is_refused_not_read_as_empty(tmp_path, mod
     channels[..., :-1], channels[..., -1] = mask[..., None], 255  # the same mask in grey, opaque: read
     Image.fromarray(channels, mode).save(tmp_path / "opaque.png")
     assert np.array_equal(load_label_image(tmp_path / "opaque.png").array, mask)
+
+
+@pytest.mark.parametrize("key", ["1.5", "nan", "inf"])
+def test_a_name_map_key_that_is_not_a_whole_label_value_is_refused(tmp_path, key):
+    """"1.5" was truncated to label 1 and named silently."""
+    from segmetrics.io import read_name_map
+
+    (tmp_path / "names.json").write_text(f'{{"{key}": "liver", "2": "tumour"}}')
+    with pytest.raises(ReadError, match="names.json: expected a JSON object of label values and names"):
+        read_name_map(tmp_path / "names.json")
+    (tmp_path / "names.json").write_text('{"1.0": "liver", "2": "tumour"}')
+    assert read_name_map(tmp_path / "names.json") == {1: "liver", 2: "tumour"}

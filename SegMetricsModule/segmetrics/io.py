@@ -185,7 +185,7 @@ def read_name_map(path) -> dict:
     expected = f'{path}: expected a JSON object of label values and names like {{"1": "liver"}}'
     try:
         pairs = json.loads(path.read_text(), object_pairs_hook=list)  # a list of (key, value): keeps repeated keys
-        labels = [int(float(key)) for key, _ in pairs]
+        labels = [_whole_number(key) for key, _ in pairs]
     except FileNotFoundError as error:
         raise ReadError(f"{path}: no such file") from error
     except (ValueError, TypeError) as error:
@@ -198,6 +198,14 @@ def read_name_map(path) -> dict:
     names = {label: name for label, (_, name) in zip(labels, pairs)}
     check_unique_names(names, str(path))
     return names
+
+
+def _whole_number(text: str) -> int:
+    """A label value written as text (``"3"``, ``"3.0"``); ValueError for ``"1.5"``, ``"nan"`` or a name."""
+    value = float(text)
+    if not value.is_integer():
+        raise ValueError(f"label value {text!r} is not a whole number")
+    return int(value)
 
 
 def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
