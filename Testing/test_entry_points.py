@@ -240,3 +240,18 @@ def test_a_score_map_with_nan_is_refused(tmp_path):
     np.save(tmp_path / "scores" / "f0.npy", np.where(FRAME_PREDICTION > 0, np.nan, 0.0))
     with pytest.raises(ReadError, match="f0.npy: a score map must hold finite numbers"):
         evaluate_folders(tmp_path / "prediction", tmp_path / "truth", instances=True, scores=tmp_path / "scores")
+
+
+def test_slicer_logic_refuses_unknown_segment_ids_and_an_empty_selection():
+    """An unknown ID raised KeyError('nope'); no pair at all gave an empty table without a word."""
+    pytest.importorskip("slicer", reason="slicer-core (MRML Python wrapping) is not installed")
+    from segmetrics import mrml
+
+    scene = mrml.create_headless_scene().scene
+    nodes = [mrml.add_segmentation_from_label_image(scene, segmetrics.LabelImage(array, (1.0, 1.0, 1.0),
+                                                                                  names={1: "box"}), name)
+             for name, array in (("reference", REFERENCE), ("test", TEST))]
+    with pytest.raises(ValueError, match="test segment ID\\(s\\) 'nope' not in 'test'; its segments: '"):
+        mrml.segment_pairs(*nodes, [mrml.segment_pairs(*nodes)[0].reference_id], ["nope"])
+    with pytest.raises(segmetrics.NothingToCompareError, match="no segment pair"):
+        mrml.run(*nodes, pairs=mrml.segment_pairs(*nodes, [], []), metrics=["overlap"])
