@@ -448,3 +448,18 @@ def test_a_name_map_key_that_is_not_a_whole_label_value_is_refused(tmp_path, key
         read_name_map(tmp_path / "names.json")
     (tmp_path / "names.json").write_text('{"1.0": "liver", "2": "tumour"}')
     assert read_name_map(tmp_path / "names.json") == {1: "liver", 2: "tumour"}
+
+
+@pytest.mark.parametrize("suffix, old, new, field", [
+    (".mha", b"ElementType", b"ElementNumberOfChannels = abc\nElementType", "ElementNumberOfChannels"),
+    (".mha", b"ElementType", b"HeaderSize = x\nElementType", "HeaderSize"),
+    (".mha", b"CompressedData = False", b"CompressedData = True\nCompressedDataSize = zz", "CompressedDataSize"),
+    (".nrrd", b"sizes: 24 20 6", b"sizes: 24 -20 6", "sizes"),
+])
+def test_header_counts_that_are_not_whole_numbers_are_one_line(tmp_path, suffix, old, new, field):
+    """A channel count or data size ITK could not parse gave a bare ValueError (int('abc')) from the checks."""
+    raw = write_image(tmp_path / f"good{suffix}").read_bytes()
+    assert old in raw
+    (tmp_path / f"bad{suffix}").write_bytes(raw.replace(old, new))
+    with pytest.raises(ReadError, match=f"bad{re.escape(suffix)}: (MetaImage|NRRD) {field} .* must be whole numbers"):
+        load_label_image(tmp_path / f"bad{suffix}")

@@ -399,11 +399,11 @@ def _check_nrrd_data(path: Path, fields: dict, header_size: int | None) -> None:
     ``sizes`` x ``type`` declare, a gzip stream intact (ITK reads a damaged one as zeros) and of that
     length, ASCII data of that many numbers (ITK crashes on long unparsable text). Data read with a
     byte or line skip, split over several files or in other encodings is left to ITK."""
-    sizes = _floats(fields.get("sizes", "").split())
+    sizes = _whole_numbers(path, "NRRD sizes", fields.get("sizes", ""), minimum=1)
     element = _nrrd_element_bytes(fields.get("type", ""))
     source = fields.get("data file", fields.get("datafile"))
     skips = fields.get("byte skip", "0") != "0" or fields.get("line skip", "0") != "0"
-    if element is None or not sizes or not all(math.isfinite(n) for n in sizes) or skips:
+    if element is None or not sizes or skips:
         return
     if source is None:
         if header_size is None:
@@ -465,22 +465,25 @@ def _check_meta(path: Path) -> None:
     if not source or source.split()[0] == "LIST" or "%" in source:
         return
     element = _META_ELEMENT_BYTES.get(fields.get("ElementType", ""))
-    sizes = _floats(fields.get("DimSize", "").split())
-    if element is None or not sizes or not all(math.isfinite(n) for n in sizes):
+    sizes = _whole_numbers(path, "MetaImage DimSize", fields.get("DimSize", ""), minimum=1)
+    channels = _whole_numbers(path, "MetaImage ElementNumberOfChannels", fields.get("ElementNumberOfChannels", "1"),
+                              minimum=1)
+    if element is None or not sizes:
         return
-    expected = int(np.prod(sizes)) * int(fields.get("ElementNumberOfChannels", 1)) * element
+    expected = int(np.prod(sizes)) * (channels or [1])[0] * element
     if source == "LOCAL":
         data, offset = path, header_size
     elif (path.parent / source).is_file():
         data, offset = path.parent / source, 0
     else:
         return  # a missing data file: ITK reports it
-    skip = int(_floats(fields.get("HeaderSize", "0").split()[:1] or ["0"])[0])
+    skip = (_whole_numbers(path, "MetaImage HeaderSize", fields.get("HeaderSize", ""), minimum=-1) or [0])[0]
     if skip < 0:
         return  # data at the end of the file: where it starts is not known
     available = data.stat().st_size - offset - skip
     if fields.get("CompressedData", "False").lower() == "true":
-        declared = int(fields.get("CompressedDataSize", 0) or 0)
+        declared = (_whole_numbers(path, "MetaImage CompressedDataSize", fields.get("CompressedDataSize", ""),
+                                   minimum=0) or [0])[0]
         if available < declared:
             _check_data_size(data, path, available, declared)
         available = _inflated_length(data, offset + skip)
@@ -525,6 +528,15 @@ def _inflated_length(path: Path, offset: int) -> int:
         raise ReadError(f"{path}: holds {len(rest)} bytes after the end of its compressed data (garbage appended, "
                         "or two files joined?)")
     return total
+
+
+def _whole_numbers(path: Path, what: str, text: str, minimum: int) -> list:
+    """The whole numbers of a header field (white-space separated); ReadError naming the field when
+    one is not a whole number of at least ``minimum``."""
+    numbers = _floats(text.split())
+    if not all(math.isfinite(n) and n.is_integer() and n >= minimum for n in numbers):
+        raise ReadError(f"{path}: {what} ({text}) must be whole numbers of at least {minimum}; a damaged header?")
+    return [int(n) for n in numbers]
 
 
 def _check_header_spacing(path: Path, what: str, values) -> None:
