@@ -463,3 +463,11 @@ def test_header_counts_that_are_not_whole_numbers_are_one_line(tmp_path, suffix,
     (tmp_path / f"bad{suffix}").write_bytes(raw.replace(old, new))
     with pytest.raises(ReadError, match=f"bad{re.escape(suffix)}: (MetaImage|NRRD) {field} .* must be whole numbers"):
         load_label_image(tmp_path / f"bad{suffix}")
+
+
+@pytest.mark.parametrize("name", ["a.nii", "a.nrrd", "a.mha", "a.png", "a.dcm", "a.seg.nrrd", "a.tif"])
+def test_an_empty_file_says_it_is_empty(tmp_path, name):
+    """Messages were e.g. "a DICOM object without SOP Class UID" or "(StopIteration)"."""
+    (tmp_path / name).write_bytes(b"")
+    with pytest.raises(ReadError, match=f"{re.escape(name)}: is empty \\(0 bytes\\)"):
+        load_label_image(tmp_path / name)

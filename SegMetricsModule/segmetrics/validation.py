@@ -106,6 +106,8 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
             head = handle.read(132)
     except OSError as error:
         raise ReadError(f"{path}: cannot be read ({error.strerror or error})") from error
+    if not head:
+        raise ReadError(f"{path}: is empty (0 bytes); the file was probably not written or copied completely")
     if looks_like_dicom(path, head):
         _check_dicom(path)
     if name.endswith(_DETACHED_SUFFIXES) and not policy.allow_external_data:
