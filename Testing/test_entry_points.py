@@ -255,3 +255,17 @@ def test_slicer_logic_refuses_unknown_segment_ids_and_an_empty_selection():
         mrml.segment_pairs(*nodes, [mrml.segment_pairs(*nodes)[0].reference_id], ["nope"])
     with pytest.raises(segmetrics.NothingToCompareError, match="no segment pair"):
         mrml.run(*nodes, pairs=mrml.segment_pairs(*nodes, [], []), metrics=["overlap"])
+
+
+@pytest.mark.parametrize("damage", ["cut", "pickled"])
+def test_a_damaged_npy_frame_is_one_line_naming_it(tmp_path, damage):
+    from segmetrics.frames import read_frame
+
+    np.save(tmp_path / "f0.npy", FRAME_TRUTH)
+    raw = (tmp_path / "f0.npy").read_bytes()
+    if damage == "cut":
+        (tmp_path / "f0.npy").write_bytes(raw[:-40])
+    else:
+        np.save(tmp_path / "f0.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    with pytest.raises(ReadError, match="f0.npy: cannot be read as a NumPy array"):
+        read_frame(tmp_path / "f0.npy")

@@ -408,9 +408,20 @@ def read_label_frame(path, threshold: float | None = None, input_policy=None):
     path = Path(path)
     if path.suffix.lower() != ".npy":
         return load_label_image(path, threshold=threshold, input_policy=input_policy)
-    array = np.load(path, allow_pickle=False)
+    array = _load_npy(path)
     return load_label_image(array, spacing=(1.0,) * array.ndim, threshold=threshold, input_policy=input_policy,
                             name=str(path))
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    """The array of a ``.npy`` frame; a file cut short, damaged or holding Python objects is refused
+    in one line naming it (NumPy's messages do not)."""
+    from .io import ReadError
+
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as error:
+        raise ReadError(f"{path}: cannot be read as a NumPy array ({error})") from error
 
 
 def read_scores(path) -> dict:
@@ -591,7 +602,7 @@ def _score_map(path: Path, policy):
     from .io import ReadError, read_label_image
 
     if path.suffix.lower() == ".npy":
-        array = np.load(path, allow_pickle=False)
+        array = _load_npy(path)
         image = LabelImage(array, (1.0,) * array.ndim)
     else:
         image = read_label_image(path, input_policy=policy)
