@@ -564,7 +564,8 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
         Files without a partner from :func:`match_folders`, passed through to the summary.
     input_policy : segmetrics.io.InputPolicy, optional
         Overrides of the input checks (stored in ``run.json``); invalid options (``threshold``,
-        ``params``) are refused before any case runs.
+        ``params``, ``metrics``, ``labels``, ``resample_to``: see
+        :func:`segmetrics.validation.check_evaluation_options`) are refused before any case runs.
     evaluate : callable, optional
         ``evaluate(case, **job) -> CaseOutcome`` in place of :func:`evaluate_case`, with ``job``
         the keyword arguments ``metrics, params, resample_to, labels, threshold, input_policy``; it
@@ -573,9 +574,10 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     Raises :class:`BatchError` when ``output`` is a file or holds a run with other settings.
     """
     from .io import InputPolicy
-    from .validation import check_threshold
+    from .validation import check_evaluation_options
 
-    check_threshold(threshold)
+    check_evaluation_options(metrics=metrics, labels=labels, threshold=threshold, resample_to=resample_to,
+                             input_policy=input_policy)
     if workers < 0:
         raise BatchError(f"workers must be 0 (this process) or more, got {workers}")
     job = {"metrics": metrics, "params": as_parameters(params), "resample_to": resample_to, "labels": labels,

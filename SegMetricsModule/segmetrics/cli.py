@@ -161,11 +161,11 @@ def _run_compare(args) -> int:
     from .structure_names import read_synonyms
 
     policy = _input_policy(args)
+    synonyms = read_synonyms(args.synonyms) if args.synonyms else None  # small files first: refused before the images
+    names = read_name_map(args.names) if args.names else None
     reference, test = load_pair(args.reference, args.test, threshold=args.threshold, input_policy=policy,
                                 image=args.image, contour_resolution_mm=args.contour_resolution)
-    synonyms = read_synonyms(args.synonyms) if args.synonyms else None
-    if args.names:
-        names = read_name_map(args.names)
+    if names is not None:
         for image in (reference, test):
             apply_name_map(image, names)
     labels = _labels(args)

@@ -12,7 +12,7 @@ from .orientation import Reorientation, canonical
 from .registry import (MetricValue, Parameters, Status, StructurePair, all_groups, as_parameters,
                        resolve_selection)
 from .structure_names import match_names
-from .validation import NothingToCompareError
+from .validation import NothingToCompareError, check_evaluation_options
 
 
 @dataclass
@@ -344,6 +344,7 @@ def compare(
     from .provenance import describe_input, grid_info, provenance
 
     params = as_parameters(params)
+    check_evaluation_options(metrics=metrics, labels=labels, resample_to=resample_to)  # load_pair checks the others
     inputs = {"reference": describe_input(reference), "test": describe_input(test)}
     reference, test = load_pair(reference, test, spacing, threshold, input_policy=input_policy, image=image,
                                 contour_resolution_mm=contour_resolution_mm)

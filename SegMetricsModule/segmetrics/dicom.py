@@ -48,8 +48,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .geometry import LabelImage
-from .validation import InputPolicy, ReadError, check_file, check_unique_names, dicom_class, looks_like_dicom
+from .geometry import LabelImage, check_spacing
+from .validation import (InputPolicy, ReadError, check_contour_resolution, check_file, check_threshold_separates,
+                         check_unique_names, dicom_class, looks_like_dicom)
 
 #: In-plane pixel size (mm) of grids built from contour planes: about the pixel size of the
 #: planning CTs contours are drawn on (0.9-1.3 mm), so the half-pixel rasterisation error stays at
@@ -86,7 +87,9 @@ class StructureSet:
     """The closed planar contours of one RTSTRUCT file: ``names`` and ``contours`` by ROI number;
     the ``frames_of_reference`` (UIDs) its ROIs are drawn in and the image ``referenced_series``
     (Series Instance UIDs) it names, both empty when the file does not say; ``dropped``: by ROI
-    number, how many of its closed contours enclose no area (:func:`encloses_area`) and were left out."""
+    number, how many of its closed contours enclose no area (:func:`encloses_area`) and were left out;
+    ``open_contours``: by ROI number, how many open (OPEN_PLANAR, POINT) contours of an ROI that
+    also has closed ones were left out (an ROI of open contours only is a marker, not a structure)."""
 
     source: str
     names: dict
@@ -94,6 +97,7 @@ class StructureSet:
     frames_of_reference: frozenset = frozenset()
     referenced_series: frozenset = frozenset()
     dropped: dict = field(default_factory=dict)
+    open_contours: dict = field(default_factory=dict)
 
     def polygons(self):
         """Every polygon of every ROI (``(N, 3)`` arrays, mm)."""
@@ -125,7 +129,10 @@ def read_dicom_seg(path, threshold: float | None = None) -> LabelImage:
     threshold = 0.5 if threshold is None else threshold
     try:
         segmentation = highdicom.seg.segread(str(path))
+        _check_seg_frames(path, segmentation)
         volume = segmentation.get_volume()
+    except ReadError:
+        raise
     except Exception as error:  # highdicom raises many types for one cause (e.g. irregular frames)
         raise ReadError(f"{path}: cannot be read as a DICOM SEG volume ({error})") from error
     numbers = [int(n) for n in volume.get_channel_values(volume.channel_descriptors[0])]
@@ -133,10 +140,36 @@ def read_dicom_seg(path, threshold: float | None = None) -> LabelImage:
     fractional = "FRACTIONAL" in str(segmentation.segmentation_type)
     channels = np.moveaxis(np.asarray(volume.array), -1, 0)
     masks = {n: (channel >= threshold) if fractional else channel > 0 for n, channel in zip(numbers, channels)}
+    if fractional:
+        for n, channel in zip(numbers, channels):
+            check_threshold_separates(masks[n], channel, threshold, f"{path} (segment {names[n]!r})")
     # highdicom's affine maps (slice, row, column) indices to LPS; ITK's (i, j, k) is the reverse
     axes = np.asarray(volume.affine, dtype=float)[:3, :3][:, ::-1]
     spacing_ijk = np.linalg.norm(axes, axis=0)
     return _label_image(masks, names, str(path), spacing_ijk[::-1], volume.affine[:3, 3], (axes / spacing_ijk).ravel())
+
+
+def _check_seg_frames(path, segmentation) -> None:
+    """Refuse a DICOM SEG whose frames do not add up: a frame count other than its per-frame items,
+    frames of a segment the file does not describe, or (uncompressed) pixel data of another length
+    than rows x columns x frames declare (highdicom reads such data as other frames or rows)."""
+    frames = int(segmentation.get("NumberOfFrames", 1))
+    items = segmentation.get("PerFrameFunctionalGroupsSequence", [])
+    if len(items) != frames:
+        raise ReadError(f"{path}: the DICOM SEG declares {frames} frame(s) but describes {len(items)}; a damaged file?")
+    described = {int(item.SegmentNumber) for item in segmentation.get("SegmentSequence", [])}
+    referenced = {int(ref.ReferencedSegmentNumber) for item in items
+                  for ref in item.get("SegmentIdentificationSequence", [])}
+    if referenced - described:
+        raise ReadError(f"{path}: frames of segment(s) {', '.join(map(str, sorted(referenced - described)))} that the "
+                        "DICOM SEG does not describe; a damaged file?")
+    if "PixelData" not in segmentation or segmentation.file_meta.TransferSyntaxUID.is_compressed:
+        return
+    bits = int(segmentation.Rows) * int(segmentation.Columns) * frames * int(segmentation.BitsAllocated)
+    expected, stored = -(-bits // 8), len(segmentation.PixelData)
+    if stored not in (expected, expected + 1):  # + 1: padding to an even length
+        raise ReadError(f"{path}: holds {stored} bytes of pixel data where its {frames} frame(s) of "
+                        f"{segmentation.Rows} x {segmentation.Columns} declare {expected}; a damaged file?")
 
 
 # -------------------------------------------------------------------------- RT Structure Set
@@ -166,11 +199,12 @@ def read_structure_set(path) -> StructureSet:
                             "label values, one per structure")
     names = dict(rois)
     contours = {number: [] for number in names}
-    markers, dropped = set(), {}
+    markers, dropped, open_contours = set(), {}, {}
     for number, roi in zip(contour_numbers, dataset.get("ROIContourSequence", [])):
         for contour in roi.get("ContourSequence", []):
             if contour.get("ContourGeometricType", "CLOSED_PLANAR") != "CLOSED_PLANAR":
                 markers.add(number)
+                open_contours[number] = open_contours.get(number, 0) + 1
                 continue
             try:
                 points = _contour_points(contour)
@@ -183,6 +217,7 @@ def read_structure_set(path) -> StructureSet:
     for number in markers - {n for n, polygons in contours.items() if polygons}:
         names.pop(number, None)  # a marker (POINT, OPEN_PLANAR), not a volume
         contours.pop(number, None)
+        open_contours.pop(number)
     names = {number: names.get(number, str(number)) for number in contours}
     check_unique_names(names, str(path))
     frames = {str(roi.ReferencedFrameOfReferenceUID) for roi in dataset.get("StructureSetROISequence", [])
@@ -191,7 +226,7 @@ def read_structure_set(path) -> StructureSet:
     frames = frames or {str(frame.FrameOfReferenceUID) for frame in referenced if frame.get("FrameOfReferenceUID")}
     series = {str(s.SeriesInstanceUID) for frame in referenced for study in frame.get("RTReferencedStudySequence", [])
               for s in study.get("RTReferencedSeriesSequence", []) if s.get("SeriesInstanceUID")}
-    return StructureSet(str(path), names, contours, frozenset(frames), frozenset(series), dropped)
+    return StructureSet(str(path), names, contours, frozenset(frames), frozenset(series), dropped, open_contours)
 
 
 def _roi_number(item, keyword: str) -> int:
@@ -215,6 +250,10 @@ def _contour_points(contour) -> np.ndarray:
         points = np.asarray(value, dtype=float).reshape(-1, 3)
     if not np.all(np.isfinite(points)):
         raise ValueError("a coordinate is NaN or infinite")
+    declared = contour.get("NumberOfContourPoints")
+    if declared is not None and int(declared) != len(points):
+        raise ValueError(f"NumberOfContourPoints is {int(declared)} but ContourData holds {len(points)} points: "
+                         "cut short or damaged?")
     if len(points) and np.abs(points).max() > MAX_COORDINATE_MM:
         raise ValueError(f"a coordinate is {np.abs(points).max():g} mm from the origin, beyond {MAX_COORDINATE_MM:g} mm "
                          "(100 m): not patient millimetres?")
@@ -258,9 +297,7 @@ def contour_grid(structure_sets, resolution_mm: float = DEFAULT_CONTOUR_RESOLUTI
     square ``resolution_mm`` pixels on a lattice of multiples of ``resolution_mm``, one pixel of
     margin. The slice spacing is the smallest gap between planes (``resolution_mm`` for a single
     plane); planes that do not fall on that lattice are refused (give the image series instead)."""
-    if not (isinstance(resolution_mm, (int, float)) and 0 < resolution_mm < float("inf")):
-        raise ReadError(f"contour resolution must be a positive number of mm (CLI: --contour-resolution), "
-                        f"got {resolution_mm!r}")
+    check_contour_resolution(resolution_mm)
     polygons = [p for s in structure_sets for p in s.polygons()]
     if not polygons:
         return LabelImage(np.zeros((1, 1, 1), np.uint8), (resolution_mm,) * 3)
@@ -377,6 +414,9 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     image.notes += [f"{structures.source}: {count} contour(s) of {structures.names.get(label, str(label))!r} "
                     "enclose no area (fewer than 3 points, or zero area) and were left out"
                     for label, count in structures.dropped.items()]
+    image.notes += [f"{structures.source}: {count} open contour(s) (OPEN_PLANAR or POINT) of "
+                    f"{structures.names.get(label, str(label))!r} enclose no area and were left out"
+                    for label, count in structures.open_contours.items()]
     return image
 
 
@@ -478,11 +518,12 @@ def read_image_series(path) -> tuple:
     identity, voxel_check = (None, None), None
     if path.is_dir():
         with _itk_warnings_off():  # "No Series were found": said below in one line
-            series = [names for uid in sitk.ImageSeriesReader.GetGDCMSeriesIDs(str(path))
-                      if (names := sitk.ImageSeriesReader.GetGDCMSeriesFileNames(str(path), uid))
-                      and dicom_kind(names[0]) is None]
+            every = [sitk.ImageSeriesReader.GetGDCMSeriesFileNames(str(path), uid)
+                     for uid in sitk.ImageSeriesReader.GetGDCMSeriesIDs(str(path))]
+        series = [names for names in every if names and dicom_kind(names[0]) is None]
         if len(series) != 1:
             raise ReadError(f"{path}: holds {len(series)} DICOM image series; give a folder with exactly one")
+        check_no_file_left_out(path, {Path(name).resolve() for names in every for name in names})
         reader = sitk.ImageSeriesReader()
         reader.SetFileNames(series[0])
         reader.MetaDataDictionaryArrayUpdateOn()  # each slice's header, for check_even_slices
@@ -490,6 +531,7 @@ def read_image_series(path) -> tuple:
         def reader_call():
             with _itk_warnings_off():  # ITK's "Non uniform sampling or missing slices": refused in one line
                 image = reader.Execute()
+            check_slice_headers(path, reader)
             check_even_slices(path, reader)
             return image
 
@@ -528,6 +570,54 @@ def _itk_warnings_off():
         yield
     finally:
         sitk.ProcessObject.SetGlobalWarningDisplay(shown)
+
+
+def check_no_file_left_out(folder: Path, in_series: set) -> None:
+    """Refuse a series folder holding a DICOM image file (by name or preamble; other objects such
+    as structure sets may lie beside the series) that no series took up: GDCM skips a file it
+    cannot parse (e.g. cut short), and the grid then lacks its slice."""
+    for candidate in sorted(folder.iterdir()):
+        if not candidate.is_file() or candidate.resolve() in in_series or not looks_like_dicom(candidate):
+            continue
+        try:
+            sop_class, _ = dicom_class(candidate)
+            image = sop_class.name.endswith("Image Storage")
+        except ReadError:
+            image = True  # not even its header can be read
+        if image:
+            raise ReadError(f"{candidate}: a DICOM image of the series folder {folder} that cannot be read (cut short "
+                            "or damaged?); its slice would be missing from the grid")
+
+
+def check_slice_headers(path, reader) -> None:
+    """Refuse a DICOM series (``reader`` as in :func:`check_even_slices`) whose slices disagree on
+    their pixel spacing or orientation, or whose pixel spacing is not a valid voxel size: ITK takes
+    the first slice's values for all, and replaces an invalid spacing by 1 mm."""
+    tags = {"pixel spacing": "0028|0030", "image orientation": "0020|0037"}
+    for what, tag in tags.items():
+        values = [reader.GetMetaData(i, tag).strip() if reader.HasMetaDataKey(i, tag) else None
+                  for i in range(len(reader.GetFileNames()))]
+        parsed = [_floats_of(value) for value in values if value is not None]
+        if parsed and (len(parsed) != len(values) or any(len(p) != len(parsed[0]) or not np.allclose(p, parsed[0])
+                                                          for p in parsed)):
+            raise ReadError(f"{path}: the slices of the DICOM series differ in {what} ({values[0]} vs "
+                            f"{next(v for v, p in zip(values, parsed) if v != values[0])}); give one regular series")
+        if what == "pixel spacing" and parsed:
+            try:
+                check_spacing(parsed[0], "DICOM PixelSpacing")
+            except ValueError as error:
+                raise ReadError(f"{path}: {error}") from None
+
+
+def _floats_of(text: str) -> np.ndarray:
+    """The numbers of a multi-valued DICOM text (``a\\b\\c``); NaN for one that does not parse."""
+    numbers = []
+    for part in text.split("\\"):
+        try:
+            numbers.append(float(part))
+        except ValueError:
+            numbers.append(np.nan)
+    return np.array(numbers)
 
 
 def check_even_slices(path, reader) -> None:

@@ -38,7 +38,7 @@ import numpy as np
 
 from .geometry import geometry_differences
 from .registry import MetricValue, Parameters, Status, emptiness_status, positive_number
-from .validation import InputPolicy, NothingToCompareError, check_threshold
+from .validation import InputPolicy, NothingToCompareError, check_class_ids, check_threshold
 
 #: File endings read as frames (longest first so ``.nii.gz`` wins over ``.gz``).
 FRAME_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".png", ".npy", ".tif", ".tiff", ".bmp")
@@ -240,7 +240,9 @@ def evaluate_frames(predictions, ground_truths, classes=None, rules: EdgeRules |
     ----------
     predictions, ground_truths : sequences of ndarray
         Paired label maps of class ids, 2-D ``(row, col)`` frames or 3-D ``(z, y, x)`` volumes;
-        each pair must have one shape. Counts are in pixels/voxels (spacing plays no role).
+        each pair must have one shape. Counts are in pixels/voxels (spacing plays no role). Each
+        frame passes the label-map checks of files (:func:`segmetrics.validation.check_label_map`):
+        probability maps, NaN, negative or intensity-like values are refused (:class:`ReadError`).
     classes : dict or iterable of int, optional
         ``{class id: name}`` or class ids to score; default every non-zero label found. Label 0
         is never scored; labels not listed count as background.
@@ -251,12 +253,25 @@ def evaluate_frames(predictions, ground_truths, classes=None, rules: EdgeRules |
     frame_names : list of str, optional
         Names used in per-frame records (default ``"0"``, ``"1"``, ...).
     """
+    check_class_ids(classes)
     predictions, ground_truths = list(predictions), list(ground_truths)
     if len(predictions) != len(ground_truths):
         raise ValueError(f"{len(predictions)} predictions but {len(ground_truths)} ground-truth frames")
+    names = list(frame_names) if frame_names is not None else [str(i) for i in range(len(predictions))]
+    predictions = [_label_frame(frame, f"prediction frame {name}") for frame, name in zip(predictions, names)]
+    ground_truths = [_label_frame(frame, f"ground-truth frame {name}") for frame, name in zip(ground_truths, names)]
     if classes is None:
         classes = found_labels(predictions + ground_truths)
     return frame_counts(zip(predictions, ground_truths), classes, rules, frame_names)
+
+
+def _label_frame(frame, name: str) -> np.ndarray:
+    """An in-memory frame as integer labels, after the label-map checks files pass (a probability
+    map, NaN, negative or intensity-like values are refused; :mod:`segmetrics.validation`)."""
+    from .io import load_label_image
+
+    frame = np.asarray(frame)
+    return load_label_image(frame, spacing=(1.0,) * frame.ndim, name=name).array
 
 
 def found_labels(frames) -> list:
@@ -393,9 +408,20 @@ def read_label_frame(path, threshold: float | None = None, input_policy=None):
     path = Path(path)
     if path.suffix.lower() != ".npy":
         return load_label_image(path, threshold=threshold, input_policy=input_policy)
-    array = np.load(path, allow_pickle=False)
+    array = _load_npy(path)
     return load_label_image(array, spacing=(1.0,) * array.ndim, threshold=threshold, input_policy=input_policy,
                             name=str(path))
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    """The array of a ``.npy`` frame; a file cut short, damaged or holding Python objects is refused
+    in one line naming it (NumPy's messages do not)."""
+    from .io import ReadError
+
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as error:
+        raise ReadError(f"{path}: cannot be read as a NumPy array ({error})") from error
 
 
 def read_scores(path) -> dict:
@@ -410,12 +436,18 @@ def read_scores(path) -> dict:
                     table.setdefault(row["frame"], {})[int(row["instance"])] = float(row["score"])
                 except (KeyError, TypeError, ValueError) as error:
                     raise ValueError(f"{path}: needs columns frame,instance,score with numbers ({error})") from error
-        return table
-    try:
-        raw = json.loads(path.read_text())
-        return {str(frame): {int(k): float(v) for k, v in scores.items()} for frame, scores in raw.items()}
-    except (ValueError, AttributeError) as error:
-        raise ValueError(f'{path}: expected JSON like {{"frame": {{"1": 0.9}}}} ({error})') from error
+    else:
+        try:
+            raw = json.loads(path.read_text())
+            table = {str(frame): {int(k): float(v) for k, v in scores.items()} for frame, scores in raw.items()}
+        except (ValueError, AttributeError) as error:
+            raise ValueError(f'{path}: expected JSON like {{"frame": {{"1": 0.9}}}} ({error})') from error
+    bad = next(((frame, instance, score) for frame, scores in table.items() for instance, score in scores.items()
+                if not math.isfinite(score)), None)
+    if bad is not None:
+        raise ValueError(f"{path}: the score of instance {bad[1]} of frame {bad[0]} is {bad[2]}, not a finite number "
+                         "(it would rank the instance arbitrarily)")
+    return table
 
 
 def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: EdgeRules | None = None,
@@ -457,6 +489,7 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
     from .instances import IOU_THRESHOLDS, accumulate_ap, count_detections, image_matches
 
     check_threshold(threshold)
+    check_class_ids(classes)
     positive_number("detection_iou", detection_iou, maximum=1.0)
     size_edges_mm = (Parameters() if size_edges_mm is None
                      else Parameters(lesion_size_edges_mm=size_edges_mm)).lesion_size_edges_mm
@@ -566,12 +599,17 @@ def _score_map(path: Path, policy):
     """A score (probability) map of a frame as a :class:`~segmetrics.geometry.LabelImage`, values
     unchanged (``.npy``: 1 mm pixels)."""
     from .geometry import LabelImage
-    from .io import read_label_image
+    from .io import ReadError, read_label_image
 
     if path.suffix.lower() == ".npy":
-        array = np.load(path, allow_pickle=False)
-        return LabelImage(array, (1.0,) * array.ndim)
-    return read_label_image(path, input_policy=policy)
+        array = _load_npy(path)
+        image = LabelImage(array, (1.0,) * array.ndim)
+    else:
+        image = read_label_image(path, input_policy=policy)
+    if not np.issubdtype(image.array.dtype, np.number) or not np.isfinite(image.array).all():
+        raise ReadError(f"{path}: a score map must hold finite numbers (NaN or infinite scores would rank the "
+                        "instances arbitrarily)")
+    return image
 
 
 # ------------------------------------------------------------------------------------------

@@ -17,9 +17,10 @@ import SimpleITK as sitk
 
 from . import dicom
 from ._threads import thread_pool
-from .geometry import LabelImage, as_label_image
-from .validation import (InputPolicy, ReadError, check_file, check_label_map, check_picture, check_structure_names,
-                         check_threshold, check_unique_names)
+from .geometry import LabelImage, as_label_image, distinct_values
+from .validation import (InputPolicy, ReadError, check_evaluation_options, check_file, check_label_map, check_picture,
+                         check_spacing_numbers, check_structure_names, check_threshold, check_threshold_separates,
+                         check_unique_names)
 
 PICTURE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
 
@@ -59,6 +60,8 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
         if dicom.dicom_kind(source) is not None:  # binary segments already (threshold applied to a SEG)
             threshold = None
     else:
+        if spacing is not None:
+            check_spacing_numbers(spacing, label)
         try:
             image = as_label_image(source, spacing)
         except ValueError as error:  # e.g. a NumPy array without spacing, an invalid geometry
@@ -82,7 +85,7 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold
     """
     path = Path(path)
     if not path.is_file():
-        raise ReadError(f"{path}: no such file")
+        raise ReadError(f"{path}: {_not_a_file(path)}")
     voxel_check = check_file(path, input_policy or InputPolicy(), defer_data_check=True)
     name = path.name.lower()
     kind = dicom.dicom_kind(path)
@@ -120,6 +123,8 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
     when given, else the other input's grid (an RTSTRUCT against a label map), else a grid built
     from the contour planes of both structure sets with ``contour_resolution_mm`` pixels (default
     :data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`)."""
+    check_evaluation_options(threshold=threshold, image=image, contour_resolution_mm=contour_resolution_mm,
+                             input_policy=input_policy)
     sources = {"reference": reference, "test": test}
     structure_sets = {side: dicom.read_structure_set(source) for side, source in sources.items()
                       if isinstance(source, (str, Path)) and Path(source).is_file()
@@ -156,6 +161,15 @@ def apply_name_map(image: LabelImage, names: dict) -> None:
     check_structure_names(image, "name map")
 
 
+def _not_a_file(path: Path) -> str:
+    """Why ``path`` (not a regular file) cannot be read as an image file."""
+    if path.is_dir():
+        return "is a folder, not an image file (a DICOM series folder can only serve as a grid: --image, --resample-to)"
+    if path.is_symlink():
+        return "is a symbolic link to nothing (broken, or a loop of links)"
+    return "no such file" if not path.exists() else "is not a regular file"
+
+
 def _reason(error: Exception) -> str:
     """The informative line of a reader's exception: the last line of NRRD's own trace (``[nrrd] ...``,
     which names the cause), else the line SimpleITK puts after ``ERROR:``."""
@@ -171,7 +185,7 @@ def read_name_map(path) -> dict:
     expected = f'{path}: expected a JSON object of label values and names like {{"1": "liver"}}'
     try:
         pairs = json.loads(path.read_text(), object_pairs_hook=list)  # a list of (key, value): keeps repeated keys
-        labels = [int(float(key)) for key, _ in pairs]
+        labels = [_whole_number(key) for key, _ in pairs]
     except FileNotFoundError as error:
         raise ReadError(f"{path}: no such file") from error
     except (ValueError, TypeError) as error:
@@ -186,11 +200,24 @@ def read_name_map(path) -> dict:
     return names
 
 
+def _whole_number(text: str) -> int:
+    """A label value written as text (``"3"``, ``"3.0"``); ValueError for ``"1.5"``, ``"nan"`` or a name."""
+    value = float(text)
+    if not value.is_integer():
+        raise ValueError(f"label value {text!r} is not a whole number")
+    return int(value)
+
+
 def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
     """Binarise at ``threshold`` or make sure the labels are integers (float files are accepted)."""
     array = image.array
     if threshold is not None:
-        return image.with_array((array >= threshold).astype(np.uint8))
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+            raise ReadError(f"{source}: holds NaN or infinite values ({np.count_nonzero(~np.isfinite(array))} voxels), "
+                            "which no threshold can classify (NaN would silently become background)")
+        binary = array >= threshold
+        check_threshold_separates(binary, array, threshold, source)
+        return image.with_array(binary.view(np.uint8))
     if array.dtype == bool:
         return image.with_array(array.view(np.uint8))  # 0/1 bytes as they are: no copy
     if np.issubdtype(array.dtype, np.floating):
@@ -207,7 +234,8 @@ def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
 
 def _read_picture(path: Path) -> LabelImage:
     """A 2-D picture with 1 × 1 mm pixels. Grey pictures stored as RGB(A) are accepted; real colour
-    pictures (photographs) are refused, since their grey levels are not labels."""
+    pictures (photographs) are refused, since their grey levels are not labels, and so are pictures
+    whose transparency varies (a mask drawn as transparency would be read from its colour alone)."""
     from PIL import Image
 
     with Image.open(path) as picture:
@@ -215,6 +243,11 @@ def _read_picture(path: Path) -> LabelImage:
         if pages > 1:
             raise ReadError(f"{path}: holds {pages} pages (a stack); only single-page pictures are read: save a "
                             "3-D mask as NRRD, NIfTI or MHA")
+        if "A" in picture.getbands():
+            alpha = np.asarray(picture.getchannel("A"))
+            if alpha.min() != alpha.max():
+                raise ReadError(f"{path}: its transparency (alpha channel) varies from pixel to pixel, and only "
+                                "grey values are read as labels: save the mask as grey values (e.g. 0/255)")
         if picture.mode in ("RGB", "RGBA", "LA", "CMYK", "YCbCr", "HSV"):
             rgb = np.asarray(picture.convert("RGB"))
             if not (np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 0], rgb[..., 2])):
@@ -223,6 +256,18 @@ def _read_picture(path: Path) -> LabelImage:
         else:
             array = np.asarray(picture)
     return LabelImage(array, (1.0, 1.0))
+
+
+def _check_segment(path: Path, name: str, layer: int, value: int, declared: list) -> None:
+    """Refuse a ``.seg.nrrd`` segment whose voxels cannot be told: a layer the file does not have,
+    label value 0 (the background) or a value another segment of its layer already has."""
+    if not 0 <= layer < len(declared):
+        raise ReadError(f"{path}: segment {name!r} is in layer {layer}, but the file has {len(declared)} layer(s)")
+    if value < 1:
+        raise ReadError(f"{path}: segment {name!r} has label value {value}, which is the background")
+    if value in declared[layer]:
+        raise ReadError(f"{path}: segments {declared[layer][value]!r} and {name!r} share label value {value} in layer "
+                        f"{layer}, so their voxels cannot be told apart")
 
 
 def _read_seg_nrrd(path: Path) -> LabelImage:
@@ -248,15 +293,24 @@ def _read_seg_nrrd(path: Path) -> LabelImage:
         layers = np.transpose(voxels, (2, 1, 0))[np.newaxis]
     names, masks = {}, {}
     array = np.zeros(layers.shape[1:], dtype=np.int32)
+    declared = [{} for _ in layers]  # per layer: {label value: segment name}
     for number, segment in enumerate(segments, start=1):
-        layer = int(segment.get("layer", 0) or 0)
-        mask = layers[layer] == int(segment["labelValue"])
-        label = number if layered else int(segment["labelValue"])
-        names[label] = segment.get("name", segment.get("id", str(number)))
+        name = segment.get("name", segment.get("id", str(number)))
+        layer, value = int(segment.get("layer", 0) or 0), int(segment["labelValue"])
+        _check_segment(path, name, layer, value, declared)
+        declared[layer][value] = name
+        mask = layers[layer] == value
+        label = number if layered else value
+        names[label] = name
         if np.any(array[mask] != 0):
             masks[label] = mask  # overlaps an earlier segment: keep it separately
         else:
             array[mask] = label
+    for layer, (voxels_of_layer, values) in enumerate(zip(layers, declared)):
+        undeclared = [int(v) for v in distinct_values(voxels_of_layer) if v != 0 and int(v) not in values]
+        if undeclared:
+            raise ReadError(f"{path}: layer {layer} holds voxels of value(s) {', '.join(map(str, undeclared[:10]))} "
+                            "that no segment declares (a damaged or hand-edited file?); they would be left out")
     check_unique_names(names, str(path))
     image = LabelImage(array, tuple(spacing_ijk[::-1]), tuple(ijk_to_lps[:3, 3]), tuple(direction), names)
     image.segment_masks = masks

@@ -205,6 +205,12 @@ def segment_pairs(reference_node, test_node, reference_ids=None, test_ids=None) 
         reference_ids, test_ids = list(reference_ids or []), list(test_ids or [])
         if len(reference_ids) != len(test_ids):
             raise ValueError("give as many reference segment IDs as test segment IDs")
+        for side, node, ids, known in (("reference", reference_node, reference_ids, ref_names),
+                                       ("test", test_node, test_ids, test_names)):
+            unknown = [segment_id for segment_id in ids if segment_id not in known]
+            if unknown:
+                raise ValueError(f"{side} segment ID(s) {', '.join(map(repr, unknown))} not in {node.GetName()!r}; "
+                                 f"its segments: {', '.join(map(repr, known)) or 'none'}")
         pairs = []
         for ref_id, test_id in zip(reference_ids, test_ids):
             ref_name, test_name = ref_names[ref_id], test_names[test_id]
@@ -467,11 +473,16 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
         structure's extras also hold ``slice_centres`` (:func:`slice_centres` of both masks along
         the MSI axis) and the review surfaces (:func:`add_review_surfaces`).
     """
-    from .registry import Parameters
+    from .registry import as_parameters
+    from .validation import NothingToCompareError, check_evaluation_options
 
+    params = as_parameters(params)
+    check_evaluation_options(metrics=metrics)
     scene = reference_node.GetScene()
     pairs = segment_pairs(reference_node, test_node) if pairs is None else pairs
-    params = params or Parameters()
+    if not pairs:
+        raise NothingToCompareError("nothing to compare: no segment pair (the segmentations hold no segment, or no "
+                                    "segment IDs were given)")
     report = progress or (lambda fraction, message: None)
     notes = []
     temporary = _TemporaryNodes(scene)

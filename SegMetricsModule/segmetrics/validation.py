@@ -6,12 +6,17 @@ runs, frame folders and the Slicer logic refuse the same things with the same on
 
 - files: DICOM objects that are neither images, RT Structure Sets nor Segmentations (by SOP class), header-only formats whose
   data file lies outside the header's folder, spacings that ITK would silently replace by 1 mm
-  (read from the header itself), gzip streams cut short or damaged, NIfTI data shorter than its
-  header declares (MetaImage too, whose ITK error would say "No such file or directory");
-- pictures: lossy formats (JPEG), more grey levels than a mask has;
+  (read from the header itself; a NRRD spatial axis without a direction too), compressed data
+  (gzip, zlib) cut short, damaged or followed by garbage, NIfTI, NRRD and MetaImage data shorter
+  or longer than its header declares (ITK zero-fills the one and drops the rest of the other),
+  impossible NIfTI dimensions and data offsets, ASCII NRRD data that is not numbers (ITK crashes
+  on some);
+- pictures: lossy formats (JPEG), more grey levels than a mask has, PNG chunks damaged or cut short;
 - label maps: intensity-like content (negative values, more than :data:`MAX_LABELS` distinct
   values, many values varying from voxel to voxel) and names that would merge structures;
-- thresholds that are not finite numbers.
+- thresholds that are not finite numbers, or that make every voxel foreground;
+- options of an evaluation (:func:`check_evaluation_options`): metrics, labels, paths, before any
+  input is read.
 
 :class:`InputPolicy` holds the explicit overrides. Spacing and direction rules themselves live in
 :func:`segmetrics.geometry.check_spacing` / :func:`~segmetrics.geometry.check_placement`.
@@ -25,13 +30,14 @@ import numbers
 import os
 import re
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from .geometry import LabelImage, check_spacing
+from .geometry import DIRECTION_TOLERANCE, LabelImage, check_spacing
 
 #: More distinct non-zero values than this in a label map suggests an intensity image.
 MAX_LABELS = 500
@@ -46,7 +52,9 @@ _DETACHED_SUFFIXES = (".mhd", ".mha", ".nhdr", ".nrrd")
 _DICOM_SUFFIXES = (".dcm", ".dicom")
 #: NIfTI-1 (and Analyze 7.5) files: one ``.nii`` or a ``.hdr``/``.img`` pair, each possibly gzipped.
 _NIFTI_NAME = re.compile(r"\.(nii|hdr|img)(\.gz)?$", re.IGNORECASE)
+_NIFTI1_HEADER_BYTES = 348
 _GZIP_MAGIC = b"\x1f\x8b"
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _HEADER_BYTES_LIMIT = 1 << 16
 #: Bytes of a DICOM file's start that key its parsed header (:func:`dicom_class`).
 _DICOM_HEAD_BYTES = 1 << 16
@@ -98,6 +106,8 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
             head = handle.read(132)
     except OSError as error:
         raise ReadError(f"{path}: cannot be read ({error.strerror or error})") from error
+    if not head:
+        raise ReadError(f"{path}: is empty (0 bytes); the file was probably not written or copied completely")
     if looks_like_dicom(path, head):
         _check_dicom(path)
     if name.endswith(_DETACHED_SUFFIXES) and not policy.allow_external_data:
@@ -105,12 +115,27 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
     if _NIFTI_NAME.search(path.name):
         return _check_nifti(path, defer_data_check)
     if name.endswith((".nrrd", ".nhdr")):
-        _check_nrrd_spacing(path)
+        _check_nrrd(path)
     elif name.endswith((".mha", ".mhd")):
         _check_meta(path)
     elif head[:2] == _GZIP_MAGIC:
         _data_length(path)
+    elif head.startswith(_PNG_SIGNATURE):
+        _check_png(path)
     return None
+
+
+def _check_png(path: Path) -> None:
+    """Refuse a PNG whose chunks are damaged (CRC) or that ends before its end chunk: PIL reads the
+    pixels of such a file as if it were whole."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as picture:
+            picture.verify()
+    except Exception as error:  # PIL raises SyntaxError, OSError, struct.error ... for one cause
+        raise ReadError(f"{path}: the PNG file is damaged or cut short ({error}); the file was probably not copied "
+                        "or downloaded completely") from error
 
 
 @dataclass(frozen=True)
@@ -293,29 +318,50 @@ def _check_nifti(path: Path, defer_data_check: bool = False) -> VoxelCheck | Non
     header, data = _nifti_parts(path)
     if header is None or data is None:
         return None  # a pair with a missing part: ITK reports it
-    head = _read_start(header, 348)
-    if len(head) < 348:
-        raise ReadError(f"{header}: the NIfTI header is cut short ({len(head)} of 348 bytes)")
-    order = next((o for o in "<>" if np.frombuffer(head, o + "i4", 1)[0] == 348), None)
+    head = _read_start(header, _NIFTI1_HEADER_BYTES)
+    if len(head) < _NIFTI1_HEADER_BYTES:
+        raise ReadError(f"{header}: the NIfTI header is cut short ({len(head)} of {_NIFTI1_HEADER_BYTES} bytes)")
+    order = next((o for o in "<>" if np.frombuffer(head, o + "i4", 1)[0] == _NIFTI1_HEADER_BYTES), None)
     if order is None:
         return None  # not NIfTI-1 (e.g. NIfTI-2): left to ITK
     dims = np.frombuffer(head, order + "i2", 8, 40)
     bits = int(np.frombuffer(head, order + "i2", 1, 72)[0])
     pixdim = np.frombuffer(head, order + "f4", 8, 76)
     offset = float(np.frombuffer(head, order + "f4", 1, 108)[0])
-    spatial = int(min(max(dims[0], 0), 3))
+    if not 1 <= dims[0] <= 7 or np.any(dims[1:1 + dims[0]] < 1):
+        raise ReadError(f"{header}: NIfTI dim {list(map(int, dims))} is invalid: dim[0] (the number of dimensions) "
+                        "must be 1 to 7 and each size at least 1 (a damaged header?)")
+    if head[344:348] == b"n+1\0" and not _NIFTI1_HEADER_BYTES <= offset < math.inf:
+        raise ReadError(f"{header}: NIfTI vox_offset {offset:g} lies inside the header (it must be at least "
+                        f"{_NIFTI1_HEADER_BYTES}): a damaged header?")
+    spatial = int(min(dims[0], 3))
     _check_header_spacing(header, f"NIfTI pixdim[1..{spatial}]", pixdim[1:1 + spatial])
-    shape = dims[1:1 + min(max(int(dims[0]), 0), 7)].astype(np.int64)
-    expected = int(offset) + int(np.prod(shape)) * bits // 8
+    _check_sform_scales(header, head, order, pixdim[1:1 + spatial])
+    expected = int(offset) + int(np.prod(dims[1:1 + dims[0]].astype(np.int64))) * bits // 8
     if defer_data_check and _is_gzip(data):
         crc, length = _gzip_trailer(data)
         if length == expected % (1 << 32):  # a stream cut short ends in compressed data, not in this length
             return VoxelCheck(data, int(offset), crc)
-    length = _data_length(data)
-    if length < expected:
-        raise ReadError(f"{data}: holds {length} bytes of NIfTI data where its header declares {expected}; "
-                        "the file is cut short (not copied or downloaded completely?)")
+    _check_data_size(data, header, _data_length(data), expected, "bytes of NIfTI data")
     return None
+
+
+def _check_sform_scales(header: Path, head: bytes, order: str, pixdim) -> None:
+    """Refuse a NIfTI-1 sform (when its code is set) whose column lengths disagree with ``pixdim``
+    (the voxel sizes of the spatial axes, mm):
+    ITK takes the voxel sizes from ``pixdim`` and nibabel or MONAI from the sform, so the same file
+    would give other millimetres in other tools."""
+    if int(np.frombuffer(head, order + "i2", 1, 254)[0]) <= 0:
+        return
+    sform = np.frombuffer(head, order + "f4", 12, 280).reshape(3, 4).astype(float)
+    lengths = np.linalg.norm(sform[:, :3], axis=0)[:len(pixdim)]
+    if np.all(np.isfinite(lengths)) and not np.allclose(lengths, pixdim, rtol=DIRECTION_TOLERANCE, atol=0):
+        raise ReadError(f"{header}: the NIfTI sform gives voxel sizes {_mm(lengths)} but pixdim {_mm(pixdim)}; "
+                        "readers disagree on which to use (ITK takes pixdim, nibabel the sform): fix the header")
+
+
+def _mm(values) -> str:
+    return "(" + ", ".join(f"{float(v):g}" for v in values) + ") mm"
 
 
 def _nifti_parts(path: Path):
@@ -328,15 +374,79 @@ def _nifti_parts(path: Path):
     return header, data
 
 
-def _check_nrrd_spacing(path: Path) -> None:
-    """NRRD voxel sizes from ``spacings`` or the lengths of ``space directions`` (``none`` skipped)."""
-    fields, _ = _nrrd_header(path)
+def _check_nrrd(path: Path) -> None:
+    """A NRRD header's voxel sizes and its data (:func:`_check_nrrd_data`)."""
+    fields, _, header_size = _nrrd_header(path)
+    _check_nrrd_spacing(path, fields)
+    _check_nrrd_data(path, fields, header_size)
+
+
+def _check_nrrd_spacing(path: Path, fields: dict) -> None:
+    """NRRD voxel sizes from ``spacings`` or the lengths of ``space directions``; ``none`` is allowed
+    only for non-spatial axes (a ``.seg.nrrd``'s layers), not in place of a 2-D or 3-D axis."""
     if "space directions" in fields:
         vectors = re.findall(r"\(([^)]*)\)", fields["space directions"])
         lengths = [math.hypot(*_floats(v.split(","))) for v in vectors]
+        spatial = min(len(fields.get("sizes", "").split()), 3)
+        if len(vectors) < spatial:
+            raise ReadError(f"{path}: NRRD space directions ({fields['space directions']}) give no voxel size for "
+                            f"{spatial - len(vectors)} of its {spatial} axes, which would be read as 1 mm")
         _check_header_spacing(path, "NRRD space directions of length", lengths)
     elif "spacings" in fields:
         _check_header_spacing(path, "NRRD spacings", _floats(fields["spacings"].split()))
+
+
+def _check_nrrd_data(path: Path, fields: dict, header_size: int | None) -> None:
+    """The data of a NRRD file (attached, or one detached file): raw data exactly as long as
+    ``sizes`` x ``type`` declare, a gzip stream intact (ITK reads a damaged one as zeros) and of that
+    length, ASCII data of that many numbers (ITK crashes on long unparsable text). Data read with a
+    byte or line skip, split over several files or in other encodings is left to ITK."""
+    sizes = _whole_numbers(path, "NRRD sizes", fields.get("sizes", ""), minimum=1)
+    element = _nrrd_element_bytes(fields.get("type", ""))
+    source = fields.get("data file", fields.get("datafile"))
+    skips = fields.get("byte skip", "0") != "0" or fields.get("line skip", "0") != "0"
+    if element is None or not sizes or skips:
+        return
+    if source is None:
+        if header_size is None:
+            return
+        data, offset = path, header_size
+    elif len(source.split()) == 1 and source != "LIST" and (path.parent / source).is_file():
+        data, offset = path.parent / source, 0
+    else:
+        return  # several data files, or a missing one (ITK reports it)
+    count = int(np.prod(sizes))
+    encoding = fields.get("encoding", "").lower()
+    if encoding == "raw":
+        _check_data_size(data, path, data.stat().st_size - offset, count * element)
+    elif encoding in ("gzip", "gz"):
+        _check_data_size(data, path, _inflated_length(data, offset), count * element)
+    elif encoding in ("ascii", "text", "txt"):
+        _check_ascii_numbers(data, path, offset, count)
+
+
+def _nrrd_element_bytes(type_name: str) -> int | None:
+    """Bytes per element of a NRRD ``type`` (any of its spellings, e.g. ``unsigned short``, ``uint16_t``)."""
+    words = type_name.lower().replace("_t", "")
+    for keys, size in ((("float",), 4), (("double",), 8), (("char", "int8"), 1), (("short", "int16"), 2),
+                       (("long", "int64"), 8), (("int",), 4)):
+        if any(key in words for key in keys):
+            return size
+    return None  # "block" or unknown: left to ITK
+
+
+def _check_ascii_numbers(data: Path, header: Path, offset: int, count: int) -> None:
+    """Refuse ASCII image data that is not ``count`` numbers (separated by white space or commas)."""
+    with open(data, "rb") as handle:
+        handle.seek(offset)
+        tokens = handle.read().replace(b",", b" ").split()
+    numbers = _floats(token.decode("latin-1") for token in tokens)
+    bad = next((token for token, number in zip(tokens, numbers) if math.isnan(number)
+                and token.lower().lstrip(b"+-") != b"nan"), None)
+    if bad is not None:
+        raise ReadError(f"{data}: ASCII image data holds {bad[:20].decode('latin-1')!r}, which is not a number "
+                        "(binary data under an ASCII header?)")
+    _check_data_size(data, header, len(tokens), count, "numbers of ASCII image data")
 
 
 def _check_meta(path: Path) -> None:
@@ -356,24 +466,79 @@ def _check_meta(path: Path) -> None:
     source = fields.get("ElementDataFile", "")
     if not source or source.split()[0] == "LIST" or "%" in source:
         return
-    if fields.get("CompressedData", "False").lower() == "true":
-        expected = int(fields.get("CompressedDataSize", 0) or 0)
-    else:
-        element = _META_ELEMENT_BYTES.get(fields.get("ElementType", ""))
-        sizes = _floats(fields.get("DimSize", "").split())
-        if element is None or not sizes or not all(math.isfinite(n) for n in sizes):
-            return
-        expected = int(np.prod(sizes)) * int(fields.get("ElementNumberOfChannels", 1)) * element
+    element = _META_ELEMENT_BYTES.get(fields.get("ElementType", ""))
+    sizes = _whole_numbers(path, "MetaImage DimSize", fields.get("DimSize", ""), minimum=1)
+    channels = _whole_numbers(path, "MetaImage ElementNumberOfChannels", fields.get("ElementNumberOfChannels", "1"),
+                              minimum=1)
+    if element is None or not sizes:
+        return
+    expected = int(np.prod(sizes)) * (channels or [1])[0] * element
     if source == "LOCAL":
-        data, available = path, path.stat().st_size - header_size
+        data, offset = path, header_size
     elif (path.parent / source).is_file():
-        data = path.parent / source
-        available = data.stat().st_size
+        data, offset = path.parent / source, 0
     else:
         return  # a missing data file: ITK reports it
-    if available < expected:
-        raise ReadError(f"{data}: holds {available} bytes of image data where the header {path.name} declares "
-                        f"{expected}; the file is cut short (not copied or downloaded completely?)")
+    skip = (_whole_numbers(path, "MetaImage HeaderSize", fields.get("HeaderSize", ""), minimum=-1) or [0])[0]
+    if skip < 0:
+        return  # data at the end of the file: where it starts is not known
+    available = data.stat().st_size - offset - skip
+    if fields.get("CompressedData", "False").lower() == "true":
+        declared = (_whole_numbers(path, "MetaImage CompressedDataSize", fields.get("CompressedDataSize", ""),
+                                   minimum=0) or [0])[0]
+        if available < declared:
+            _check_data_size(data, path, available, declared)
+        available = _inflated_length(data, offset + skip)
+    _check_data_size(data, path, available, expected)
+
+
+def _check_data_size(data: Path, header: Path, available: int, expected: int,
+                     what: str = "bytes of image data") -> None:
+    """Refuse image data shorter or longer than its header declares (``what``: the unit counted)."""
+    if available == expected:
+        return
+    declarer = "its header" if data == header else f"the header {header.name}"
+    problem = ("the file is cut short (not copied or downloaded completely?)" if available < expected else
+               "the data is longer than its header says (a header of another image, or data appended?)")
+    raise ReadError(f"{data}: holds {available} {what} where {declarer} declares {expected}; {problem}")
+
+
+def _inflated_length(path: Path, offset: int) -> int:
+    """Bytes of the zlib or gzip stream(s) that start ``offset`` bytes into a file, decompressed.
+
+    Refuses a stream cut short or damaged (its checksum), and anything after its end but zero
+    padding or further gzip members.
+    """
+    total, rest = 0, b""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        try:
+            while True:
+                inflater = zlib.decompressobj(32 + zlib.MAX_WBITS)  # zlib or gzip header, detected
+                pending = rest
+                while not inflater.eof and (pending or (pending := handle.read(1 << 24))):
+                    total += len(inflater.decompress(pending, 1 << 26))  # at most 64 MiB at a time
+                    pending = inflater.unconsumed_tail
+                if not inflater.eof:
+                    raise EOFError("the compressed stream ends before its end marker")
+                rest = inflater.unused_data + handle.read()
+                if not rest.startswith(_GZIP_MAGIC):
+                    break
+        except (EOFError, zlib.error) as error:
+            raise _damaged(path, error) from error
+    if rest.strip(b"\0"):
+        raise ReadError(f"{path}: holds {len(rest)} bytes after the end of its compressed data (garbage appended, "
+                        "or two files joined?)")
+    return total
+
+
+def _whole_numbers(path: Path, what: str, text: str, minimum: int) -> list:
+    """The whole numbers of a header field (white-space separated); ReadError naming the field when
+    one is not a whole number of at least ``minimum``."""
+    numbers = _floats(text.split())
+    if not all(math.isfinite(n) and n.is_integer() and n >= minimum for n in numbers):
+        raise ReadError(f"{path}: {what} ({text}) must be whole numbers of at least {minimum}; a damaged header?")
+    return [int(n) for n in numbers]
 
 
 def _check_header_spacing(path: Path, what: str, values) -> None:
@@ -415,7 +580,7 @@ def _data_file_names(path: Path) -> list:
         fields, tail, _ = _meta_header(path)
         value = fields.get("ElementDataFile", "LOCAL")
     else:
-        fields, tail = _nrrd_header(path)
+        fields, tail, _ = _nrrd_header(path)
         value = fields.get("data file", fields.get("datafile", ""))
     if not value or value == "LOCAL":
         return []
@@ -448,23 +613,26 @@ def _meta_header(path: Path):
 
 
 def _nrrd_header(path: Path):
-    """``({field: value}, following lines)`` of a NRRD header, up to its blank line.
-
-    For ``data file: LIST`` the names follow that field up to the end of the header file.
+    """``({field: value}, following lines, header bytes)`` of a NRRD header, up to its blank line
+    (header bytes: where attached data begins; None when no blank line ends the header in its
+    first 64 KiB, or for ``data file: LIST``, whose names follow that field up to the end of the
+    header file).
     """
     fields, lines = {}, _header_lines(path)
+    size = len(lines[0]) + 1
     for index, line in enumerate(lines[1:], start=1):
+        size += len(line) + 1
         line = line.rstrip("\r")
         if not line:
-            break
+            return fields, [], size if index < len(lines) - 1 else None
         if line.startswith("#") or ":=" in line:  # comments and key:=value pairs
             continue
         key, separator, value = line.partition(": ")
         if separator:
             fields[key.strip()] = value.strip()
         if key.strip() in ("data file", "datafile") and value.strip().startswith("LIST"):
-            return fields, [rest.strip() for rest in lines[index + 1:]]
-    return fields, []
+            return fields, [rest.strip() for rest in lines[index + 1:]], None
+    return fields, [], None
 
 
 # -------------------------------------------------------------------------------- label maps
@@ -522,3 +690,91 @@ def check_threshold(threshold) -> None:
         return
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not math.isfinite(threshold):
         raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+
+
+def check_threshold_separates(binary: np.ndarray, values: np.ndarray, threshold, source: str) -> None:
+    """Refuse a threshold at or below every value of a non-constant image (``values``), which made
+    every voxel of ``binary`` foreground, the background included."""
+    if values.size and binary.all() and values.min() != values.max():
+        raise ReadError(f"{source}: threshold {threshold:g} is at or below every value (from {values.min():g} to "
+                        f"{values.max():g}), so every voxel, background included, would be foreground; choose a "
+                        "threshold above the background value")
+
+
+# ---------------------------------------------------------------------------- run options
+def check_spacing_numbers(spacing, source: str) -> None:
+    """Refuse a ``spacing`` argument that is not a sequence of real numbers (mm, array order): text
+    (``"125"`` would be read digit by digit), booleans, ``None`` or a single number. Their values
+    are checked by :func:`segmetrics.geometry.check_spacing`."""
+    if isinstance(spacing, (str, bytes)) or not isinstance(spacing, Iterable) or not all(
+            isinstance(s, numbers.Real) and not isinstance(s, bool) for s in spacing):
+        raise ReadError(f"{source}: spacing must be voxel sizes in mm, one number per array axis (e.g. (2.5, 0.8, "
+                        f"0.8) for (z, y, x)), got {spacing!r}")
+
+
+def check_labels(labels) -> None:
+    """Refuse a ``labels`` selection that cannot name structures: a bare text (one label is
+    ``["liver"]``), booleans, or numbers that are not whole label values (1.5, NaN; also as text)."""
+    if labels is None:
+        return
+    if isinstance(labels, (str, bytes)) or not isinstance(labels, Iterable):
+        raise ValueError(f"labels must be a list of label values or structure names (e.g. [1, 2] or ['liver']), "
+                         f"got {labels!r}")
+    for label in labels:
+        number = label if isinstance(label, numbers.Real) else _number(label)
+        if isinstance(label, bool) or (number is not None and not float(number).is_integer()):
+            raise ValueError(f"labels: {label!r} is not a label value (a whole number) or a structure name")
+
+
+def check_class_ids(classes) -> None:
+    """Refuse frame classes (``{class id: name}`` or class ids) that are not whole label values:
+    a bare text, booleans, NaN, 1.5 (such a class can never be found: it was scored as empty)."""
+    if classes is None:
+        return
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, Iterable):
+        raise ValueError(f"classes must be class ids or {{class id: name}} (e.g. [1, 2]), got {classes!r}")
+    for class_id in classes:
+        if isinstance(class_id, bool) or not isinstance(class_id, numbers.Real) or not float(class_id).is_integer():
+            raise ValueError(f"classes: {class_id!r} is not a class id (a whole label value)")
+
+
+def _number(text):
+    """``text`` as a float when it reads as a number (including nan and inf), else None."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def check_contour_resolution(resolution_mm) -> None:
+    """Refuse a contour-grid pixel size (mm) that is not a positive finite number."""
+    if isinstance(resolution_mm, bool) or not isinstance(resolution_mm, numbers.Real) \
+            or not 0 < resolution_mm < math.inf:
+        raise ReadError(f"contour resolution must be a positive number of mm (CLI: --contour-resolution), "
+                        f"got {resolution_mm!r}")
+
+
+def check_evaluation_options(*, metrics=None, labels=None, threshold=None, resample_to=None, image=None,
+                             contour_resolution_mm=None, input_policy=None) -> None:
+    """Refuse options of an evaluation before any input is read (``compare``, ``run_batch`` and the
+    Slicer logic call this; the CLI's flags end up here through them): unknown or no metrics,
+    :func:`check_labels`, :func:`check_threshold`, a ``resample_to`` or ``image`` path that does not
+    exist, a contour resolution that is not a positive number of mm, an ``input_policy`` that is not
+    an :class:`InputPolicy`. Raises ``ValueError`` (:class:`ReadError` for paths) in one line."""
+    from .registry import resolve_selection
+
+    check_threshold(threshold)
+    check_labels(labels)
+    if metrics is not None and not isinstance(metrics, (str, Iterable)):
+        raise ValueError(f"metrics must be metric or group names (e.g. 'dice,hd95' or ['overlap']), got {metrics!r}")
+    if metrics is not None and not resolve_selection(metrics):  # unknown names raise ValueError
+        raise ValueError(f"metrics {metrics!r}: no metric selected; give metric or group names")
+    for option, path in (("resample_to", resample_to), ("image", image)):
+        if path is not None and not (option == "resample_to" and path == "reference") and not Path(path).exists():
+            expected = "'reference' or " if option == "resample_to" else ""
+            raise ReadError(f"{option} {path}: no such image folder or file (expected {expected}a DICOM series "
+                            "folder or an image file)")
+    if contour_resolution_mm is not None:
+        check_contour_resolution(contour_resolution_mm)
+    if input_policy is not None and not isinstance(input_policy, InputPolicy):
+        raise ValueError(f"input_policy must be segmetrics.io.InputPolicy, got {input_policy!r}")
