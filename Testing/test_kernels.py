@@ -701,3 +701,162 @@ def test_window_deviations_refuse_a_grid_of_other_points():
     bucket_mm, low, shape, first, order, sorted_xyz = grid
     with pytest.raises(ValueError, match="out of range"):
         _kernels.window_deviations(points, np.ones(3), np.ones(3), 1.0, bucket_mm, low, shape, first, order + 1, sorted_xyz)
+
+
+# --- extreme coordinates, sizes and counts -------------------------------------------------------
+
+
+@PROPERTY
+@given(point_set=point_sets(), seed=st.integers(0, 2**32 - 1), scale=st.sampled_from([1e-150, 1e145]))
+def test_nearest_points_at_the_extremes_of_the_coordinates(point_set, seed, scale):
+    """Points and queries scaled by 1e-150 or 1e145 (up to 1e150 mm; squares still normal floats): every
+    query gets a vertex in range, at the KD-tree's distance of the unscaled points times the scale."""
+    rng, points = np.random.default_rng(seed), point_set.points
+    queries = queries_around(points, rng)
+    queries = queries[np.abs(queries).max(axis=1) * scale <= _kernels.MAX_COORDINATE_MM]
+    truth = cKDTree(points).query(queries)[0] * scale
+    distances, indices = mesh.nearest_points(queries * scale, points * scale, mesh.point_grid(points * scale, np.zeros(len(points))))
+    assert np.all((indices >= 0) & (indices < len(points)))
+    np.testing.assert_allclose(distances, truth, rtol=1e-9, atol=1e-9 * scale * (1 + np.abs(queries).max()))
+    np.testing.assert_allclose(np.linalg.norm(points[indices] - queries, axis=1) * scale, truth, rtol=1e-9,
+                               atol=1e-9 * scale * (1 + np.abs(queries).max()))
+
+
+@pytest.mark.parametrize("columns", [2, 3])
+def test_coordinates_whose_squares_overflow_are_refused(columns):
+    """At 1e200 mm a squared distance is inf: the 2-D nearest-point search returned index -1 for a
+    non-empty set and the 3-D one an index past the points (the KD-tree's 'none'); now one clear
+    ValueError on every path, for the points and for the queries."""
+    near = np.eye(3)[:, :columns]
+    far = near * 1e200 + 1e200
+    match = "within"
+    if columns == 2:
+        for points, queries in ((far, near), (near, far)):
+            with pytest.raises(ValueError, match=match):
+                _kernels.nearest_between(queries, points)
+    with pytest.raises(ValueError, match=match):
+        mesh.point_grid(far, np.ones(3))
+    with pytest.raises(ValueError, match=match):
+        _kernels.vertex_grid(mesh._three_components(far), 1.0)
+    with pytest.raises(ValueError, match=match):
+        mesh.nearest_points(far, near, mesh.point_grid(near, np.ones(3)))
+    cells = np.array([[0, 1, 2]]) if columns == 3 else np.array([[0, 1], [1, 2], [2, 0]])
+    with pytest.raises(ValueError, match=match):
+        mesh.distances_to_surface(far, mesh.Surface(near, np.ones(3), cells))
+    nearest, squared = _kernels.nearest_vertices(mesh._three_components(far), *mesh.point_grid(near, np.ones(3)))
+    assert nearest.tolist() == [-1] * 3 and np.all(squared == np.inf)  # the kernel itself: no vertex found
+
+
+def test_vertex_grid_refuses_more_buckets_than_memory_can_hold():
+    """Each axis within its limit, the product 1e18 buckets: ValueError, not an allocation failure."""
+    points = np.random.default_rng(1).random((5, 3)) * 1e6
+    with pytest.raises(ValueError, match="too many buckets"):
+        _kernels.vertex_grid(points, 1.0)
+
+
+@pytest.mark.parametrize("max_length", [1e-300, 1e-12])
+def test_label_contours_refuse_a_piece_length_too_small(max_length):
+    """Segments of 1 pixel cut into pieces of 1e-12 asked for 10**12 points (MemoryError); 1e-300
+    overflowed the piece count and silently gave the uncut contour."""
+    labels = np.zeros((4, 4), np.int64)
+    labels[1:3, 1:3] = 1
+    with pytest.raises(ValueError, match="max_length"):
+        _kernels.label_contours(labels, _kernels.object_statistics(labels, 1)[2], np.ones(2), max_length)
+
+
+@pytest.mark.parametrize("sigma", [np.nan, np.inf, 1e300])
+def test_blur_refuses_a_sigma_that_is_not_a_size(sigma):
+    with pytest.raises(ValueError, match="sigma"):
+        _kernels.gaussian_blur(np.ones((2, 3), bool), sigma, np.float64)
+
+
+@pytest.mark.parametrize("radius", [-1.0, -1e-9, np.nan])
+def test_window_deviations_refuse_a_negative_radius(radius):
+    """A negative radius was searched as the window of its absolute value in the own bucket only."""
+    points = np.eye(3)
+    with pytest.raises(ValueError, match="radius"):
+        _kernels.window_deviations(points, np.ones(3), np.ones(3), radius, *mesh.point_grid(points, np.ones(3)))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: _kernels.cells_by_vertex(np.zeros((0, 3), np.int64), -1),
+    lambda: _kernels.corner_shares(np.zeros((0, 3), np.int64), np.zeros(0), -1),
+    lambda: _kernels.object_statistics(np.zeros((2, 2), np.int64), -1),
+    lambda: _kernels.label_pairs(np.zeros((2, 2), np.int64), -1, np.zeros((2, 2), np.int64), 0),
+], ids=["cells_by_vertex", "corner_shares", "object_statistics", "label_pairs"])
+def test_negative_counts_are_refused_by_name(call):
+    with pytest.raises(ValueError, match="count is negative"):
+        call()
+
+
+def test_inside_test_refuses_contour_bounds_that_decrease():
+    triangle = np.array([[0.0, 0], [1, 0], [0, 1]])
+    with pytest.raises(ValueError, match="never decreasing"):
+        _kernels.inside_contours(np.zeros((2, 2)), np.arange(2), triangle, np.array([0, 3, 1, 3]), 1e-9)
+
+
+# --- the package's threads ------------------------------------------------------------------------
+
+
+def test_in_threads_refuses_per_point_arrays_of_other_lengths():
+    """Directions and zeta of other lengths were cut by the directions' chunks: the extra zeta
+    values were dropped without a word."""
+    from segmetrics._threads import in_threads
+
+    cells = _kernels.ray_cells(np.eye(3), np.array([[0, 1, 2]]), np.zeros(3))
+    shared = (*cells, 1e-9, 2, *_kernels.direction_grid(cells[0], cells[1], 2))
+    directions = np.tile(np.ones(3) / np.sqrt(3), (4, 1))
+    with pytest.raises(ValueError, match="differ in length"):
+        in_threads(_kernels.radial_gaps, (directions, np.ones(5)), shared)
+    (gaps,) = in_threads(_kernels.radial_gaps, (directions, np.ones(4)), shared)
+    np.testing.assert_allclose(gaps, 1 - 1 / np.sqrt(3), rtol=1e-12)  # the plane x + y + z = 1 at 1/sqrt(3) mm
+
+
+NESTED_THREADS = """
+import os, sys
+import numpy as np
+from segmetrics import _threads
+_threads.set_thread_count(1)
+points = np.arange(3 * 8 * _threads.MIN_POINTS_PER_CHUNK, dtype=float).reshape(-1, 3)
+task = _threads.thread_pool().submit(_threads.in_threads, lambda rows: (rows.sum(axis=1),), (points,), ())
+try:
+    (sums,) = task.result(timeout=60)
+except TimeoutError:
+    print("hung", flush=True)
+    os._exit(3)
+print(int(sums.sum()) == int(points.sum()), flush=True)
+os._exit(0)
+"""
+
+
+def test_in_threads_called_from_a_pool_thread_does_not_wait_for_itself():
+    """A task of the one-thread pool (as in batch workers) that splits work into chunks waited
+    for chunks queued behind itself: forever."""
+    child = subprocess.run([sys.executable, "-c", NESTED_THREADS], capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0 and child.stdout.strip() == "True", (child.returncode, child.stdout, child.stderr[-2000:])
+
+
+# --- distances shared by the groups ----------------------------------------------------------------
+
+
+def test_cached_distances_of_a_source_named_twice():
+    """``cached_distances(pair, "reference", "reference")`` measured the reference against itself
+    (all 0) and cached that as its distances to the test."""
+    from segmetrics.registry import StructurePair
+
+    reference = np.zeros((8, 9, 10), bool)
+    reference[2:6, 2:7, 2:8] = True
+    test = np.zeros_like(reference)
+    test[3:7, 2:7, 3:9] = True
+    spacing = (1.5, 1.0, 0.8)
+    pair = StructurePair("box", reference, test, spacing)
+    twice = mesh.cached_distances(pair, "reference", "reference")
+    surfaces = mesh.pair_surfaces(reference, test, spacing)
+    expected = mesh.distances_to_surface(surfaces[0].points, surfaces[1])
+    assert expected.max() > 0.5  # the boxes differ by a voxel on several sides
+    for got in twice:
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+    other = StructurePair("box", reference, test, spacing)
+    np.testing.assert_allclose(mesh.cached_distances(other, "test", "reference")[1], expected, rtol=1e-12)
+    with pytest.raises(ValueError, match="sources"):
+        mesh.cached_distances(other, "tests")
