@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from scipy import ndimage
 from scipy.spatial import cKDTree
 
-from segmetrics import _kernels, mesh
+from segmetrics import _kernels, geometry, mesh
+from segmetrics.registry import Parameters
 
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 #: For the tests whose truth is exact rational arithmetic (slow).
@@ -789,10 +790,15 @@ def test_negative_counts_are_refused_by_name(call):
         call()
 
 
-def test_inside_test_refuses_contour_bounds_that_decrease():
-    triangle = np.array([[0.0, 0], [1, 0], [0, 1]])
+def test_inside_test_refuses_contour_bounds_that_decrease_and_an_order_that_does_not_sort():
+    """Both were answered: the bounds as empty contours, the order with points silently left out."""
+    triangle = np.array([[0.0, 0], [4, 0], [0, 4]])
     with pytest.raises(ValueError, match="never decreasing"):
         _kernels.inside_contours(np.zeros((2, 2)), np.arange(2), triangle, np.array([0, 3, 1, 3]), 1e-9)
+    points = np.array([[1.0, 2.0], [1.0, 1.0]])  # both inside
+    assert _kernels.inside_contours(points, np.argsort(points[:, 1]), triangle, np.array([0, 3]), 1e-9).tolist() == [True, True]
+    with pytest.raises(ValueError, match="sort the points"):
+        _kernels.inside_contours(points, np.arange(2), triangle, np.array([0, 3]), 1e-9)
 
 
 # --- the package's threads ------------------------------------------------------------------------
@@ -860,3 +866,58 @@ def test_cached_distances_of_a_source_named_twice():
     np.testing.assert_allclose(mesh.cached_distances(other, "test", "reference")[1], expected, rtol=1e-12)
     with pytest.raises(ValueError, match="sources"):
         mesh.cached_distances(other, "tests")
+
+
+# --- the public path at the extremes of the spacing ------------------------------------------------
+
+
+def degenerate_pairs():
+    """``(name, reference, test)`` of masks that break meshing and searches: one voxel, a sheet and
+    a line one voxel thick, a volume full to every border, far-apart specks, 2-D pixels and lines."""
+    voxel = np.zeros((3, 3, 3), np.uint8)
+    voxel[1, 1, 1] = 1
+    sheet = np.zeros((3, 4, 5), np.uint8)
+    sheet[1] = 1
+    line = np.zeros((4, 5, 6), np.uint8)
+    line[2, 2, :] = 1
+    specks = np.zeros((5, 5, 5), np.uint8)
+    specks[0, 0, 0] = specks[4, 4, 4] = 1
+    specks[2, 1:4, 1:4] = 1
+    line2 = np.zeros((3, 4), np.uint8)
+    line2[1] = 1
+    masks = {"voxel": voxel, "sheet": sheet, "line": line, "full": np.ones((3, 4, 5), np.uint8), "specks": specks,
+             "pixel": np.ones((1, 1), np.uint8), "line2": line2, "full2": np.ones((3, 4), np.uint8)}
+    for name, mask in masks.items():
+        yield name + " vs shifted", mask, np.roll(mask, 1, axis=-1)
+        yield name + " vs full", mask, np.ones_like(mask)
+
+
+LOW, HIGH = geometry.SPACING_RANGE_MM
+#: Unit of each metric of the overlap and distance groups as a power of the length unit.
+LENGTH_POWER = {"mm": 1, "mm2": 2, "ml": 3}
+
+
+@pytest.mark.parametrize("mode", ["exact", "deepmind"])
+@pytest.mark.parametrize("name, reference, test", list(degenerate_pairs()), ids=[p[0] for p in degenerate_pairs()])
+def test_degenerate_masks_at_the_extreme_spacings(name, reference, test, mode):
+    """Overlap and distances of degenerate masks on voxels of the smallest and largest size
+    validation allows, isotropic or mixed: no error, finite values, and on isotropic voxels of size
+    s every length is s times (volumes s**3 times) the value on 1 mm voxels (the NSD tolerance
+    scaled alike, away from any distance between the masks)."""
+    from segmetrics import compare
+
+    def values(spacing):
+        params = Parameters(surface_mode=mode, nsd_tolerance_mm=2.5 * spacing[0])
+        (structure,) = compare(reference, test, spacing=spacing, metrics=["overlap", "distance"], params=params).structures
+        return {v.metric: (v.value, v.unit, v.status) for v in structure.values}
+
+    unit = values((1.0,) * reference.ndim)
+    for size in (LOW, HIGH):
+        scaled = values((size,) * reference.ndim)
+        for metric, (value, unit_name, status) in unit.items():
+            assert status == "ok" and np.isfinite(value), (metric, value, status)
+            expected = value * size ** LENGTH_POWER.get(unit_name, 0)
+            assert scaled[metric][2] == status and scaled[metric][0] == pytest.approx(expected, rel=1e-6, abs=1e-300), (metric, size)
+    mixed = values((LOW, HIGH, 1.0)[-reference.ndim:])
+    assert all(status == "ok" and np.isfinite(value) for value, _, status in mixed.values()), mixed
+    assert all(0 <= mixed[metric][0] <= 1 for metric in ("dice", "jaccard", "nsd"))

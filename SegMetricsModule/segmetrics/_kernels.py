@@ -1080,7 +1080,7 @@ def inside_contours(points, order, vertices, first, eps):
     :func:`skimage.measure.points_in_poly` decides it (the same crossing tests on the same
     numbers, each edge against the points whose second coordinate lies in its extent widened
     by ``eps``; on an edge or within ``eps`` of a vertex counts as inside). ``order`` sorts the
-    points by their second coordinate (``np.argsort(points[:, 1])``)."""
+    points by their second coordinate (``np.argsort(points[:, 1])``; ValueError otherwise)."""
     if points.shape[1] != 2 or vertices.shape[1] != 2:
         raise ValueError("inside_contours: needs points and vertices of 2 components")
     if len(first) == 0 or first[0] != 0 or first[-1] != len(vertices) or np.any(first[1:] < first[:-1]):
@@ -1088,6 +1088,8 @@ def inside_contours(points, order, vertices, first, eps):
     if len(order) != len(points) or (len(order) and (order.min() < 0 or order.max() >= len(points))):
         raise ValueError("inside_contours: order must index the points")
     ys = points[order, 1]
+    if np.any(ys[1:] < ys[:-1]):  # the search of each edge's points below relies on it
+        raise ValueError("inside_contours: order must sort the points by their second coordinate")
     inside = np.zeros(len(points), np.bool_)
     right = np.zeros(len(points), np.int64)
     left = np.zeros(len(points), np.int64)
