@@ -880,7 +880,7 @@ def label_contours(labels, origins, scale, max_length):
     cells = max(rows - 1, 0) * max(cols - 1, 0)
     seg_from = np.empty(2 * cells, np.int64)
     seg_to = np.empty(2 * cells, np.int64)
-    leaving = np.empty(2 * rows * cols, np.int64)  # the segment leaving each edge vertex
+    leaving = np.full(2 * rows * cols, -1, np.int64)  # the segment leaving each edge vertex
     count = 0
     for r in range(rows - 1):
         for c in range(cols - 1):
@@ -922,6 +922,8 @@ def label_contours(labels, origins, scale, max_length):
             segment = leaving[seg_to[segment]]
             if segment == first:
                 break
+            if segment < 0 or visited[segment]:  # an open or merging boundary: never from the table, but no endless walk
+                raise ValueError("label_contours: a boundary does not close")
         cycle_start[cycles] = seg_to[last]
         cycle_size[cycles] = size
         cycles += 1
@@ -998,7 +1000,8 @@ def _nearest_in_grid(queries, points):
     if len(points) == 0:
         return best, nearest, tied
     if not (np.all(np.abs(points) <= MAX_COORDINATE_MM) and np.all(np.abs(queries) <= MAX_COORDINATE_MM)):  # also NaN
-        raise ValueError("nearest_between: the points must be finite and within MAX_COORDINATE_MM (1e150 mm)")
+        raise ValueError("nearest_between: the points must be finite and within MAX_COORDINATE_MM (1e150 mm), so that "
+                         "their squared distances stay below the largest float")
     low_x, low_y = points[:, 0].min(), points[:, 1].min()
     extent = max(points[:, 0].max() - low_x, points[:, 1].max() - low_y)
     bucket = extent / np.sqrt(len(points))
