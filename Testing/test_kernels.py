@@ -374,6 +374,13 @@ def test_search_and_walk_in_one_pass_against_the_kd_tree_and_the_walk(point_set,
         assert np.array_equal(got, want)
 
 
+def test_nearest_points_refuse_a_grid_of_other_points():
+    """A grid of 5 points searched for 3 returned indices 3 and 4, past the points."""
+    points = np.random.default_rng(2).random((5, 3))
+    with pytest.raises(ValueError, match="grid holds 5 points"):
+        mesh.nearest_points(points, points[:3], mesh.point_grid(points, np.ones(5)))
+
+
 def test_search_and_walk_refuse_a_grid_of_other_points():
     points, cells = np.eye(3), np.array([[0, 1, 2]])
     star = (*_kernels.cells_by_vertex(cells, 3), _kernels.FEATURE_CORNERS[3])

@@ -463,10 +463,13 @@ def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple) -> tupl
     """``(distances in mm, indices)`` of the point of ``points`` nearest to each query (rows in
     the same frame, 2-D or 3-D): the bucket search of :func:`point_grid`'s ``grid`` in threads,
     and a KD-tree of the points for queries beyond its rings. Without points every distance is
-    inf and every index -1. ValueError for queries that are not finite or beyond 1e150 mm."""
+    inf and every index -1. ValueError for queries that are not finite or beyond 1e150 mm, and
+    for a grid of another number of points."""
     queries = np.asarray(queries, dtype=float)
     if not _within_reach(queries):
         raise ValueError("nearest_points: the query points must be finite and within 1e150 mm")
+    if len(grid[4]) != len(points):  # its vertex order: indices into the points it was built for
+        raise ValueError(f"nearest_points: the grid holds {len(grid[4])} points, not these {len(points)}")
     if len(points) == 0:
         return np.full(len(queries), np.inf), np.full(len(queries), -1, dtype=np.int64)
     nearest, squared = in_threads(_kernels.nearest_vertices, (_three_components(queries),), grid)
