@@ -928,3 +928,17 @@ def test_degenerate_masks_at_the_extreme_spacings(name, reference, test, mode):
     mixed = values((LOW, HIGH, 1.0)[-reference.ndim:])
     assert all(status == "ok" and np.isfinite(value) for value, _, status in mixed.values()), mixed
     assert all(0 <= mixed[metric][0] <= 1 for metric in ("dice", "jaccard", "nsd"))
+
+
+def test_point_grids_of_extents_near_the_largest_coordinate_have_finite_buckets():
+    """Extents of 1e148 mm overflowed the bucket-size product to an infinite bucket, which the
+    search then took (every bucket corner NaN); the kernels now refuse it and the grid is one
+    bucket along the longest axis."""
+    points = np.random.default_rng(4).uniform(-1e148, 1e148, size=(30, 3))
+    grid = mesh.point_grid(points, np.ones(30))
+    assert 0 < grid[0] < np.inf
+    queries = points[:5] * 0.5
+    np.testing.assert_allclose(mesh.nearest_points(queries, points, grid)[0], cKDTree(points).query(queries)[0], rtol=1e-12)
+    for bucket_mm in (np.inf, np.nan, 0.0):
+        with pytest.raises(ValueError, match="bucket size"):
+            _kernels.vertex_grid(points, bucket_mm)

@@ -279,10 +279,10 @@ def vertex_grid(points, bucket_mm):
     ``first[key]:first[key + 1]`` with ``key = (i * n[1] + j) * n[2] + k``, and ``order`` maps
     a column back to the vertex index. No points give one empty bucket at the origin.
     ValueError for points that are not finite or beyond :data:`MAX_COORDINATE_MM`, a bucket size
-    that is not positive, more than :data:`MAX_BUCKETS_PER_AXIS` buckets along an axis or more
+    that is not positive and finite, more than :data:`MAX_BUCKETS_PER_AXIS` buckets along an axis or more
     than :data:`MAX_BUCKETS` in all."""
-    if not bucket_mm > 0:
-        raise ValueError("vertex_grid: the bucket size must be positive")
+    if not 0 < bucket_mm < np.inf:
+        raise ValueError("vertex_grid: the bucket size must be positive and finite")
     if points.shape[1] != 3:
         raise ValueError("vertex_grid: needs points of 3 components")
     low = np.zeros(3)
@@ -364,7 +364,7 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     search out of range."""
     if queries.shape[1] != 3:
         raise ValueError("nearest_vertices: needs query points of 3 components")
-    if not (bucket_mm > 0 and len(low) == 3 and len(shape) == 3 and np.all(shape >= 1)
+    if not (0 < bucket_mm < np.inf and len(low) == 3 and len(shape) == 3 and np.all(shape >= 1)
             and np.all(shape <= MAX_BUCKETS_PER_AXIS)
             and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0 and first[-1] == len(order)
             and np.all(first[1:] >= first[:-1]) and sorted_xyz.shape == (3, len(order))):
@@ -778,7 +778,7 @@ def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, fir
     per-vertex arrays of another length or a radius that is negative or NaN."""
     if centres.shape[1] != 3 or len(low) != 3 or len(shape) != 3:
         raise ValueError("window_deviations: needs centres, grid corner and grid shape of 3 components")
-    if not (bucket_mm > 0 and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
+    if not (0 < bucket_mm < np.inf and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
             and first[-1] == len(order) and sorted_xyz.shape == (3, len(order))):
         raise ValueError("window_deviations: the grid is not one of vertex_grid")
     if len(zeta) != len(order) or len(weights) != len(order):

@@ -50,6 +50,7 @@ Shared cache keys (see :func:`cached_surface`)
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -453,9 +454,11 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     extent = np.sort([np.ptp(axis) for axis in points.T] if len(points) else np.zeros(3))[::-1]  # mm, longest first
     # (axis by axis: NumPy's reductions over the short axis of (n, 3) rows are many times slower)
     bucket_mm = max(bucket_mm, extent[0] / min(budget, _kernels.MAX_BUCKETS_PER_AXIS // 2),
-                    *(float(np.prod(extent[:axes]) / budget) ** (1.0 / axes) for axes in (2, 3)))
+                    *((math.prod(extent[:axes].tolist()) / budget) ** (1.0 / axes) for axes in (2, 3)))
     if bucket_mm == 0:  # one point, or all at one place, with sizes of 0
         bucket_mm = 1.0
+    elif bucket_mm == np.inf:  # extents near 1e150 mm overflow the products: one bucket along the longest axis
+        bucket_mm = float(extent[0])
     return (bucket_mm, *_kernels.vertex_grid(points, bucket_mm))
 
 
