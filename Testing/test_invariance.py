@@ -367,12 +367,14 @@ def assert_same_physical_voxels(image: LabelImage, other: LabelImage, shift):
 
 
 def every_output(result, to_original) -> dict:
-    """Each structure's metric values, plus its per-slice rows (MSI and contours) keyed by the
+    """Each structure's metric values and parameters, plus its per-slice rows (MSI and contours) keyed by the
     original slice index (``to_original(stored axis, stored index)``), their axis and the worst
     MSI slices as original axes and indices."""
     outputs = {}
     for structure in result.structures:
         values = {v.metric: v.value for v in structure.values}
+        values.update({(v.metric, "params"): {k: p for k, p in v.params.items() if k not in ("axis", "worst_slices")}
+                       for v in structure.values})
         msi = structure.get("msi").params if "msi" in values else {}
         if "axis" in msi:
             axis = msi["axis"]
