@@ -450,3 +450,35 @@ def test_several_labels_in_any_storage_give_every_output_alike(ndim, seed, obliq
     expected = every_output(compare(*images, params=mode), lambda axis, index: (axis, index))
     got = every_output(compare(*moved, params=mode), stored_to_original)
     assert_same_outputs(expected, got, (axes, flips, lower, upper, mode.surface_mode))
+
+
+def test_memory_layout_and_dtype_do_not_change_the_values(tmp_path):
+    """The same label array in Fortran order, as a strided view, big-endian memory-mapped,
+    read-only, or as a binary one-byte mask read in place: every value as the C-ordered array's."""
+    rng = np.random.default_rng(3)
+    reference = np.zeros((6, 7, 8), np.uint8)
+    reference[1:5, 2:6, 1:7] = 1
+    reference[2, 3, 3] = 2
+    reference[tuple(rng.integers(0, 6, (3, 5)))] = 3
+    test = np.roll(reference, 1, axis=2)
+    spacing = (1.5, 1.0, 0.8)
+
+    def outputs(array, other):
+        return every_output(compare(LabelImage(array, spacing), LabelImage(other, spacing)), lambda axis, index: (axis, index))
+
+    mapped = np.memmap(tmp_path / "labels.raw", dtype=">i4", mode="w+", shape=reference.shape)
+    mapped[...] = reference
+    mapped.flush()
+    padded = np.zeros((8, 9, 10), np.uint8)
+    padded[1:-1, 1:-1, 1:-1] = reference
+    read_only = reference.copy()
+    read_only.flags.writeable = False
+    variants = {"fortran": np.asfortranarray(reference), "strided view": padded[1:-1, 1:-1, 1:-1], "read-only": read_only,
+                "big-endian memory map": np.memmap(tmp_path / "labels.raw", dtype=">i4", mode="r", shape=reference.shape)}
+    expected = outputs(reference, test)
+    for name, array in variants.items():
+        assert_same_outputs(expected, outputs(array, test), name)
+    binary = reference == 1  # one-byte 0/1 masks are read in place (compare._mask)
+    expected = outputs(binary.astype(np.uint8), test == 1)
+    assert_same_outputs(expected, outputs(np.asfortranarray(binary).view(np.uint8), test == 1), "binary fortran")
+    assert_same_outputs(expected, outputs(np.flip(np.flip(binary, 0).astype(np.uint8), 0), test == 1), "binary negative strides")
