@@ -942,3 +942,85 @@ def test_point_grids_of_extents_near_the_largest_coordinate_have_finite_buckets(
     for bucket_mm in (np.inf, np.nan, 0.0):
         with pytest.raises(ValueError, match="bucket size"):
             _kernels.vertex_grid(points, bucket_mm)
+
+
+# --- any damaged input: a ValueError or an answer, never a read out of range -------------------------
+
+
+def valid_calls(rng):
+    """``{kernel name: (kernel, arguments)}``: a valid call of every kernel on small random inputs."""
+    points, triangles, segments = rng.normal(size=(12, 3)), rng.integers(0, 12, (10, 3)), rng.integers(0, 12, (10, 2))
+    grid = mesh.point_grid(points, np.ones(12))
+    star3 = (points, triangles, *_kernels.cells_by_vertex(triangles, 12), _kernels.FEATURE_CORNERS[3])
+    star2 = (points, segments, *_kernels.cells_by_vertex(segments, 12), _kernels.FEATURE_CORNERS[2])
+    queries = rng.normal(size=(7, 3))
+    rays = _kernels.ray_cells(points, triangles, np.zeros(3))
+    labels = np.zeros((6, 7), np.int64)
+    labels[1:4, 1:3], labels[2:5, 4:6] = 1, 2
+    origins = _kernels.object_statistics(labels, 2)[2]
+    contours = _kernels.label_contours(labels, origins, np.ones(2), 0.25)
+    flat = rng.normal(size=(9, 2))
+    return {
+        "nearest_vertices": (_kernels.nearest_vertices, [queries, *grid]),
+        "closest_points on triangles": (_kernels.closest_points, [queries, rng.integers(0, 12, 7), *star3]),
+        "closest_points on segments": (_kernels.closest_points, [queries, rng.integers(0, 12, 7), *star2]),
+        "closest_points_near": (_kernels.closest_points_near, [queries, *grid, *star3]),
+        "vertex_grid": (_kernels.vertex_grid, [points, 0.5]),
+        "cells_by_vertex": (_kernels.cells_by_vertex, [triangles, 12]),
+        "triangle_areas": (_kernels.triangle_areas, [points, triangles]),
+        "corner_shares": (_kernels.corner_shares, [triangles, np.ones(10), 12]),
+        "ray_cells": (_kernels.ray_cells, [points, triangles, np.zeros(3)]),
+        "direction_grid": (_kernels.direction_grid, [rays[0], rays[1], 4]),
+        "radial_gaps": (_kernels.radial_gaps, [queries / np.linalg.norm(queries, axis=1)[:, None], np.ones(7), *rays, 1e-9, 4,
+                                               *_kernels.direction_grid(rays[0], rays[1], 4)]),
+        "window_deviations": (_kernels.window_deviations, [queries, np.ones(12), np.ones(12), 1.0, *grid]),
+        "label_contours": (_kernels.label_contours, [labels, origins, np.ones(2), 0.25]),
+        "object_statistics": (_kernels.object_statistics, [labels, 2]),
+        "label_pairs": (_kernels.label_pairs, [labels, 2, labels, 2]),
+        "nearest_between": (_kernels.nearest_between, [flat, flat[::2].copy()]),
+        "inside_contours": (_kernels.inside_contours, [flat, np.argsort(flat[:, 1]), contours[0], contours[2], 1e-12]),
+        "clamp_field": (_kernels.clamp_field, [rng.random(10), rng.random(10) > 0.5, 0.05]),
+    }
+
+
+def damaged(value, rng):
+    """``value`` with one kind of damage, of the same type (no new compilation): a count or size
+    out of range, a NaN/inf/huge coordinate, an index out of range or negative, an array cut short
+    or one row longer, indices reversed or multiplied."""
+    if isinstance(value, int):
+        return int(rng.choice([-1, 0, 1, value + 1, value * 3, 1000]))
+    if isinstance(value, float):
+        return float(rng.choice([-1.0, 0.0, np.nan, np.inf, 1e-300, 1e300]))
+    array = np.array(value)
+    if array.size == 0:
+        return array
+    kind, flat = rng.integers(0, 5), array.ravel().copy()
+    if kind == 0:
+        return array[:rng.integers(0, len(array))].copy()
+    if kind == 1:
+        return np.concatenate([array, array[:1]])
+    if array.dtype.kind in "iu":
+        if kind == 2:
+            flat[rng.integers(0, flat.size)] = rng.choice([-1, -7, flat.max() + 1, flat.max() + 50])
+            return flat.reshape(array.shape)
+        return array[::-1].copy() if kind == 3 else array * int(rng.integers(2, 5))
+    if array.dtype.kind == "f":
+        flat[rng.integers(0, flat.size)] = rng.choice([np.nan, np.inf, -np.inf, 1e300, -1e300, 1e-300])
+        return flat.reshape(array.shape)
+    return array
+
+
+@settings(PROPERTY, max_examples=300)
+@given(seed=st.integers(0, 2**32 - 1), kernel=st.sampled_from(sorted(valid_calls(np.random.default_rng(0)))))
+def test_every_kernel_answers_or_refuses_damaged_input(seed, kernel):
+    """One or two arguments of a valid call damaged (:func:`damaged`): the kernel returns or
+    raises ValueError, never IndexError (bounds checking is on) or another error."""
+    rng = np.random.default_rng(seed)
+    function, arguments = valid_calls(rng)[kernel]
+    for _ in range(rng.integers(1, 3)):
+        index = rng.integers(0, len(arguments))
+        arguments[index] = damaged(arguments[index], rng)
+    try:
+        function(*arguments)
+    except ValueError:
+        pass
