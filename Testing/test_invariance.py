@@ -482,3 +482,22 @@ def test_memory_layout_and_dtype_do_not_change_the_values(tmp_path):
     expected = outputs(binary.astype(np.uint8), test == 1)
     assert_same_outputs(expected, outputs(np.asfortranarray(binary).view(np.uint8), test == 1), "binary fortran")
     assert_same_outputs(expected, outputs(np.flip(np.flip(binary, 0).astype(np.uint8), 0), test == 1), "binary negative strides")
+
+
+def test_the_slicer_worst_slice_is_one_physical_slice_in_every_storage():
+    """Six slices tie at MSI 0 (the test misses them): the worst MSI slices and the slice the
+    Slicer module jumps to are the same physical slices whether the axis is stored flipped or not
+    (ties went to the lowest stored index)."""
+    mrml = pytest.importorskip("segmetrics.mrml", exc_type=ImportError)
+    reference = np.zeros((9, 6, 6), np.uint8)
+    reference[1:8, 1:5, 1:5] = 1
+    test = np.zeros_like(reference)
+    test[7, 1:5, 1:5] = 1  # only the last reference slice is found
+    spacing = (3.0, 1.0, 1.0)
+    images = [LabelImage(mask, spacing) for mask in (reference, test)]
+    flipped = [stored_as(image, (0, 1, 2), (True, False, False), (0, 0, 0), (0, 0, 0), np.zeros(3)) for image in images]
+    (straight,) = compare(*images, metrics="msi").structures
+    (turned,) = compare(*flipped, metrics="msi").structures
+    assert straight.get("msi").params["worst_slices"] == [1, 2, 3, 4, 5]  # lowest slices first among the six ties
+    assert [8 - k for k in turned.get("msi").params["worst_slices"]] == [1, 2, 3, 4, 5]
+    assert mrml.worst_slice(straight) == (1, 0.0) and mrml.worst_slice(turned) == (7, 0.0)
