@@ -1044,3 +1044,22 @@ def test_contour_distances_on_pixels_of_any_size(pixel_mm):
         return np.array([structure.value("contour_hd_mm"), structure.value("contour_mean_distance_mm")]) / size
 
     np.testing.assert_allclose(in_pixels(pixel_mm), in_pixels(1.0), atol=0.25)
+
+
+def test_grids_of_micrometre_voxels_that_differ_are_not_taken_as_one():
+    """Spacings and origins were compared with an absolute 1e-4 mm: voxels of 1e-6 and 5e-5 mm, or
+    grids 50 voxels of 1e-6 mm apart, passed as one grid and were compared voxel by voxel."""
+    from segmetrics import compare
+    from segmetrics.geometry import GeometryMismatchError, LabelImage
+
+    mask = np.zeros((4, 5, 6), np.uint8)
+    mask[1:3, 1:4, 1:5] = 1
+    tiny = (1e-6,) * 3
+    with pytest.raises(GeometryMismatchError, match="spacing differs"):
+        compare(LabelImage(mask, tiny), LabelImage(mask, (5e-5,) * 3))
+    with pytest.raises(GeometryMismatchError, match="origin differs"):
+        compare(LabelImage(mask, tiny), LabelImage(mask, tiny, origin=(5e-5, 0.0, 0.0)))
+    # files that store one grid with rounded numbers still agree
+    (structure,) = compare(LabelImage(mask, (2.5, 0.9765625, 0.9765625), origin=(-249.51171875, -249.51171875, 100.0)),
+                           LabelImage(mask, (2.5, 0.976562, 0.976562), origin=(-249.512, -249.512, 100.0))).structures
+    assert structure.value("dice") == 1.0
