@@ -1082,5 +1082,5 @@ def test_roughness_ratio_on_voxels_of_1e_5_mm():
     status, ri, rr = roughness(1e-5)
     unit_status, unit_ri, unit_rr = roughness(1.0)
     assert status == unit_status == "ok" and 0.02 < unit_ri  # a ball of 6 voxels is rough at the voxel scale
-    # (the surfaces on 1e-5 mm voxels differ slightly: RI by 0.3 %, RR by 1.2 %; left for issue 16)
+    # (on 1e-5 mm voxels RI differs by 0.3 % and RR by 1.2 %: not investigated)
     assert ri == pytest.approx(unit_ri, rel=0.03) and rr == pytest.approx(unit_rr, rel=0.03)
