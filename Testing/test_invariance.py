@@ -13,6 +13,7 @@ import pytest
 import SimpleITK as sitk
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.spatial import cKDTree
 from vtk.util.numpy_support import vtk_to_numpy
 
 from segmetrics import mesh
@@ -321,3 +322,182 @@ def test_slicer_table_equals_the_cli_on_flipped_storage(lidc_pair, data_dir):
     for value in expected.values:
         got = table.GetTable().GetColumnByName(mrml.column_name(value.metric, value.unit)).GetValue(0)
         assert math.isclose(got, value.value, rel_tol=RTOL, abs_tol=1e-12) or (math.isnan(got) and math.isnan(value.value)), value.metric
+
+
+# ----------------------------------------------------------------------------- several labels, every output
+
+
+def stored_as(image: LabelImage, axes, flips, lower, upper, shift) -> LabelImage:
+    """The same physical label image stored with array axis ``b`` holding ``image``'s array axis
+    ``axes[b]``, reversed where ``flips[b]``, ``lower``/``upper`` background voxels added (array
+    order) and the whole grid moved by ``shift`` mm: direction columns permuted and negated and
+    the origin moved to the new first voxel, written out here independently of
+    :mod:`segmetrics.orientation`."""
+    ndim = image.ndim
+    direction = np.reshape(image.direction, (ndim, ndim))
+    array = np.transpose(image.array, axes)
+    spacing = [image.spacing[a] for a in axes]
+    columns = np.stack([direction[:, ndim - 1 - axes[b]] for b in range(ndim)])  # per new array axis: its unit vector
+    origin = np.asarray(image.origin, dtype=float) + np.asarray(shift, dtype=float)
+    for b in range(ndim):
+        if flips[b]:
+            origin = origin + columns[b] * spacing[b] * (array.shape[b] - 1)
+            columns[b] = -columns[b]
+        origin = origin - columns[b] * spacing[b] * lower[b]
+    array = np.pad(np.flip(array, [b for b in range(ndim) if flips[b]]), list(zip(lower, upper)))
+    return LabelImage(np.ascontiguousarray(array), spacing, tuple(origin), tuple(np.stack(columns[::-1], axis=1).ravel()))
+
+
+def physical_voxels(image: LabelImage) -> tuple:
+    """``(positions (mm, ITK order), labels)`` of the non-zero voxels, from the image's geometry
+    alone: ``origin + D @ (spacing * index)``."""
+    ndim = image.ndim
+    index = np.argwhere(image.array != 0)
+    direction = np.reshape(image.direction, (ndim, ndim))
+    positions = np.asarray(image.origin) + (index[:, ::-1] * np.asarray(image.spacing)[::-1]) @ direction.T
+    return positions, image.array[tuple(index.T)]
+
+
+def assert_same_physical_voxels(image: LabelImage, other: LabelImage, shift):
+    """Every labelled voxel of ``image`` is one of ``other`` (moved back by ``shift`` mm) with the same label, and no more."""
+    positions, labels = physical_voxels(image)
+    other_positions, other_labels = physical_voxels(other)
+    distance, nearest = cKDTree(other_positions - shift).query(positions)
+    assert len(positions) == len(other_positions) and np.all(distance < 1e-6) and np.array_equal(labels, other_labels[nearest])
+
+
+def every_output(result, to_original) -> dict:
+    """Each structure's metric values and parameters, plus its per-slice rows (MSI and contours) keyed by the
+    original slice index (``to_original(stored axis, stored index)``), their axis and the worst
+    MSI slices as original axes and indices."""
+    outputs = {}
+    for structure in result.structures:
+        values = {v.metric: v.value for v in structure.values}
+        values.update({(v.metric, "params"): {k: p for k, p in v.params.items() if k not in ("axis", "worst_slices")}
+                       for v in structure.values})
+        msi = structure.get("msi").params if "msi" in values else {}
+        if "axis" in msi:
+            axis = msi["axis"]
+            values["msi axis"] = to_original(axis, 0)[0]
+            values["worst slices"] = [to_original(axis, k)[1] for k in msi.get("worst_slices", [])]
+            for row in structure.extras.get("msi_slices", []):
+                row = vars(row)
+                values[("msi row", to_original(axis, row["slice"])[1])] = {k: v for k, v in row.items() if k not in ("slice", "position_mm")}
+        if "contour_axis" in structure.extras:
+            axis = structure.extras["contour_axis"]
+            values["contour axis"] = to_original(axis, 0)[0]
+            for row in structure.extras["contour_slices"]:
+                values[("contour row", to_original(axis, row["slice"])[1])] = {k: v for k, v in row.items() if k not in ("slice", "position_mm")}
+        outputs[structure.structure] = values
+    return outputs
+
+
+def assert_same_outputs(expected, got, what):
+    """Equal keys; numbers equal to :data:`RTOL` (NaN equals NaN), other values exactly."""
+    assert expected.keys() == got.keys(), what
+    for name in expected:
+        assert expected[name].keys() == got[name].keys(), (what, name)
+        for key, value in expected[name].items():
+            pairs = [(key, value, got[name][key])] if not isinstance(value, dict) else \
+                [((key, k), v, got[name][key][k]) for k, v in value.items()]
+            for label, a, b in pairs:
+                if isinstance(a, (float, np.floating)):
+                    assert (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=RTOL, abs_tol=1e-12), (what, name, label, a, b)
+                else:
+                    assert a == b, (what, name, label, a, b)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(
+    ndim=st.sampled_from([2, 3]),
+    seed=st.integers(0, 2**16),
+    oblique=st.booleans(),
+    mode=st.sampled_from(MODES),
+)
+def test_several_labels_in_any_storage_give_every_output_alike(ndim, seed, oblique, mode):
+    """Random small label maps of three labels (blobs, specks, structures on the border) on an
+    anisotropic grid, stored flipped, permuted, padded and moved (:func:`stored_as`, physically the
+    same voxels): every metric of every group, the per-slice MSI and contour rows, their axis and
+    the worst slices (mapped back to the original array) agree to 1e-9 relative."""
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(n) for n in rng.integers(3, 9, ndim))
+    spacing = tuple(float(s) for s in rng.choice([0.6, 1.0, 1.7, 3.0], ndim))
+    direction = (rotation(rng.uniform(-math.pi, math.pi, 3))[:ndim, :ndim] if ndim == 3 else
+                 rotation((rng.uniform(-math.pi, math.pi), 0, 0))[:2, :2]) if oblique else np.eye(ndim)
+    origin = tuple(rng.uniform(-100, 100, ndim))
+    images = []
+    for _ in range(2):
+        array = np.zeros(shape, np.uint8)
+        for label in (1, 2, 3):
+            low = rng.integers(0, np.array(shape) - 1)
+            array[tuple(slice(a, a + int(n)) for a, n in zip(low, rng.integers(1, 5, ndim)))] = label
+            array[tuple(rng.integers(0, n, 2) for n in shape)] = label  # specks
+        images.append(LabelImage(array, spacing, origin, tuple(direction.ravel())))
+    axes = tuple(int(a) for a in rng.permutation(ndim))
+    flips = tuple(bool(f) for f in rng.integers(0, 2, ndim))
+    lower, upper = tuple(int(p) for p in rng.integers(0, 3, ndim)), tuple(int(p) for p in rng.integers(0, 3, ndim))
+    shift = rng.uniform(-50, 50, ndim)
+    moved = [stored_as(image, axes, flips, lower, upper, shift) for image in images]
+    for image, other in zip(images, moved):  # independent truth: the same labels at the same physical places
+        assert_same_physical_voxels(image, other, shift)
+
+    def stored_to_original(axis, index):  # axis None: the one slice of a 2-D image
+        if axis is None:
+            return None, index
+        kept = index - lower[axis]
+        return axes[axis], (shape[axes[axis]] - 1 - kept) if flips[axis] else kept
+
+    expected = every_output(compare(*images, params=mode), lambda axis, index: (axis, index))
+    got = every_output(compare(*moved, params=mode), stored_to_original)
+    assert_same_outputs(expected, got, (axes, flips, lower, upper, mode.surface_mode))
+
+
+def test_memory_layout_and_dtype_do_not_change_the_values(tmp_path):
+    """The same label array in Fortran order, as a strided view, big-endian memory-mapped,
+    read-only, or as a binary one-byte mask read in place: every value as the C-ordered array's."""
+    rng = np.random.default_rng(3)
+    reference = np.zeros((6, 7, 8), np.uint8)
+    reference[1:5, 2:6, 1:7] = 1
+    reference[2, 3, 3] = 2
+    reference[tuple(rng.integers(0, 6, (3, 5)))] = 3
+    test = np.roll(reference, 1, axis=2)
+    spacing = (1.5, 1.0, 0.8)
+
+    def outputs(array, other):
+        return every_output(compare(LabelImage(array, spacing), LabelImage(other, spacing)), lambda axis, index: (axis, index))
+
+    mapped = np.memmap(tmp_path / "labels.raw", dtype=">i4", mode="w+", shape=reference.shape)
+    mapped[...] = reference
+    mapped.flush()
+    padded = np.zeros((8, 9, 10), np.uint8)
+    padded[1:-1, 1:-1, 1:-1] = reference
+    read_only = reference.copy()
+    read_only.flags.writeable = False
+    variants = {"fortran": np.asfortranarray(reference), "strided view": padded[1:-1, 1:-1, 1:-1], "read-only": read_only,
+                "big-endian memory map": np.memmap(tmp_path / "labels.raw", dtype=">i4", mode="r", shape=reference.shape)}
+    expected = outputs(reference, test)
+    for name, array in variants.items():
+        assert_same_outputs(expected, outputs(array, test), name)
+    binary = reference == 1  # one-byte 0/1 masks are read in place (compare._mask)
+    expected = outputs(binary.astype(np.uint8), test == 1)
+    assert_same_outputs(expected, outputs(np.asfortranarray(binary).view(np.uint8), test == 1), "binary fortran")
+    assert_same_outputs(expected, outputs(np.flip(np.flip(binary, 0).astype(np.uint8), 0), test == 1), "binary negative strides")
+
+
+def test_the_slicer_worst_slice_is_one_physical_slice_in_every_storage():
+    """Six slices tie at MSI 0 (the test misses them): the worst MSI slices and the slice the
+    Slicer module jumps to are the same physical slices whether the axis is stored flipped or not
+    (ties went to the lowest stored index)."""
+    mrml = pytest.importorskip("segmetrics.mrml", exc_type=ImportError)
+    reference = np.zeros((9, 6, 6), np.uint8)
+    reference[1:8, 1:5, 1:5] = 1
+    test = np.zeros_like(reference)
+    test[7, 1:5, 1:5] = 1  # only the last reference slice is found
+    spacing = (3.0, 1.0, 1.0)
+    images = [LabelImage(mask, spacing) for mask in (reference, test)]
+    flipped = [stored_as(image, (0, 1, 2), (True, False, False), (0, 0, 0), (0, 0, 0), np.zeros(3)) for image in images]
+    (straight,) = compare(*images, metrics="msi").structures
+    (turned,) = compare(*flipped, metrics="msi").structures
+    assert straight.get("msi").params["worst_slices"] == [1, 2, 3, 4, 5]  # lowest slices first among the six ties
+    assert [8 - k for k in turned.get("msi").params["worst_slices"]] == [1, 2, 3, 4, 5]
+    assert mrml.worst_slice(straight) == (1, 0.0) and mrml.worst_slice(turned) == (7, 0.0)

@@ -263,6 +263,12 @@ VERTICES_PER_BUCKET = 12
 MAX_RINGS = 4
 #: Most buckets per axis of :func:`vertex_grid`.
 MAX_BUCKETS_PER_AXIS = 2**20
+#: Most buckets of :func:`vertex_grid` in all (16 GiB of bucket bounds: more is a bucket size
+#: far too small for the points, refused with a message rather than an allocation failure).
+MAX_BUCKETS = 2**31
+#: Largest coordinate (mm, absolute) the nearest-point searches take: the squared distance of
+#: two such points (up to 12e300 mm²) stays finite, so a search always finds a nearest point.
+MAX_COORDINATE_MM = 1e150
 
 
 @numba.njit(cache=True, nogil=True)
@@ -272,10 +278,11 @@ def vertex_grid(points, bucket_mm):
     the vertices bucket by bucket: those of bucket ``(i, j, k)`` are columns
     ``first[key]:first[key + 1]`` with ``key = (i * n[1] + j) * n[2] + k``, and ``order`` maps
     a column back to the vertex index. No points give one empty bucket at the origin.
-    ValueError for points that are not finite, a bucket size that is not positive, or more
-    than :data:`MAX_BUCKETS_PER_AXIS` buckets along an axis."""
-    if not bucket_mm > 0:
-        raise ValueError("vertex_grid: the bucket size must be positive")
+    ValueError for points that are not finite or beyond :data:`MAX_COORDINATE_MM`, a bucket size
+    that is not positive and finite, more than :data:`MAX_BUCKETS_PER_AXIS` buckets along an axis or more
+    than :data:`MAX_BUCKETS` in all."""
+    if not 0 < bucket_mm < np.inf:
+        raise ValueError("vertex_grid: the bucket size must be positive and finite")
     if points.shape[1] != 3:
         raise ValueError("vertex_grid: needs points of 3 components")
     low = np.zeros(3)
@@ -283,10 +290,14 @@ def vertex_grid(points, bucket_mm):
     for axis in range(3):
         if len(points):
             low[axis] = points[:, axis].min()
+            if not (-MAX_COORDINATE_MM <= low[axis] and points[:, axis].max() <= MAX_COORDINATE_MM):  # also NaN
+                raise ValueError("vertex_grid: the points must be finite and within MAX_COORDINATE_MM (1e150 mm)")
             buckets = (points[:, axis].max() - low[axis]) / bucket_mm
-            if not buckets < MAX_BUCKETS_PER_AXIS:  # also NaN and inf
-                raise ValueError("vertex_grid: points not finite, or too many buckets for their extent")
+            if not buckets < MAX_BUCKETS_PER_AXIS:
+                raise ValueError("vertex_grid: too many buckets for the points' extent (bucket size too small)")
             shape[axis] = int(buckets) + 1
+    if shape[0] * shape[1] * shape[2] > MAX_BUCKETS:  # each factor is below 2**20: no overflow
+        raise ValueError("vertex_grid: too many buckets for the points' extent (bucket size too small)")
     keys = np.empty(len(points), dtype=np.int64)
     for v in range(len(points)):
         i, j, k = _cells(points[v, 0], points[v, 1], points[v, 2], low, bucket_mm, shape)
@@ -353,7 +364,7 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     search out of range."""
     if queries.shape[1] != 3:
         raise ValueError("nearest_vertices: needs query points of 3 components")
-    if not (bucket_mm > 0 and len(low) == 3 and len(shape) == 3 and np.all(shape >= 1)
+    if not (0 < bucket_mm < np.inf and len(low) == 3 and len(shape) == 3 and np.all(shape >= 1)
             and np.all(shape <= MAX_BUCKETS_PER_AXIS)
             and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0 and first[-1] == len(order)
             and np.all(first[1:] >= first[:-1]) and sorted_xyz.shape == (3, len(order))):
@@ -364,7 +375,7 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     previous = -1
     for q in range(len(queries)):
         x, y, z = queries[q, 0], queries[q, 1], queries[q, 2]
-        if not abs(x) + abs(y) + abs(z) < np.inf:  # NaN or inf: no nearest vertex
+        if not max(abs(x), abs(y), abs(z)) <= MAX_COORDINATE_MM:  # NaN, inf or beyond: no nearest vertex
             continue
         i, j, k = _cells(x, y, z, low, bucket_mm, shape)  # in the grid: every index below is in range
         # every vertex nearer than `reach(rings)` lies in the cube `rings` buckets out; `whole` covers the grid
@@ -427,6 +438,8 @@ def cells_by_vertex(cells, vertex_count):
     """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``,
     in increasing order (a counting sort of the cells' corners; a cell that repeats a corner is
     listed that many times). ValueError for a corner index outside ``0 … vertex_count - 1``."""
+    if vertex_count < 0:
+        raise ValueError("cells_by_vertex: the vertex count is negative")
     count = np.zeros(vertex_count, dtype=np.int64)
     for v in cells.ravel():
         if not 0 <= v < vertex_count:
@@ -475,8 +488,15 @@ def ascending_order(values):
 # --- surface building ---------------------------------------------------------------------------
 
 
+#: Widest Gaussian of :func:`gaussian_weights` (voxels): a kernel of up to about 6 million weights.
+MAX_SIGMA_VOXELS = 1e6
+
+
 def gaussian_weights(sigma_voxels: float) -> np.ndarray:
-    """The sampled Gaussian of ``sigma_voxels`` (> 0) truncated at 3 sigma, summing to 1 (scipy's kernel)."""
+    """The sampled Gaussian of ``sigma_voxels`` (> 0) truncated at 3 sigma, summing to 1 (scipy's kernel).
+    ValueError for a sigma that is not a number in ``(0, MAX_SIGMA_VOXELS]``."""
+    if not 0 < sigma_voxels <= MAX_SIGMA_VOXELS:  # also NaN
+        raise ValueError(f"the Gaussian's sigma must be in (0, {MAX_SIGMA_VOXELS:g}] voxels, got {sigma_voxels}")
     radius = int(3.0 * sigma_voxels + 0.5)
     weights = np.exp(-0.5 * (np.arange(-radius, radius + 1) / sigma_voxels) ** 2)
     return weights / weights.sum()
@@ -486,7 +506,8 @@ def gaussian_blur(mask: np.ndarray, sigma_voxels: float, dtype) -> np.ndarray:
     """Gaussian blur of a 1-D to 3-D boolean mask (any shape, even one voxel), zero outside, as
     ``scipy.ndimage.gaussian_filter`` with ``mode="constant"`` and ``truncate=3`` (the same sampled
     kernel, equal to rounding in ``dtype``), about three times faster: each axis is one pass of
-    vectorised rows."""
+    vectorised rows. A sigma of 0 (or less) returns the mask; ValueError for NaN or one above
+    :data:`MAX_SIGMA_VOXELS`."""
     if mask.ndim not in (1, 2, 3):
         raise ValueError(f"gaussian_blur needs a 1-D to 3-D mask, got shape {mask.shape}")
     if sigma_voxels <= 0:
@@ -597,6 +618,8 @@ def corner_shares(cells, sizes, vertex_count):
     ValueError for a corner index out of range, or sizes that are not one per cell of corners."""
     if len(sizes) != len(cells) or (len(cells) and cells.shape[1] == 0):
         raise ValueError("corner_shares: needs one size per cell, and cells of at least one corner")
+    if vertex_count < 0:
+        raise ValueError("corner_shares: the vertex count is negative")
     shares = np.zeros(vertex_count)
     corners = cells.shape[1]
     for cell in range(len(cells)):
@@ -782,15 +805,17 @@ def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, fir
     """Per centre (rows x, y, z in mm), over the vertices of a :func:`vertex_grid` within
     ``radius`` mm of it (squared distance at most ``radius ** 2``): the ``weights``-weighted mean
     of ``|zeta - m|``, with ``m`` their weighted mean of ``zeta``; returned as a 1-tuple (NaN for
-    a window of zero weight). ValueError for a grid that is not one of :func:`vertex_grid` or
-    per-vertex arrays of another length."""
+    a window of zero weight). ValueError for a grid that is not one of :func:`vertex_grid`,
+    per-vertex arrays of another length or a radius that is negative or NaN."""
     if centres.shape[1] != 3 or len(low) != 3 or len(shape) != 3:
         raise ValueError("window_deviations: needs centres, grid corner and grid shape of 3 components")
-    if not (bucket_mm > 0 and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
+    if not (0 < bucket_mm < np.inf and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
             and first[-1] == len(order) and sorted_xyz.shape == (3, len(order))):
         raise ValueError("window_deviations: the grid is not one of vertex_grid")
     if len(zeta) != len(order) or len(weights) != len(order):
         raise ValueError("window_deviations: one zeta and one weight per vertex of the grid")
+    if not radius >= 0:  # also NaN
+        raise ValueError("window_deviations: the radius must be a number >= 0 (mm)")
     for vertex in order:
         if not 0 <= vertex < len(order):
             raise ValueError("window_deviations: a vertex of the grid is out of range")
@@ -851,6 +876,10 @@ _SQUARE_SEGMENTS = np.array([
     [2, 3, -1, -1], [0, 3, -1, -1], [2, 0, -1, -1], [-1, -1, -1, -1]], dtype=np.int64)
 
 
+#: Most pieces :func:`label_contours` cuts one segment into.
+MAX_PIECES_PER_SEGMENT = 2**20
+
+
 @numba.njit(cache=True, nogil=True)
 def label_contours(labels, origins, scale, max_length):
     """Closed boundaries (marching squares at level 0.5) of every object of a 2-D label image.
@@ -860,7 +889,8 @@ def label_contours(labels, origins, scale, max_length):
     alone, padded (same points, same first point, same direction, objects' boundaries in the same
     order), without the closing point, less the object's ``origins[label]`` (row, col; pixels),
     times ``scale`` (mm per pixel, row and column), then, when ``max_length`` > 0, with each
-    segment cut into ``ceil(length / max_length)`` equal pieces (mm).
+    segment cut into ``ceil(length / max_length)`` equal pieces (mm); ValueError when that is more
+    than :data:`MAX_PIECES_PER_SEGMENT`.
 
     Returns ``(points (P, 2) mm, lengths (P,) mm of the segment starting at each point,
     first (C + 1,) index of each boundary's first point, label (C,) of each boundary)``, boundaries
@@ -881,7 +911,7 @@ def label_contours(labels, origins, scale, max_length):
     cells = max(rows - 1, 0) * max(cols - 1, 0)
     seg_from = np.empty(2 * cells, np.int64)
     seg_to = np.empty(2 * cells, np.int64)
-    leaving = np.empty(2 * rows * cols, np.int64)  # the segment leaving each edge vertex
+    leaving = np.full(2 * rows * cols, -1, np.int64)  # the segment leaving each edge vertex
     count = 0
     for r in range(rows - 1):
         for c in range(cols - 1):
@@ -923,6 +953,8 @@ def label_contours(labels, origins, scale, max_length):
             segment = leaving[seg_to[segment]]
             if segment == first:
                 break
+            if segment < 0 or visited[segment]:  # an open or merging boundary: never from the table, but no endless walk
+                raise ValueError("label_contours: a boundary does not close")
         cycle_start[cycles] = seg_to[last]
         cycle_size[cycles] = size
         cycles += 1
@@ -959,7 +991,10 @@ def label_contours(labels, origins, scale, max_length):
             for i in range(raw_first[k], raw_first[k + 1]):
                 j = i + 1 if i + 1 < raw_first[k + 1] else raw_first[k]
                 d0, d1 = raw[j, 0] - raw[i, 0], raw[j, 1] - raw[i, 1]
-                pieces[i] = max(1, int(np.ceil(np.sqrt(d0 * d0 + d1 * d1) / max_length)))
+                cuts = np.ceil(np.sqrt(d0 * d0 + d1 * d1) / max_length)
+                if not cuts <= MAX_PIECES_PER_SEGMENT:  # also NaN (a scale that is not finite)
+                    raise ValueError("label_contours: max_length too small for the segments (or a scale not finite)")
+                pieces[i] = max(1, int(cuts))
                 size += pieces[i]
             first[k + 1] = first[k] + size
         points = np.empty((first[cycles], 2))
@@ -995,12 +1030,11 @@ def _nearest_in_grid(queries, points):
     tied = np.zeros(len(queries), np.bool_)
     if len(points) == 0:
         return best, nearest, tied
-    if not (np.isfinite(points).all() and np.isfinite(queries).all()):
-        raise ValueError("nearest_between: the points must be finite (mm)")
+    if not (np.all(np.abs(points) <= MAX_COORDINATE_MM) and np.all(np.abs(queries) <= MAX_COORDINATE_MM)):  # also NaN
+        raise ValueError("nearest_between: the points must be finite and within MAX_COORDINATE_MM (1e150 mm), so that "
+                         "their squared distances stay below the largest float")
     low_x, low_y = points[:, 0].min(), points[:, 1].min()
     extent = max(points[:, 0].max() - low_x, points[:, 1].max() - low_y)
-    if not extent < np.inf:
-        raise ValueError("nearest_between: the points span more than the largest float (mm)")
     bucket = extent / np.sqrt(len(points))
     if not bucket > 0:  # the points at one place, or within a float's rounding of it
         bucket = 1.0
@@ -1050,6 +1084,7 @@ def nearest_between(test_points, reference_points):
     of that test point (any of them on ties), ``tied (M,)`` whether several test points are that
     near). Distances are the square root of the smallest ``dx² + dy²``, as
     :class:`scipy.spatial.cKDTree` gives them. Without points on the other side: inf and index -1.
+    ValueError for coordinates that are not finite or beyond :data:`MAX_COORDINATE_MM`.
     """
     if test_points.shape[1] != 2 or reference_points.shape[1] != 2:
         raise ValueError("nearest_between: needs rows of 2 components (mm)")
@@ -1079,14 +1114,16 @@ def inside_contours(points, order, vertices, first, eps):
     :func:`skimage.measure.points_in_poly` decides it (the same crossing tests on the same
     numbers, each edge against the points whose second coordinate lies in its extent widened
     by ``eps``; on an edge or within ``eps`` of a vertex counts as inside). ``order`` sorts the
-    points by their second coordinate (``np.argsort(points[:, 1])``)."""
+    points by their second coordinate (``np.argsort(points[:, 1])``; ValueError otherwise)."""
     if points.shape[1] != 2 or vertices.shape[1] != 2:
         raise ValueError("inside_contours: needs points and vertices of 2 components")
-    if len(first) == 0 or first[0] != 0 or first[-1] != len(vertices) or first.min() < 0 or first.max() > len(vertices):
-        raise ValueError("inside_contours: first must run from 0 to the number of vertices")
+    if len(first) == 0 or first[0] != 0 or first[-1] != len(vertices) or np.any(first[1:] < first[:-1]):
+        raise ValueError("inside_contours: first must run from 0 to the number of vertices, never decreasing")
     if len(order) != len(points) or (len(order) and (order.min() < 0 or order.max() >= len(points))):
         raise ValueError("inside_contours: order must index the points")
     ys = points[order, 1]
+    if np.any(ys[1:] < ys[:-1]):  # the search of each edge's points below relies on it
+        raise ValueError("inside_contours: order must sort the points by their second coordinate")
     inside = np.zeros(len(points), np.bool_)
     right = np.zeros(len(points), np.int64)
     left = np.zeros(len(points), np.int64)
@@ -1122,7 +1159,9 @@ def object_statistics(labels, count):
     pixels, sums (count, 2) of the pixels' row and column indices, corners (count + 1, 2) the
     row and column (pixels) where the bounding box of label k starts at ``corners[k]``, with
     ``corners[0]`` = (0, 0) for the background)``, the ``origins`` of :func:`label_contours`.
-    ValueError for labels outside 0..count."""
+    ValueError for labels outside 0..count, or a negative count."""
+    if count < 0:
+        raise ValueError("object_statistics: the count is negative")
     sizes = np.zeros(count, np.int64)
     sums = np.zeros((count, 2), np.int64)
     corners = np.zeros((count + 1, 2), np.int64)
@@ -1148,6 +1187,8 @@ def label_pairs(first_labels, first_count, second_labels, second_count):
     ``(first_count + 1, second_count + 1)`` counts. ValueError for other shapes or labels."""
     if first_labels.shape != second_labels.shape:
         raise ValueError("label_pairs: the label images differ in shape")
+    if first_count < 0 or second_count < 0:
+        raise ValueError("label_pairs: a count is negative")
     counts = np.zeros((first_count + 1, second_count + 1), np.int64)
     for r in range(first_labels.shape[0]):
         for c in range(first_labels.shape[1]):

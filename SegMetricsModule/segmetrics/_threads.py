@@ -2,6 +2,7 @@
 (compiled kernels, NumPy reductions over large arrays, reading two images). Plain threads are safe
 in forked processes, unlike numba's OpenMP layer. Light to import (no numba)."""
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -9,6 +10,8 @@ import numpy as np
 #: Chunks per core that :func:`in_threads` splits the query points into, and their fewest points.
 CHUNKS_PER_THREAD = 4
 MIN_POINTS_PER_CHUNK = 1024
+#: Name prefix of the pool's threads.
+THREAD_NAME = "segmetrics"
 
 _THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 _POOL = []
@@ -23,15 +26,20 @@ def in_threads(kernel, per_point: tuple, shared: tuple) -> tuple:
 
 def in_threads_together(jobs: list) -> list:
     """:func:`in_threads` of several ``(kernel, per_point, shared)`` jobs, whose chunks are all
-    queued at once (one wait for all, and no core idles between jobs); their outputs in order."""
+    queued at once (one wait for all, and no core idles between jobs); their outputs in order.
+    Called from a task of the pool itself, the chunks run in the calling thread (a task that
+    waited for others could wait forever). ValueError for ``per_point`` arrays of other lengths."""
     tasks, spans = [], []
     for kernel, per_point, shared in jobs:
+        if len({len(a) for a in per_point}) != 1:
+            raise ValueError(f"in_threads: the per-point arrays of {getattr(kernel, '__name__', kernel)} differ in length "
+                             f"({', '.join(str(len(a)) for a in per_point)})")
         chunks = min(_THREADS * CHUNKS_PER_THREAD, max(len(per_point[0]) // MIN_POINTS_PER_CHUNK, 1))
         bounds = np.linspace(0, len(per_point[0]), chunks + 1).astype(int)
         spans.append((len(tasks), len(tasks) + chunks))
         tasks += [(kernel, tuple(a[lo:hi] for a in per_point), shared) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    if len(tasks) == 1:
-        parts = [tasks[0][0](*tasks[0][1], *tasks[0][2])]
+    if len(tasks) == 1 or threading.current_thread().name.startswith(THREAD_NAME):
+        parts = [kernel(*per_point, *shared) for kernel, per_point, shared in tasks]
     else:
         parts = list(thread_pool().map(lambda task: task[0](*task[1], *task[2]), tasks))
     return [parts[start] if stop - start == 1 else tuple(np.concatenate(outputs) for outputs in zip(*parts[start:stop]))
@@ -51,7 +59,7 @@ def thread_pool() -> ThreadPoolExecutor:
     """The package's thread pool (one thread per core), started on first use. Its tasks must not
     wait for other tasks of the pool."""
     if not _POOL:
-        _POOL.append(ThreadPoolExecutor(_THREADS, thread_name_prefix="segmetrics"))
+        _POOL.append(ThreadPoolExecutor(_THREADS, thread_name_prefix=THREAD_NAME))
     return _POOL[0]
 
 

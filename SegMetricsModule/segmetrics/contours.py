@@ -19,8 +19,8 @@ in the plane with shapely:
 - ``contour_hd_mm`` / ``contour_mean_distance_mm``: in-plane Hausdorff and mean symmetric
   distance between the two boundaries, over the planes where both have contours (largest / mean
   of both directions pooled, weighted by length). Both boundaries are sampled every
-  :data:`SAMPLE_STEP_MM` (masks: a tenth of the smallest in-plane pixel, if larger) and distances
-  taken between samples, so these are exact to within one step. Planes contoured on one side
+  :data:`SAMPLE_STEP_MM` (masks: a tenth of the smallest in-plane pixel if larger, half of it if
+  smaller) and distances taken between samples, so these are exact to within one step. Planes contoured on one side
   only are in the per-plane table, not here.
 
 The per-plane rows go to ``extras["contour_slices"]`` (the stored array axis they cut to
@@ -47,7 +47,8 @@ from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status,
                        register_group, undefined)
 
 #: Distance between the boundary samples of the contour distances of polygons (mm); mask
-#: boundaries are sampled every tenth of a pixel, at least this often, and with at most
+#: boundaries are sampled every tenth of a pixel or this often, whichever is less often, but at
+#: least every half pixel (pixels of 1e-3 mm), and with at most
 #: :data:`segmetrics.msi.MAX_SEGMENT_PIECES` samples along the longer side of a pixel (pixels far
 #: longer than wide: a 1e-4 x 1e6 mm pixel asked for 1e11 samples per slice).
 SAMPLE_STEP_MM = 0.1
@@ -155,7 +156,9 @@ def _planes(pair: StructurePair, params: Parameters):
         index, position = orientation.stored_slice(axis, k, pair.spacing[axis]) if volume else (0, 0.0)
         planes.append((index, position, reference, test, dice))
     stored_axis = orientation.stored_axis(axis) if volume else None
-    step = max(SAMPLE_STEP_MM, min(in_plane) / 10, max(in_plane) / MAX_SEGMENT_PIECES)  # bounded samples per segment
+    # a tenth of a pixel, at least SAMPLE_STEP_MM but never more than half a pixel (pixels of 1e-3 mm:
+    # a few samples per contour), and bounded samples per segment
+    step = max(min(in_plane) / 10, min(SAMPLE_STEP_MM, min(in_plane) / 2), max(in_plane) / MAX_SEGMENT_PIECES)
     return step, stored_axis, sorted(planes, key=lambda plane: plane[0])
 
 

@@ -50,6 +50,7 @@ Shared cache keys (see :func:`cached_surface`)
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -441,8 +442,8 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     that are not finite."""
     surface_dimensions = points.shape[1] - 1  # sizes are areas (3-D) or lengths (2-D)
     points = _three_components(points)
-    if not np.isfinite(points).all():
-        raise ValueError("point_grid: the points must be finite (mm)")
+    if not _within_reach(points):
+        raise ValueError("point_grid: the points must be finite and within 1e150 mm")
     mean_size = max(float(np.mean(sizes)), 0.0) if len(sizes) else 0.0
     bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * mean_size ** (1.0 / surface_dimensions)
     if not bucket_mm < np.inf:
@@ -453,9 +454,11 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     extent = np.sort([np.ptp(axis) for axis in points.T] if len(points) else np.zeros(3))[::-1]  # mm, longest first
     # (axis by axis: NumPy's reductions over the short axis of (n, 3) rows are many times slower)
     bucket_mm = max(bucket_mm, extent[0] / min(budget, _kernels.MAX_BUCKETS_PER_AXIS // 2),
-                    *(float(np.prod(extent[:axes]) / budget) ** (1.0 / axes) for axes in (2, 3)))
+                    *((math.prod(extent[:axes].tolist()) / budget) ** (1.0 / axes) for axes in (2, 3)))
     if bucket_mm == 0:  # one point, or all at one place, with sizes of 0
         bucket_mm = 1.0
+    elif bucket_mm == np.inf:  # extents near 1e150 mm overflow the products: one bucket along the longest axis
+        bucket_mm = float(extent[0])
     return (bucket_mm, *_kernels.vertex_grid(points, bucket_mm))
 
 
@@ -463,10 +466,13 @@ def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple) -> tupl
     """``(distances in mm, indices)`` of the point of ``points`` nearest to each query (rows in
     the same frame, 2-D or 3-D): the bucket search of :func:`point_grid`'s ``grid`` in threads,
     and a KD-tree of the points for queries beyond its rings. Without points every distance is
-    inf and every index -1. ValueError for queries that are not finite."""
+    inf and every index -1. ValueError for queries that are not finite or beyond 1e150 mm, and
+    for a grid of another number of points."""
     queries = np.asarray(queries, dtype=float)
-    if not np.isfinite(queries).all():
-        raise ValueError("nearest_points: the query points must be finite (mm)")
+    if not _within_reach(queries):
+        raise ValueError("nearest_points: the query points must be finite and within 1e150 mm")
+    if len(grid[4]) != len(points):  # its vertex order: indices into the points it was built for
+        raise ValueError(f"nearest_points: the grid holds {len(grid[4])} points, not these {len(points)}")
     if len(points) == 0:
         return np.full(len(queries), np.inf), np.full(len(queries), -1, dtype=np.int64)
     nearest, squared = in_threads(_kernels.nearest_vertices, (_three_components(queries),), grid)
@@ -517,7 +523,7 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     -------
     ndarray, shape (k,)
         Distances in mm (signed when asked); 0 for a point on a vertex; inf for every point when
-        the surface has no points. ValueError for points that are not finite.
+        the surface has no points. ValueError for points that are not finite or beyond 1e150 mm.
     """
     return _distances_to_surfaces([(points, surface)], signed)[0]
 
@@ -539,8 +545,8 @@ def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
         if len(surface.points) == 0:
             distances[index] = np.full(len(points), np.inf)
             continue
-        if not np.isfinite(points).all():
-            raise ValueError("distances_to_surface: the points must be finite (mm)")
+        if not _within_reach(points):
+            raise ValueError("distances_to_surface: the points must be finite and within 1e150 mm")
         star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex,
                 _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
         searches.append((index, points, _three_components(points), star, surface))
@@ -573,16 +579,24 @@ def cached_distances(pair, *sources: str) -> tuple:
     ``sources`` surfaces (``"reference"``, ``"test"``; :func:`cached_surface`) to the other one,
     computed once per pair (those not yet known together, :func:`distances_both_ways`) and kept
     in ``pair.cache[("distances", source)]``, so that the groups measuring on both surfaces
-    (distance, 3-D MSI) share them. Both surfaces must exist."""
-    missing = [source for source in sources if ("distances", source) not in pair.cache]
+    (distance, 3-D MSI) share them. Both surfaces must exist; a source named twice is measured once."""
+    other = {"reference": "test", "test": "reference"}
+    if not set(sources) <= other.keys():
+        raise ValueError(f"cached_distances: sources must be 'reference' or 'test', got {sources}")
+    missing = [source for source in dict.fromkeys(sources) if ("distances", source) not in pair.cache]
     if len(missing) == 2:
         found = distances_both_ways(cached_surface(pair, missing[0]), cached_surface(pair, missing[1]))
     else:
-        other = {"reference": "test", "test": "reference"}
         found = [distances_to_surface(cached_surface(pair, source).points, cached_surface(pair, other[source]))
                  for source in missing]
     pair.cache.update({("distances", source): distances for source, distances in zip(missing, found)})
     return tuple(pair.cache[("distances", source)] for source in sources)
+
+
+def _within_reach(points: np.ndarray) -> bool:
+    """Whether every coordinate (mm) is finite and within :data:`segmetrics._kernels.MAX_COORDINATE_MM`,
+    where the searches' squared distances stay finite."""
+    return bool(np.all(np.abs(points) <= _kernels.MAX_COORDINATE_MM))
 
 
 def _three_components(points: np.ndarray) -> np.ndarray:

@@ -612,11 +612,14 @@ def step_slice(structure, current, step: int):
 
 
 def worst_slice(structure):
-    """``(slice index, MSI)`` of the per-slice row with the lowest finite MSI, or None."""
+    """``(slice index, MSI)`` of the per-slice row with the lowest finite MSI, or None. Ties go to
+    the first of the ``msi`` value's ``worst_slices`` (ranked in the canonical orientation, so the
+    same physical slice for every storage of the grid)."""
     finite = [r for r in slice_rows(structure) if math.isfinite(r["msi"])]
     if not finite:
         return None
-    row = min(finite, key=lambda r: (r["msi"], r["slice"]))
+    ranked = next((v.params.get("worst_slices", []) for v in structure.values if v.metric == "msi"), [])
+    row = min(finite, key=lambda r: (r["msi"], ranked.index(r["slice"]) if r["slice"] in ranked else len(ranked), r["slice"]))
     return int(row["slice"]), float(row["msi"])
 
 

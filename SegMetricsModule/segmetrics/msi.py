@@ -687,16 +687,18 @@ def compute(pair: StructurePair, params: Parameters) -> list:
         used["axis"], rows = polygon_slice_table(pair, params)
     else:
         rows = slice_table(pair.reference, pair.test, pair.spacing, params, direction)
-        if axis is not None:
-            rows = _stored_slices(rows, orientation, axis, pair.spacing[axis])
+    # lowest MSI first, ties to the lower slice of the canonical array (alike for every storage)
+    worst = [r.slice for r in sorted((r for r in rows if not math.isnan(r.msi)), key=lambda r: r.msi)[:WORST_SLICES]]
+    if "geometry" not in used and axis is not None:
+        worst = [orientation.stored_index(axis, k) for k in worst]
+        rows = _stored_slices(rows, orientation, axis, pair.spacing[axis])
     pair.extras["msi_slices"] = rows
     if status != Status.OK:
         msi = MetricValue(MSI.name, 0.0, MSI.unit, status, used)
     else:
-        worst = sorted((r for r in rows if not math.isnan(r.msi)), key=lambda r: r.msi)[:WORST_SLICES]
         value = combine_slices(rows)
         msi = MetricValue(MSI.name, value, MSI.unit, Status.OK if not math.isnan(value) else Status.MULTIPLE_OBJECTS,
-                          dict(used, worst_slices=[r.slice for r in worst]))
+                          dict(used, worst_slices=worst))
     surface_params = {**{k: v for k, v in used.items() if k != "geometry"}, "convention": "default",
                       "units": params.msi_units}
     if pair.reference.ndim == 2:

@@ -283,9 +283,9 @@ ROUGHNESS_METRICS = (
     MetricSpec("ard_mm", "mm", "lower", "Average Roughness Distance (mean radial gap between the surfaces)"),
 )
 
-#: RI_reference at or below this (mm, or voxels in the paper convention) counts as 0: 3-D surface
-#: points come from a float32 iso-surface (about 1e-7 relative), so the RI of an exactly symmetric
-#: surface, e.g. a single voxel's, is of order 1e-8 mm.
+#: RI_reference at or below this (voxels: times the smallest voxel size in mm in the default
+#: convention) counts as 0: 3-D surface points come from a float32 iso-surface (about 1e-7
+#: relative), so the RI of an exactly symmetric surface, e.g. a single voxel's, is of order 1e-8 voxel.
 SMOOTH_TOLERANCE = 1e-6
 #: Point-data array added to the test and reference surface polydata (default convention, 3-D).
 ROUGHNESS_ARRAY = "Roughness_mm"
@@ -336,7 +336,7 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     window radius in mm, default :data:`DEFAULT_WINDOW_MM`) or ``"paper"`` (index units;
     the window is the tile side in voxels, default :func:`paper_window`). Values that
     cannot be computed are NaN with the pair's emptiness status; RR is NaN with status
-    ``reference_smooth`` when RI_reference is 0 (up to :data:`SMOOTH_TOLERANCE`).
+    ``reference_smooth`` when RI_reference is 0 (up to :data:`SMOOTH_TOLERANCE` voxel).
     """
     if params.roughness_convention == "default":
         ri, ard, unit, used = _default_values(pair, params.roughness_window_mm)
@@ -346,7 +346,8 @@ def compute(pair: StructurePair, params: Parameters) -> list:
         raise ValueError(f"roughness_convention must be 'default' or 'paper', got {params.roughness_convention!r}")
     pair_status = pair.emptiness
     ri_reference, ri_test = ri
-    smooth = pair_status == Status.OK and ri_reference <= SMOOTH_TOLERANCE
+    voxel = min(pair.spacing) if unit == "mm" else 1.0  # the tolerance is in voxels: RI of 1e-5 mm voxels is ~1e-6 mm
+    smooth = pair_status == Status.OK and ri_reference <= SMOOTH_TOLERANCE * voxel
     rr_status = Status.REFERENCE_SMOOTH if smooth else pair_status
     rr = abs(ri_test - ri_reference) / ri_reference if rr_status == Status.OK else math.nan
     statuses = (
