@@ -381,14 +381,14 @@ def to_polydata(surface: Surface | None) -> vtkPolyData:
 
 
 def compile_kernels() -> None:
-    """Compile, or load from numba's disk cache, every kernel this module runs, on a tiny 3-D and
-    2-D mask. Batch runs call it before starting worker processes, which then only read the
+    """Compile, or load from numba's disk cache, every kernel of :mod:`segmetrics._kernels`, on a
+    tiny 3-D and 2-D mask. Batch runs call it before starting worker processes, which then only read the
     cache: numba's cache is not safe to write from several processes at once."""
     for shape in ((5, 6, 6), (6, 6)):
         mask = np.zeros(shape, bool)
         mask[(slice(1, -1),) * len(shape)] = True
         surface = smooth_surface(mask, (1.0,) * len(shape))
-        distances_to_surface(surface.points + 0.3, surface)
+        _kernels.ascending_order(distances_to_surface(surface.points + 0.3, surface))  # as the distance group sorts them
         points = _three_components(surface.points)  # the walk alone runs for points beyond the grid search
         _kernels.closest_points(points + 0.3, np.zeros(len(points), dtype=np.int64), points, surface.cells,
                                 *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
