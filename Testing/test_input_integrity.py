@@ -572,3 +572,20 @@ def test_a_seg_nrrd_whose_voxel_size_is_in_spacings_is_refused(tmp_path):
     plain = tmp_path / "plain.nrrd"
     plain.write_bytes(path.read_bytes())
     assert tuple(load_label_image(plain).spacing) == pytest.approx(SPACING_XYZ[::-1])
+
+
+def test_a_grid_file_without_any_voxel_size_is_refused_unless_assumed(tmp_path):
+    """``resample_to`` (CLI --resample-to) and ``image`` read a grid file with the caller's
+    input_policy too (the grid reader used the default policy, so the override could not reach it)."""
+    import segmetrics
+    from segmetrics.io import InputPolicy
+
+    image = sitk.GetImageFromArray(ARRAY)  # 1 mm voxels at the origin: the grid the header-less file gets
+    sitk.WriteImage(image, str(tmp_path / "mask.nrrd"))
+    grid = header_without_spacing(tmp_path, ".nrrd")
+    mask = str(tmp_path / "mask.nrrd")
+    with pytest.raises(ReadError, match=f"{re.escape(str(grid))}: states no voxel size"):
+        segmetrics.compare(mask, mask, metrics="dice", resample_to=str(grid))
+    result = segmetrics.compare(mask, mask, metrics="dice", resample_to=str(grid),
+                                input_policy=InputPolicy(assume_unit_spacing=True))
+    assert [s.value("dice") for s in result.structures] == [1.0, 1.0]  # labels 1 and 2 of ARRAY
