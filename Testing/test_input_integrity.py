@@ -1,6 +1,7 @@
 """Damaged files are refused by the readers' shared checks (segmetrics.validation), whatever the format:
 data cut short or longer than the header declares, damaged or incomplete compressed streams, garbage
-after them, impossible NIfTI dimensions, NRRD axes without a voxel size and unparsable ASCII data.
+after them, impossible NIfTI dimensions, NRRD axes without a voxel size, NRRD and MetaImage headers that state
+no voxel size at all or not one per axis, and unparsable ASCII data.
 Each file is built here from a known array, so that "refused" and "read intact" are both checked."""
 import gzip
 import re
@@ -471,3 +472,120 @@ def test_an_empty_file_says_it_is_empty(tmp_path, name):
     (tmp_path / name).write_bytes(b"")
     with pytest.raises(ReadError, match=f"{re.escape(name)}: is empty \\(0 bytes\\)"):
         load_label_image(tmp_path / name)
+
+
+# ------------------------------------------------------------------ headers without a voxel size
+def header_without_spacing(tmp_path, suffix, spacing_line=""):
+    """A file of ``ARRAY`` whose header states no voxel size (unless ``spacing_line`` adds one), built by
+    hand: ``.nrrd``/``.seg.nrrd`` (attached data), ``.nhdr`` (detached), ``.mha`` (LOCAL) or ``.mhd``."""
+    path = tmp_path / f"a{suffix}"
+    sizes = " ".join(map(str, ARRAY.shape[::-1]))
+    if suffix in (".mha", ".mhd"):
+        data = "LOCAL" if suffix == ".mha" else "a.raw"
+        header = (f"ObjectType = Image\nNDims = 3\nDimSize = {sizes}\n{spacing_line}ElementType = MET_UCHAR\n"
+                  f"ElementDataFile = {data}\n").encode()
+    else:
+        segments = "".join(f"Segment{i}_ID:=s{i}\nSegment{i}_Name:=part{i}\nSegment{i}_LabelValue:={i + 1}\n"
+                           f"Segment{i}_Layer:=0\n" for i in range(2)) if suffix == ".seg.nrrd" else ""
+        detached = "data file: a.raw\n" if suffix == ".nhdr" else ""
+        header = (f"NRRD0004\ntype: unsigned char\ndimension: 3\nsizes: {sizes}\n{spacing_line}encoding: raw\n"
+                  f"{detached}{segments}\n").encode()
+    if suffix in (".mhd", ".nhdr"):
+        path.write_bytes(header)
+        (tmp_path / "a.raw").write_bytes(ARRAY.tobytes())
+    else:
+        path.write_bytes(header + ARRAY.tobytes())
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".nrrd", ".nhdr", ".seg.nrrd", ".mha", ".mhd"])
+def test_a_header_without_any_voxel_size_is_refused_not_read_as_1mm(tmp_path, suffix):
+    """ITK (and slicerio) read such a file as 1 mm voxels without a word; only an explicit
+    assume_unit_spacing accepts it, and then the voxels are read intact at 1 mm."""
+    from segmetrics.io import InputPolicy
+
+    path = header_without_spacing(tmp_path, suffix)
+    fields = "'ElementSpacing' or 'ElementSize'" if suffix.startswith(".mh") else "'space directions' or 'spacings'"
+    with pytest.raises(ReadError, match=re.escape(f"{path}: states no voxel size (no {fields}): ITK would read 1 mm "
+                                                  "voxels") + ".*--assume-unit-spacing"):
+        load_label_image(path)
+    image = load_label_image(path, input_policy=InputPolicy(assume_unit_spacing=True))
+    assert np.array_equal(image.array, ARRAY) and tuple(image.spacing) == (1.0, 1.0, 1.0)
+
+
+def test_the_assume_unit_spacing_flag_reaches_compare_batch_and_frames(tmp_path, capsys):
+    """Every command that reads label maps refuses the file in one line (exit 2; in batch: the case
+    fails with the reason) and accepts it with --assume-unit-spacing (Dice 1 of a file with itself)."""
+    import csv
+    import json
+
+    from segmetrics.cli import main
+
+    path = header_without_spacing(tmp_path, ".nrrd")
+    assert main(["compare", str(path), str(path), "--metrics", "dice"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and f"{path}: states no voxel size" in errors[0]
+    assert main(["compare", str(path), str(path), "--metrics", "dice", "--format", "json",
+                 "--assume-unit-spacing"]) == 0
+    assert {record["value"] for record in json.loads(capsys.readouterr().out)["records"]} == {1.0}
+
+    manifest = tmp_path / "cases.csv"
+    manifest.write_text(f"case_id,reference,test\ncase1,{path},{path}\n")
+    assert main(["batch", "--manifest", str(manifest), "-o", str(tmp_path / "refused"), "--metrics", "dice",
+                 "--workers", "0", "--no-progress"]) == 1
+    assert "states no voxel size" in capsys.readouterr().err
+    assert main(["batch", "--manifest", str(manifest), "-o", str(tmp_path / "accepted"), "--metrics", "dice",
+                 "--workers", "0", "--no-progress", "--assume-unit-spacing"]) == 0
+    with open(tmp_path / "accepted" / "results.csv", newline="") as handle:
+        assert {float(row["value"]) for row in csv.DictReader(handle)} == {1.0}
+
+    for folder in ("reference", "test"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.nrrd").write_bytes(path.read_bytes())
+    folders = [str(tmp_path / "reference"), str(tmp_path / "test")]
+    assert main(["frames", *folders]) == 2
+    assert "states no voxel size" in capsys.readouterr().err
+    assert main(["frames", *folders, "--assume-unit-spacing"]) == 0
+
+
+@pytest.mark.parametrize("spacing_line, message", [
+    ("ElementSpacing = 0.8 0.9\n", r"MetaImage ElementSpacing \(0.8 0.9\) has 2 values but NDims is 3"),
+    ("ElementSpacing = 0.8 0.9 2.5 4\n", r"has 4 values but NDims is 3"),
+    ("ElementSize = 0.8\n", r"MetaImage ElementSize \(0.8\) has 1 values but NDims is 3"),
+])
+def test_a_metaimage_spacing_without_one_value_per_axis_is_refused(tmp_path, spacing_line, message):
+    """Too few values: ITK said only "File cannot be read ... No such file or directory"; too many:
+    ITK dropped the extra value silently."""
+    path = header_without_spacing(tmp_path, ".mha", spacing_line)
+    with pytest.raises(ReadError, match=message):
+        load_label_image(path)
+    path.write_bytes(path.read_bytes().replace(spacing_line.encode(), b"ElementSpacing = 0.8 0.9 2.5\n"))
+    assert tuple(load_label_image(path).spacing) == pytest.approx(SPACING_XYZ[::-1])
+
+
+def test_a_seg_nrrd_whose_voxel_size_is_in_spacings_is_refused(tmp_path):
+    """slicerio takes a .seg.nrrd's geometry from 'space directions' only: 'spacings: 0.8 0.9 2.5' was
+    read as 1 mm voxels (ITK reads the same header as a plain .nrrd correctly)."""
+    path = header_without_spacing(tmp_path, ".seg.nrrd", "spacings: 0.8 0.9 2.5\n")
+    with pytest.raises(ReadError, match=r"a.seg.nrrd: gives its voxel size in NRRD 'spacings'.*1 mm"):
+        load_label_image(path)
+    plain = tmp_path / "plain.nrrd"
+    plain.write_bytes(path.read_bytes())
+    assert tuple(load_label_image(plain).spacing) == pytest.approx(SPACING_XYZ[::-1])
+
+
+def test_a_grid_file_without_any_voxel_size_is_refused_unless_assumed(tmp_path):
+    """``resample_to`` (CLI --resample-to) and ``image`` read a grid file with the caller's
+    input_policy too (the grid reader used the default policy, so the override could not reach it)."""
+    import segmetrics
+    from segmetrics.io import InputPolicy
+
+    image = sitk.GetImageFromArray(ARRAY)  # 1 mm voxels at the origin: the grid the header-less file gets
+    sitk.WriteImage(image, str(tmp_path / "mask.nrrd"))
+    grid = header_without_spacing(tmp_path, ".nrrd")
+    mask = str(tmp_path / "mask.nrrd")
+    with pytest.raises(ReadError, match=f"{re.escape(str(grid))}: states no voxel size"):
+        segmetrics.compare(mask, mask, metrics="dice", resample_to=str(grid))
+    result = segmetrics.compare(mask, mask, metrics="dice", resample_to=str(grid),
+                                input_policy=InputPolicy(assume_unit_spacing=True))
+    assert [s.value("dice") for s in result.structures] == [1.0, 1.0]  # labels 1 and 2 of ARRAY

@@ -70,6 +70,8 @@ def _add_input_arguments(p) -> None:
                         "labels, noisy values) or grey pictures")
     p.add_argument("--allow-external-data", action="store_true",
                    help="accept .mhd/.nhdr headers whose data file lies outside the header's folder")
+    p.add_argument("--assume-unit-spacing", action="store_true",
+                   help="accept NRRD/MetaImage files that state no voxel size, as 1 mm voxels (results in voxel units)")
 
 
 def _input_policy(args):
@@ -78,7 +80,7 @@ def _input_policy(args):
 
     if args.allow_lossy and args.threshold is None:
         raise UserError("--allow-lossy needs --threshold (e.g. --threshold 128 for 0/255 JPEG masks)")
-    return InputPolicy(args.allow_lossy, args.allow_many_labels, args.allow_external_data)
+    return InputPolicy(args.allow_lossy, args.allow_many_labels, args.allow_external_data, args.assume_unit_spacing)
 
 
 def _parameters(args):

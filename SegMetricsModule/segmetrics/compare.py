@@ -359,7 +359,7 @@ def compare(
     elif resample_to is not None:  # an image (e.g. a DICOM series folder) whose grid both go onto
         from .dicom import read_image_grid
 
-        grid = read_image_grid(resample_to)
+        grid = read_image_grid(resample_to, input_policy)
         notes.append(f"reference and test resampled onto the grid of {resample_to} (nearest neighbour)")
         reference, test = resample_nearest(reference, grid), resample_nearest(test, grid)
     check_same_geometry(reference, test)

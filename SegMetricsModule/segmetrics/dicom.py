@@ -503,13 +503,14 @@ def even_odd_region(rings):
     return shapely.union_all(faces[odd])
 
 
-def read_image_grid(path) -> LabelImage:
+def read_image_grid(path, input_policy: InputPolicy | None = None) -> LabelImage:
     """The grid of an image: a DICOM series folder (sorted by position with SimpleITK's
-    ``ImageSeriesReader``; the folder must hold one image series) or any image file."""
-    return read_image_series(path)[0]
+    ``ImageSeriesReader``; the folder must hold one image series) or any image file (checked by
+    :func:`segmetrics.validation.check_file` with ``input_policy``)."""
+    return read_image_series(path, input_policy)[0]
 
 
-def read_image_series(path) -> tuple:
+def read_image_series(path, input_policy: InputPolicy | None = None) -> tuple:
     """``(grid, (FrameOfReferenceUID, SeriesInstanceUID))`` of an image (see :func:`read_image_grid`);
     the UIDs are None for a file that is not DICOM."""
     import SimpleITK as sitk
@@ -539,7 +540,7 @@ def read_image_series(path) -> tuple:
     elif path.is_file():
         # header spacing ITK would replace by 1 mm, DICOM class; a gzip stream's integrity is checked
         # on the voxels as ITK decompresses them (voxel_check), so that the file is decompressed once
-        voxel_check = check_file(path, InputPolicy(), defer_data_check=True)
+        voxel_check = check_file(path, input_policy or InputPolicy(), defer_data_check=True)
         reader_call = lambda: sitk.ReadImage(str(path))  # noqa: E731
         identity = dicom_identity(path) if looks_like_dicom(path) else identity
     else:

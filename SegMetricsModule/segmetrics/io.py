@@ -5,7 +5,8 @@ Everything returns a :class:`~segmetrics.geometry.LabelImage` (array in ``(z, y,
 spacing in mm in the same order). 2-D pictures (PNG, BMP, TIFF) carry no spacing and get
 1 mm pixels, i.e. results are in pixel units. Every input passes the checks of
 :mod:`segmetrics.validation` (refusals are one-line :class:`ReadError`); :class:`InputPolicy`
-holds the explicit overrides (lossy JPEG masks, many labels, external data files).
+holds the explicit overrides (lossy JPEG masks, many labels, external data files, files
+that state no voxel size).
 """
 from __future__ import annotations
 
@@ -136,7 +137,7 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
     if structure_sets:
         identity = (None, None)
         if image is not None:
-            grid, identity = dicom.read_image_series(image)
+            grid, identity = dicom.read_image_series(image, input_policy)
         elif loaded:
             grid = next(iter(loaded.values()))
         else:

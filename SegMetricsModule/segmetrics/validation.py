@@ -6,7 +6,9 @@ runs, frame folders and the Slicer logic refuse the same things with the same on
 
 - files: DICOM objects that are neither images, RT Structure Sets nor Segmentations (by SOP class), header-only formats whose
   data file lies outside the header's folder, spacings that ITK would silently replace by 1 mm
-  (read from the header itself; a NRRD spatial axis without a direction too), compressed data
+  (read from the header itself; a NRRD spatial axis without a direction too, a MetaImage spacing
+  without one value per axis, and a NRRD or MetaImage header that states no voxel size at all),
+  compressed data
   (gzip, zlib) cut short, damaged or followed by garbage, NIfTI, NRRD and MetaImage data shorter
   or longer than its header declares (ITK zero-fills the one and drops the rest of the other),
   impossible NIfTI dimensions and data offsets, ASCII NRRD data that is not numbers (ITK crashes
@@ -84,11 +86,16 @@ class InputPolicy:
         with more than :data:`MAX_PICTURE_LEVELS` grey levels.
     allow_external_data : bool
         Accept ``.mhd``/``.nhdr`` headers whose data file lies outside the header's folder.
+    assume_unit_spacing : bool
+        Accept NRRD and MetaImage files that state no voxel size at all (no ``space directions``
+        or ``spacings``; no ``ElementSpacing`` or ``ElementSize``), read as 1 mm voxels: results in
+        millimetres are then in voxel units. Pictures (PNG, TIFF) always have 1 mm pixels.
     """
 
     allow_lossy: bool = False
     allow_many_labels: bool = False
     allow_external_data: bool = False
+    assume_unit_spacing: bool = False
 
 
 # ------------------------------------------------------------------------------------- files
@@ -115,9 +122,9 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
     if _NIFTI_NAME.search(path.name):
         return _check_nifti(path, defer_data_check)
     if name.endswith((".nrrd", ".nhdr")):
-        _check_nrrd(path)
+        _check_nrrd(path, policy)
     elif name.endswith((".mha", ".mhd")):
-        _check_meta(path)
+        _check_meta(path, policy)
     elif head[:2] == _GZIP_MAGIC:
         _data_length(path)
     elif head.startswith(_PNG_SIGNATURE):
@@ -374,16 +381,17 @@ def _nifti_parts(path: Path):
     return header, data
 
 
-def _check_nrrd(path: Path) -> None:
+def _check_nrrd(path: Path, policy: InputPolicy) -> None:
     """A NRRD header's voxel sizes and its data (:func:`_check_nrrd_data`)."""
     fields, _, header_size = _nrrd_header(path)
-    _check_nrrd_spacing(path, fields)
+    _check_nrrd_spacing(path, fields, policy)
     _check_nrrd_data(path, fields, header_size)
 
 
-def _check_nrrd_spacing(path: Path, fields: dict) -> None:
+def _check_nrrd_spacing(path: Path, fields: dict, policy: InputPolicy) -> None:
     """NRRD voxel sizes from ``spacings`` or the lengths of ``space directions``; ``none`` is allowed
-    only for non-spatial axes (a ``.seg.nrrd``'s layers), not in place of a 2-D or 3-D axis."""
+    only for non-spatial axes (a ``.seg.nrrd``'s layers), not in place of a 2-D or 3-D axis; a
+    ``.seg.nrrd`` needs ``space directions`` (slicerio ignores ``spacings``). A header with neither field (ITK reads 1 mm voxels) needs ``policy.assume_unit_spacing``."""
     if "space directions" in fields:
         vectors = re.findall(r"\(([^)]*)\)", fields["space directions"])
         lengths = [math.hypot(*_floats(v.split(","))) for v in vectors]
@@ -392,8 +400,20 @@ def _check_nrrd_spacing(path: Path, fields: dict) -> None:
             raise ReadError(f"{path}: NRRD space directions ({fields['space directions']}) give no voxel size for "
                             f"{spatial - len(vectors)} of its {spatial} axes, which would be read as 1 mm")
         _check_header_spacing(path, "NRRD space directions of length", lengths)
+    elif "spacings" in fields and path.name.lower().endswith(".seg.nrrd"):
+        raise ReadError(f"{path}: gives its voxel size in NRRD 'spacings', which the .seg.nrrd reader (slicerio) "
+                        "ignores: it would read 1 mm voxels; save it with 'space directions' (as 3D Slicer does)")
     elif "spacings" in fields:
         _check_header_spacing(path, "NRRD spacings", _floats(fields["spacings"].split()))
+    elif "sizes" in fields and not policy.assume_unit_spacing:  # without sizes ITK refuses the file itself
+        _refuse_unit_spacing(path, "'space directions' or 'spacings'")
+
+
+def _refuse_unit_spacing(path: Path, fields: str) -> None:
+    """Refuse a header that states no voxel size (``fields``: the ones it lacks)."""
+    raise ReadError(f"{path}: states no voxel size (no {fields}): ITK would read 1 mm voxels; add the spacing to the "
+                    "header, or pass --assume-unit-spacing (Python: InputPolicy(assume_unit_spacing=True)) to "
+                    "measure in voxel units")
 
 
 def _check_nrrd_data(path: Path, fields: dict, header_size: int | None) -> None:
@@ -449,17 +469,26 @@ def _check_ascii_numbers(data: Path, header: Path, offset: int, count: int) -> N
     _check_data_size(data, header, len(tokens), count, "numbers of ASCII image data")
 
 
-def _check_meta(path: Path) -> None:
-    """MetaImage voxel sizes (``ElementSpacing``, else ``ElementSize``), origin and data length.
+def _check_meta(path: Path, policy: InputPolicy) -> None:
+    """MetaImage voxel sizes (``ElementSpacing``, else ``ElementSize``: one per ``NDims`` axis; a
+    header with neither needs ``policy.assume_unit_spacing``), origin and data length.
 
     The data length is checked for data stored ``LOCAL`` or in one file, raw (element count ×
     element size) or compressed (``CompressedDataSize``): ITK reports data cut short only as
     "No such file or directory".
     """
     fields, _, header_size = _meta_header(path)
+    dimensions = _whole_numbers(path, "MetaImage NDims", fields.get("NDims", ""), minimum=1)
+    for field in ("ElementSpacing", "ElementSize"):  # ITK cannot parse the header with a wrong count
+        count = len(fields.get(field, "").split())
+        if field in fields and dimensions and count != dimensions[0]:
+            raise ReadError(f"{path}: MetaImage {field} ({fields[field]}) has {count} values but NDims is "
+                            f"{dimensions[0]}: one voxel size per axis is needed (a damaged header?)")
     spacing = fields.get("ElementSpacing", fields.get("ElementSize"))
     if spacing:
         _check_header_spacing(path, "MetaImage ElementSpacing", _floats(spacing.split()))
+    elif "DimSize" in fields and not policy.assume_unit_spacing:  # without DimSize ITK refuses the file itself
+        _refuse_unit_spacing(path, "'ElementSpacing' or 'ElementSize'")
     for field in ("Offset", "Origin", "Position"):  # synonyms; ITK reads a value it cannot parse as 0
         if field in fields and not all(math.isfinite(x) for x in _floats(fields[field].split())):
             raise ReadError(f"{path}: MetaImage {field} ({fields[field]}) is not a finite position in mm")
