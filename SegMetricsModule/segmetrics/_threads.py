@@ -27,18 +27,21 @@ def in_threads(kernel, per_point: tuple, shared: tuple) -> tuple:
 def in_threads_together(jobs: list) -> list:
     """:func:`in_threads` of several ``(kernel, per_point, shared)`` jobs, whose chunks are all
     queued at once (one wait for all, and no core idles between jobs); their outputs in order.
-    Called from a task of the pool itself, the chunks run in the calling thread (a task that
-    waited for others could wait forever). ValueError for ``per_point`` arrays of other lengths."""
-    tasks, spans = [], []
+    Fewer points than two chunks' worth in all run in the calling thread (handing them to the
+    pool would cost more than it saves), and so do the chunks when called from a task of the pool
+    itself (a task that waited for others could wait forever). ValueError for ``per_point``
+    arrays of other lengths."""
+    tasks, spans, points = [], [], 0
     for kernel, per_point, shared in jobs:
         if len({len(a) for a in per_point}) != 1:
             raise ValueError(f"in_threads: the per-point arrays of {getattr(kernel, '__name__', kernel)} differ in length "
                              f"({', '.join(str(len(a)) for a in per_point)})")
+        points += len(per_point[0])
         chunks = min(_THREADS * CHUNKS_PER_THREAD, max(len(per_point[0]) // MIN_POINTS_PER_CHUNK, 1))
         bounds = np.linspace(0, len(per_point[0]), chunks + 1).astype(int)
         spans.append((len(tasks), len(tasks) + chunks))
         tasks += [(kernel, tuple(a[lo:hi] for a in per_point), shared) for lo, hi in zip(bounds[:-1], bounds[1:])]
-    if len(tasks) == 1 or threading.current_thread().name.startswith(THREAD_NAME):
+    if points < 2 * MIN_POINTS_PER_CHUNK or len(tasks) == 1 or threading.current_thread().name.startswith(THREAD_NAME):
         parts = [kernel(*per_point, *shared) for kernel, per_point, shared in tasks]
     else:
         parts = list(thread_pool().map(lambda task: task[0](*task[1], *task[2]), tasks))
