@@ -45,8 +45,12 @@ def in_threads_together(jobs: list) -> list:
         parts = [kernel(*per_point, *shared) for kernel, per_point, shared in tasks]
     else:
         parts = list(thread_pool().map(lambda task: task[0](*task[1], *task[2]), tasks))
-    return [parts[start] if stop - start == 1 else tuple(np.concatenate(outputs) for outputs in zip(*parts[start:stop]))
-            for start, stop in spans]
+    joined = []
+    for start, stop in spans:  # each job's chunks dropped once joined: not all outputs held twice at once
+        chunk_outputs, parts[start:stop] = parts[start:stop], [None] * (stop - start)
+        joined.append(chunk_outputs[0] if len(chunk_outputs) == 1 else tuple(map(np.concatenate, zip(*chunk_outputs))))
+        del chunk_outputs
+    return joined
 
 
 def set_thread_count(count: int) -> None:

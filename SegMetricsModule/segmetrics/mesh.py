@@ -552,8 +552,8 @@ def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
         searches.append((index, points, _three_components(points), star, surface))
     found = in_threads_together([(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
                                  for _, _, queries, star, surface in searches])
-    for (index, points, queries, star, surface), outputs in zip(searches, found):
-        distances[index] = _walked_distances(points, queries, star, surface, *outputs, signed)
+    for index, points, queries, star, surface in searches:  # each search's outputs dropped once walked
+        distances[index] = _walked_distances(points, queries, star, surface, *found.pop(0), signed)
     return distances
 
 
