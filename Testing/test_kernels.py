@@ -811,6 +811,21 @@ def test_inside_test_refuses_contour_bounds_that_decrease_and_an_order_that_does
 # --- the package's threads ------------------------------------------------------------------------
 
 
+def test_jobs_queued_together_each_get_their_own_rows_back(monkeypatch):
+    """The chunks of several jobs share the pool; each job gets its outputs joined in its own row
+    order (jobs of no rows, one row and many chunks, with their own shared arguments)."""
+    from segmetrics import _threads
+
+    monkeypatch.setattr(_threads, "_THREADS", 2)  # several chunks per job on any machine
+    rng = np.random.default_rng(5)
+    rows = [rng.random((n, 3)) for n in (0, 1, 3 * _threads.MIN_POINTS_PER_CHUNK + 7, 9 * _threads.MIN_POINTS_PER_CHUNK + 1)]
+    kernel = lambda points, ids, scale: (points.sum(axis=1) * scale, ids + 1)  # noqa: E731
+    jobs = [(kernel, (points, np.arange(len(points))), (float(k + 2),)) for k, points in enumerate(rows)]
+    for k, (sums, ids) in enumerate(_threads.in_threads_together(jobs)):
+        np.testing.assert_array_equal(sums, rows[k].sum(axis=1) * (k + 2))
+        np.testing.assert_array_equal(ids, np.arange(1, len(rows[k]) + 1))
+
+
 def test_in_threads_refuses_per_point_arrays_of_other_lengths():
     """Directions and zeta of other lengths were cut by the directions' chunks: the extra zeta
     values were dropped without a word."""
