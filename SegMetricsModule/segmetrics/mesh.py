@@ -439,11 +439,10 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     spread out (a few specks far apart, points on a line or a plane) that there would be more
     than about :data:`MAX_BUCKETS_PER_POINT` buckets per point. Any points work: none (one
     empty bucket), a single one, all on a line or a plane, sizes of 0. ValueError for points
-    that are not finite."""
+    that are not finite or beyond :data:`segmetrics._kernels.MAX_COORDINATE_MM` (1e150 mm)."""
     surface_dimensions = points.shape[1] - 1  # sizes are areas (3-D) or lengths (2-D)
     points = _three_components(points)
-    if not _within_reach(points):
-        raise ValueError("point_grid: the points must be finite and within 1e150 mm")
+    _require_within_reach(points, "point_grid: the points")
     mean_size = max(float(np.mean(sizes)), 0.0) if len(sizes) else 0.0
     bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * mean_size ** (1.0 / surface_dimensions)
     if not bucket_mm < np.inf:
@@ -469,8 +468,7 @@ def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple) -> tupl
     inf and every index -1. ValueError for queries that are not finite or beyond 1e150 mm, and
     for a grid of another number of points."""
     queries = np.asarray(queries, dtype=float)
-    if not _within_reach(queries):
-        raise ValueError("nearest_points: the query points must be finite and within 1e150 mm")
+    _require_within_reach(queries, "nearest_points: the query points")
     if len(grid[4]) != len(points):  # its vertex order: indices into the points it was built for
         raise ValueError(f"nearest_points: the grid holds {len(grid[4])} points, not these {len(points)}")
     if len(points) == 0:
@@ -545,8 +543,7 @@ def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
         if len(surface.points) == 0:
             distances[index] = np.full(len(points), np.inf)
             continue
-        if not _within_reach(points):
-            raise ValueError("distances_to_surface: the points must be finite and within 1e150 mm")
+        _require_within_reach(points, "distances_to_surface: the points")
         star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex,
                 _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
         searches.append((index, points, _three_components(points), star, surface))
@@ -593,10 +590,11 @@ def cached_distances(pair, *sources: str) -> tuple:
     return tuple(pair.cache[("distances", source)] for source in sources)
 
 
-def _within_reach(points: np.ndarray) -> bool:
-    """Whether every coordinate (mm) is finite and within :data:`segmetrics._kernels.MAX_COORDINATE_MM`,
-    where the searches' squared distances stay finite."""
-    return bool(np.all(np.abs(points) <= _kernels.MAX_COORDINATE_MM))
+def _require_within_reach(points: np.ndarray, what: str) -> None:
+    """ValueError (starting with ``what``) unless every coordinate (mm) is finite and within
+    :data:`segmetrics._kernels.MAX_COORDINATE_MM`, where the searches' squared distances stay finite."""
+    if not np.all(np.abs(points) <= _kernels.MAX_COORDINATE_MM):  # also NaN
+        raise ValueError(f"{what} must be finite and within {_kernels.MAX_COORDINATE_MM:g} mm")
 
 
 def _three_components(points: np.ndarray) -> np.ndarray:
