@@ -291,7 +291,8 @@ def through_plane_axis(spacing, direction=None) -> int:
 
 
 def bounding_box(mask: np.ndarray):
-    """Tuple of slices around the non-zero voxels, or ``None``; reads the mask about once (the
+    """Tuple of slices (voxel indices, one per array axis in array order) around the non-zero
+    voxels, or ``None`` when there are none; reads the mask about once (the
     planes along the first axis, then the projection of the slab that holds voxels, and so on)."""
     box, view = [], np.asarray(mask)
     while view.ndim:
