@@ -867,9 +867,9 @@ def test_in_threads_called_from_a_pool_thread_does_not_wait_for_itself():
 # --- distances shared by the groups ----------------------------------------------------------------
 
 
-def test_cached_distances_of_a_source_named_twice():
-    """``cached_distances(pair, "reference", "reference")`` measured the reference against itself
-    (all 0) and cached that as its distances to the test."""
+def test_cached_distances_both_ways_are_each_sides_distances():
+    """The pair's distances found both ways at once are, side by side, the distances from each
+    surface's vertices to the other surface; a side other than "reference" or "test" is refused."""
     from segmetrics.registry import StructurePair
 
     reference = np.zeros((8, 9, 10), bool)
@@ -878,16 +878,15 @@ def test_cached_distances_of_a_source_named_twice():
     test[3:7, 2:7, 3:9] = True
     spacing = (1.5, 1.0, 0.8)
     pair = StructurePair("box", reference, test, spacing)
-    twice = mesh.cached_distances(pair, "reference", "reference")
+    forward, backward = mesh.cached_distances_both_ways(pair)
     surfaces = mesh.pair_surfaces(reference, test, spacing)
-    expected = mesh.distances_to_surface(surfaces[0].points, surfaces[1])
-    assert expected.max() > 0.5  # the boxes differ by a voxel on several sides
-    for got in twice:
-        np.testing.assert_allclose(got, expected, rtol=1e-12)
-    other = StructurePair("box", reference, test, spacing)
-    np.testing.assert_allclose(mesh.cached_distances(other, "test", "reference")[1], expected, rtol=1e-12)
-    with pytest.raises(ValueError, match="sources"):
-        mesh.cached_distances(other, "tests")
+    expected = mesh.distances_to_surface(surfaces[0].points, surfaces[1]), mesh.distances_to_surface(surfaces[1].points, surfaces[0])
+    assert min(e.max() for e in expected) > 0.5  # the boxes differ by a voxel on several sides
+    np.testing.assert_allclose(forward, expected[0], rtol=1e-12)
+    np.testing.assert_allclose(backward, expected[1], rtol=1e-12)
+    assert mesh.cached_distances(pair, "test") is backward  # kept for the other groups
+    with pytest.raises(ValueError, match="reference"):
+        mesh.cached_distances(StructurePair("box", reference, test, spacing), "tests")
 
 
 # --- the public path at the extremes of the spacing ------------------------------------------------

@@ -784,13 +784,17 @@ def with_surface(make_surface, run):
             pair.cache[key] = found
         return pair.cache[key]
 
+    def cached_distances_both_ways(pair):
+        return cached_distances(pair, "reference"), cached_distances(pair, "test")
+
     def patched(*arguments):
-        package = mesh.smooth_surface, mesh.cached_distances
-        mesh.smooth_surface, mesh.cached_distances = _candidate(make_surface), cached_distances
+        package = mesh.smooth_surface, mesh.cached_distances, mesh.cached_distances_both_ways
+        mesh.smooth_surface, mesh.cached_distances, mesh.cached_distances_both_ways = (
+            _candidate(make_surface), cached_distances, cached_distances_both_ways)
         try:
             return run(*arguments)
         finally:
-            mesh.smooth_surface, mesh.cached_distances = package
+            mesh.smooth_surface, mesh.cached_distances, mesh.cached_distances_both_ways = package
     return patched
 
 

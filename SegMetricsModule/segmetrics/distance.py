@@ -99,17 +99,19 @@ def surface_distances(reference, test, spacing, mode: str = "exact") -> SurfaceD
 def exact_surface_distances(reference: mesh.Surface | None, test: mesh.Surface | None, distances=None) -> SurfaceDistances:
     """``exact``-mode :class:`SurfaceDistances` between two surfaces of :mod:`segmetrics.mesh` (``None`` = empty mask).
 
-    ``distances()``, when given, returns the distances (mm) from the reference vertices to the
-    test surface and from the test vertices to the reference surface when both exist (e.g.
-    :func:`segmetrics.mesh.cached_distances` of a pair); default
-    :func:`segmetrics.mesh.distances_both_ways`.
+    ``distances(source)``, when given, returns the distances (mm) from the vertices of ``source``
+    (one of the two surfaces) to the other (e.g. :func:`segmetrics.mesh.cached_distances` of a
+    pair); default :func:`segmetrics.mesh.distances_both_ways` (both searches at once).
     """
     if reference is None or test is None:
         directed = [(np.zeros(0), np.zeros(0)) if source is None else (np.full(len(source.sizes), np.inf), source.sizes)
                     for source in (reference, test)]
         return _sorted_by_distance(directed, "exact")
     mesh.prepare_searches(reference, test)
-    forward, backward = distances() if distances is not None else mesh.distances_both_ways(reference, test)
+    if distances is None:
+        forward, backward = mesh.distances_both_ways(reference, test)
+    else:
+        forward, backward = distances(reference), distances(test)
     return _sorted_by_distance([(forward, reference.sizes), (backward, test.sizes)], "exact")
 
 
@@ -129,9 +131,11 @@ def cached_surface_distances(pair: StructurePair, mode: str) -> SurfaceDistances
     key = ("surface_distances", mode)
     if key not in pair.cache:
         if mode == "exact":  # on the pair's shared surfaces, with the directed distances other groups share
-            reference = mesh.cached_surface(pair, "reference")
-            pair.cache[key] = exact_surface_distances(reference, mesh.cached_surface(pair, "test"),
-                                                      lambda: mesh.cached_distances(pair, "reference", "test"))
+            reference, test = mesh.cached_surface(pair, "reference"), mesh.cached_surface(pair, "test")
+            if reference is not None and test is not None:
+                mesh.cached_distances_both_ways(pair)  # both searches at once, kept for the other groups
+            pair.cache[key] = exact_surface_distances(reference, test, lambda source: mesh.cached_distances(
+                pair, "reference" if source is reference else "test"))
         else:
             pair.cache[key] = surface_distances(pair.reference, pair.test, pair.spacing, mode)
     return pair.cache[key]

@@ -571,23 +571,30 @@ def _walked_distances(points, queries, star, surface: Surface, offset, cell, fea
     return distances
 
 
-def cached_distances(pair, *sources: str) -> tuple:
-    """Unsigned :func:`distances_to_surface` (mm) from the vertices of each of a structure pair's
-    ``sources`` surfaces (``"reference"``, ``"test"``; :func:`cached_surface`) to the other one,
-    computed once per pair (those not yet known together, :func:`distances_both_ways`) and kept
-    in ``pair.cache[("distances", source)]``, so that the groups measuring on both surfaces
-    (distance, 3-D MSI) share them. Both surfaces must exist; a source named twice is measured once."""
-    other = {"reference": "test", "test": "reference"}
-    if not set(sources) <= other.keys():
-        raise ValueError(f"cached_distances: sources must be 'reference' or 'test', got {sources}")
-    missing = [source for source in dict.fromkeys(sources) if ("distances", source) not in pair.cache]
-    if len(missing) == 2:
-        found = distances_both_ways(cached_surface(pair, missing[0]), cached_surface(pair, missing[1]))
-    else:
-        found = [distances_to_surface(cached_surface(pair, source).points, cached_surface(pair, other[source]))
-                 for source in missing]
-    pair.cache.update({("distances", source): distances for source, distances in zip(missing, found)})
-    return tuple(pair.cache[("distances", source)] for source in sources)
+def cached_distances(pair, source: str) -> np.ndarray:
+    """Unsigned :func:`distances_to_surface` (mm) from the vertices of a structure pair's
+    ``source`` surface (``"reference"`` or ``"test"``, :func:`cached_surface`) to the other one,
+    computed once per pair and kept in ``pair.cache[("distances", source)]``, so that the groups
+    measuring on both surfaces (distance, 3-D MSI) share them. Both surfaces must exist."""
+    if source not in _OTHER_SIDE:
+        raise ValueError(f"cached_distances: the source must be 'reference' or 'test', got {source!r}")
+    key = ("distances", source)
+    if key not in pair.cache:
+        pair.cache[key] = distances_to_surface(cached_surface(pair, source).points, cached_surface(pair, _OTHER_SIDE[source]))
+    return pair.cache[key]
+
+
+def cached_distances_both_ways(pair) -> tuple:
+    """:func:`cached_distances` of both sides, ``(reference → test, test → reference)`` in mm; when
+    neither is known yet both are computed together (:func:`distances_both_ways`)."""
+    if all(("distances", side) not in pair.cache for side in _OTHER_SIDE):
+        found = distances_both_ways(cached_surface(pair, "reference"), cached_surface(pair, "test"))
+        pair.cache.update({("distances", side): distances for side, distances in zip(_OTHER_SIDE, found)})
+    return tuple(cached_distances(pair, side) for side in _OTHER_SIDE)
+
+
+#: The two sides of a structure pair, each with the other.
+_OTHER_SIDE = {"reference": "test", "test": "reference"}
 
 
 def _require_within_reach(points: np.ndarray, what: str) -> None:

@@ -635,7 +635,7 @@ def _msi_3d(pair: StructurePair, params: Parameters) -> float:
         surfaces, back = mesh.pair_surfaces(pair.reference, pair.test, (1, 1, 1))[::-1], None
         name = "SignedDistance_px"
     else:  # the pair's shared surfaces and reference-to-test distances (also the distance group's)
-        surfaces, back = [test, mesh.cached_surface(pair, "reference")], mesh.cached_distances(pair, "reference")[0]
+        surfaces, back = [test, mesh.cached_surface(pair, "reference")], mesh.cached_distances(pair, "reference")
         name = "SignedDistance_mm"
     signed, weights, _ = surface_msi(*surfaces, params.msi_il, params.msi_ol, back)
     polydata = mesh.cached_test_surface(pair)
