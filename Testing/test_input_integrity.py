@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 
+from segmetrics import validation
 from segmetrics.io import ReadError, load_label_image
 
 ARRAY = np.zeros((6, 20, 24), np.uint8)
@@ -589,3 +590,16 @@ def test_a_grid_file_without_any_voxel_size_is_refused_unless_assumed(tmp_path):
     result = segmetrics.compare(mask, mask, metrics="dice", resample_to=str(grid),
                                 input_policy=InputPolicy(assume_unit_spacing=True))
     assert [s.value("dice") for s in result.structures] == [1.0, 1.0]  # labels 1 and 2 of ARRAY
+
+
+@pytest.mark.parametrize("kind", ["nrrd-gzip", "nhdr-raw.gz"])
+def test_an_intact_gzip_nrrd_is_decompressed_once_by_the_reader_not_by_the_check(tmp_path, kind, monkeypatch):
+    """The gzip trailer declares the data's length: the stream's CRC is checked on the voxels ITK
+    decompressed (as for a gzipped NIfTI) instead of decompressing the file a second time."""
+    path, _, _ = layout(tmp_path, kind)
+
+    def no_decompression(*args):
+        raise AssertionError("the stream was decompressed by the check")
+
+    monkeypatch.setattr(validation, "_inflated_length", no_decompression)
+    assert np.array_equal(load_label_image(path).array, ARRAY)

@@ -102,8 +102,8 @@ class InputPolicy:
 def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = False) -> VoxelCheck | None:
     """Refuse a file that ITK or PIL would read wrongly or silently repair (see the module doc).
 
-    ``defer_data_check``: a gzipped NIfTI whose gzip trailer declares the length its header asks
-    for is not decompressed here; the returned :class:`VoxelCheck` verifies the stream's CRC-32 on
+    ``defer_data_check``: a gzipped NIfTI, or gzip-encoded NRRD data read by ITK (not a
+    ``.seg.nrrd``), whose gzip trailer declares the length its header asks for is not decompressed here; the returned :class:`VoxelCheck` verifies the stream's CRC-32 on
     the voxels as the reader decompressed them (one decompression instead of two). Otherwise
     (and by default) every gzip stream is read to its end here and ``None`` is returned.
     """
@@ -122,7 +122,7 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
     if _NIFTI_NAME.search(path.name):
         return _check_nifti(path, defer_data_check)
     if name.endswith((".nrrd", ".nhdr")):
-        _check_nrrd(path, policy)
+        return _check_nrrd(path, policy, defer_data_check and not name.endswith(".seg.nrrd"))
     elif name.endswith((".mha", ".mhd")):
         _check_meta(path, policy)
     elif head[:2] == _GZIP_MAGIC:
@@ -147,16 +147,18 @@ def _check_png(path: Path) -> None:
 
 @dataclass(frozen=True)
 class VoxelCheck:
-    """The integrity check of a gzipped NIfTI data file, done on the voxels a reader decompressed.
+    """The integrity check of a gzipped data file (NIfTI, NRRD), done on the voxels a reader decompressed.
 
-    ``path``: the gzipped data file; ``offset``: bytes before the voxels in it (header,
-    extensions); ``crc``: the CRC-32 its gzip trailer declares for the whole decompressed file,
-    whose length the trailer already showed to be ``offset`` + the voxels' bytes.
+    ``path``: the data file; ``offset``: decompressed bytes before the voxels (NIfTI header,
+    extensions); ``crc``: the CRC-32 its gzip trailer declares for the whole decompressed stream,
+    whose length the trailer already showed to be ``offset`` + the voxels' bytes;
+    ``stream_start``: bytes of the file before the gzip stream (an attached NRRD header).
     """
 
     path: Path
     offset: int
     crc: int
+    stream_start: int = 0
 
     def verify(self, voxels: np.ndarray) -> None:
         """Accept ``voxels`` (the data as read, C order) when their bytes after the file's first
@@ -169,7 +171,7 @@ class VoxelCheck:
 
     def check_stream(self) -> None:
         """Read the gzip stream to its end: :class:`ReadError` when it is cut short or damaged."""
-        _data_length(self.path)
+        _inflated_length(self.path, self.stream_start)
 
 
 def _gzip_trailer(path: Path) -> tuple:
@@ -381,11 +383,11 @@ def _nifti_parts(path: Path):
     return header, data
 
 
-def _check_nrrd(path: Path, policy: InputPolicy) -> None:
+def _check_nrrd(path: Path, policy: InputPolicy, defer_data_check: bool = False) -> VoxelCheck | None:
     """A NRRD header's voxel sizes and its data (:func:`_check_nrrd_data`)."""
     fields, _, header_size = _nrrd_header(path)
     _check_nrrd_spacing(path, fields, policy)
-    _check_nrrd_data(path, fields, header_size)
+    return _check_nrrd_data(path, fields, header_size, defer_data_check)
 
 
 def _check_nrrd_spacing(path: Path, fields: dict, policy: InputPolicy) -> None:
@@ -416,11 +418,14 @@ def _refuse_unit_spacing(path: Path, fields: str) -> None:
                     "measure in voxel units")
 
 
-def _check_nrrd_data(path: Path, fields: dict, header_size: int | None) -> None:
+def _check_nrrd_data(path: Path, fields: dict, header_size: int | None,
+                     defer_data_check: bool = False) -> VoxelCheck | None:
     """The data of a NRRD file (attached, or one detached file): raw data exactly as long as
     ``sizes`` x ``type`` declare, a gzip stream intact (ITK reads a damaged one as zeros) and of that
     length, ASCII data of that many numbers (ITK crashes on long unparsable text). Data read with a
-    byte or line skip, split over several files or in other encodings is left to ITK."""
+    byte or line skip, split over several files or in other encodings is left to ITK.
+    ``defer_data_check``: a gzip stream whose trailer declares that length is returned as a
+    :class:`VoxelCheck` instead of being decompressed here."""
     sizes = _whole_numbers(path, "NRRD sizes", fields.get("sizes", ""), minimum=1)
     element = _nrrd_element_bytes(fields.get("type", ""))
     source = fields.get("data file", fields.get("datafile"))
@@ -440,9 +445,13 @@ def _check_nrrd_data(path: Path, fields: dict, header_size: int | None) -> None:
     if encoding == "raw":
         _check_data_size(data, path, data.stat().st_size - offset, count * element)
     elif encoding in ("gzip", "gz"):
+        crc, length = _gzip_trailer(data)
+        if defer_data_check and length == count * element % (1 << 32):  # a stream cut short ends otherwise
+            return VoxelCheck(data, 0, crc, offset)
         _check_data_size(data, path, _inflated_length(data, offset), count * element)
     elif encoding in ("ascii", "text", "txt"):
         _check_ascii_numbers(data, path, offset, count)
+    return None
 
 
 def _nrrd_element_bytes(type_name: str) -> int | None:
