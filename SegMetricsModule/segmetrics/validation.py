@@ -103,9 +103,10 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
     """Refuse a file that ITK or PIL would read wrongly or silently repair (see the module doc).
 
     ``defer_data_check``: a gzipped NIfTI, or gzip-encoded NRRD data read by ITK (not a
-    ``.seg.nrrd``), whose gzip trailer declares the length its header asks for is not decompressed here; the returned :class:`VoxelCheck` verifies the stream's CRC-32 on
-    the voxels as the reader decompressed them (one decompression instead of two). Otherwise
-    (and by default) every gzip stream is read to its end here and ``None`` is returned.
+    ``.seg.nrrd``), whose gzip trailer declares the length its header asks for is not
+    decompressed here; the returned :class:`VoxelCheck` verifies the stream's CRC-32 on the voxels
+    as the reader decompressed them (one decompression instead of two). Otherwise (and by
+    default) every compressed stream is read to its end here and ``None`` is returned.
     """
     name = path.name.lower()
     try:
