@@ -342,6 +342,21 @@ def test_a_series_whose_slices_disagree_is_refused(data_dir, tmp_path, field, va
         read_image_grid(ct_series(data_dir, tmp_path, edit_middle=lambda dataset: setattr(dataset, field, value)))
 
 
+@pytest.mark.parametrize("field, change", [
+    ("PixelSpacing", lambda spacing: [float(spacing[0]) * (1 + 5e-5), float(spacing[1])]),
+    ("ImageOrientationPatient", lambda cosines: [*map(float, cosines[:5]), float(cosines[5]) + 5e-5]),
+])
+def test_a_series_whose_slices_differ_only_by_rounding_is_read(data_dir, tmp_path, field, change):
+    """Scanners print a slice's spacing and direction cosines with varying precision: values within
+    the geometry tolerance (1e-4) are the same, as everywhere else in the package."""
+    from segmetrics.dicom import read_image_grid
+
+    def edit(dataset):
+        setattr(dataset, field, change(getattr(dataset, field)))
+
+    assert read_image_grid(ct_series(data_dir, tmp_path, edit_middle=edit)).array.shape == (3, 512, 512)
+
+
 def test_a_series_pixel_spacing_of_zero_is_refused_not_read_as_1mm(data_dir, tmp_path):
     import pydicom
 
