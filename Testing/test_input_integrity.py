@@ -618,3 +618,27 @@ def test_an_intact_gzip_nrrd_is_decompressed_once_by_the_reader_not_by_the_check
 
     monkeypatch.setattr(validation, "_inflated_length", no_decompression)
     assert np.array_equal(load_label_image(path).array, ARRAY)
+
+
+def gzip_seg_nrrd(tmp_path):
+    """A gzip-encoded single-layer .seg.nrrd of ARRAY (segments 1 and 2), as 3D Slicer saves it."""
+    header = nrrd_header("gzip").replace(b"space origin", b"Segment0_ID:=s0\nSegment0_Name:=outer\n"
+                                         b"Segment0_LabelValue:=1\nSegment0_Layer:=0\nSegment1_ID:=s1\n"
+                                         b"Segment1_Name:=inner\nSegment1_LabelValue:=2\nSegment1_Layer:=0\n"
+                                         b"space origin")
+    path = tmp_path / "a.seg.nrrd"
+    path.write_bytes(header + gzip.compress(ARRAY.tobytes()))
+    return path, len(header)
+
+
+def test_an_intact_gzip_seg_nrrd_is_decompressed_once_and_a_damaged_one_refused(tmp_path, monkeypatch):
+    path, start = gzip_seg_nrrd(tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(validation, "_inflated_length", lambda *args: pytest.fail("decompressed by the check"))
+        image = load_label_image(path)
+    assert np.array_equal(image.array, ARRAY) and image.names == {1: "outer", 2: "inner"}
+    raw = bytearray(path.read_bytes())
+    raw[start + 10 + (len(raw) - start - 18) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ReadError, match="cut short or damaged"):
+        load_label_image(path)

@@ -19,7 +19,7 @@ import SimpleITK as sitk
 from . import dicom
 from ._threads import thread_pool
 from .geometry import LabelImage, as_label_image, distinct_values
-from .validation import (InputPolicy, ReadError, check_evaluation_options, check_file, check_label_map, check_picture,
+from .validation import (InputPolicy, ReadError, VoxelCheck, check_evaluation_options, check_file, check_label_map, check_picture,
                          check_spacing_numbers, check_structure_names, check_threshold, check_threshold_separates,
                          check_unique_names)
 
@@ -96,7 +96,7 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold
         return dicom.read_dicom_seg(path, threshold)
     try:
         if name.endswith(".seg.nrrd"):
-            return _read_seg_nrrd(path)
+            return _read_seg_nrrd(path, voxel_check)
         if path.suffix.lower() in PICTURE_SUFFIXES:
             return _read_picture(path)
         image = sitk.ReadImage(str(path))
@@ -271,8 +271,9 @@ def _check_segment(path: Path, name: str, layer: int, value: int, declared: list
                         f"{layer}, so their voxels cannot be told apart")
 
 
-def _read_seg_nrrd(path: Path) -> LabelImage:
+def _read_seg_nrrd(path: Path, voxel_check: VoxelCheck | None = None) -> LabelImage:
     """A Slicer ``.seg.nrrd``: segment names kept; label values kept for single-layer files.
+    ``voxel_check`` (from :func:`~segmetrics.validation.check_file`) is verified on the voxels as read.
 
     Segments of a multi-layer file are numbered 1..N in file order (their label values repeat
     across layers); a segment overlapping an earlier one is kept in ``segment_masks``.
@@ -281,6 +282,8 @@ def _read_seg_nrrd(path: Path) -> LabelImage:
 
     segmentation = slicerio.read_segmentation(str(path))
     voxels = np.asarray(segmentation["voxels"])
+    if voxel_check is not None:
+        voxel_check.verify(voxels.T)  # pynrrd's ([layer,] i, j, k) array, transposed: the file's order
     ijk_to_lps = np.asarray(segmentation["ijkToLPS"], dtype=float)
     axes = ijk_to_lps[:3, :3]
     spacing_ijk = np.linalg.norm(axes, axis=0)

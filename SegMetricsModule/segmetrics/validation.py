@@ -102,9 +102,8 @@ class InputPolicy:
 def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = False) -> VoxelCheck | None:
     """Refuse a file that ITK or PIL would read wrongly or silently repair (see the module doc).
 
-    ``defer_data_check``: a gzipped NIfTI, or gzip-encoded NRRD data read by ITK (not a
-    ``.seg.nrrd``), whose gzip trailer declares the length its header asks for is not
-    decompressed here; the returned :class:`VoxelCheck` verifies the stream's CRC-32 on the voxels
+    ``defer_data_check``: a gzipped NIfTI, or gzip-encoded NRRD data (``.seg.nrrd`` too), whose
+    gzip trailer declares the length its header asks for is not decompressed here; the returned :class:`VoxelCheck` verifies the stream's CRC-32 on the voxels
     as the reader decompressed them (one decompression instead of two). Otherwise (and by
     default) every compressed stream is read to its end here and ``None`` is returned.
     """
@@ -123,7 +122,7 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
     if _NIFTI_NAME.search(path.name):
         return _check_nifti(path, defer_data_check)
     if name.endswith((".nrrd", ".nhdr")):
-        return _check_nrrd(path, policy, defer_data_check and not name.endswith(".seg.nrrd"))
+        return _check_nrrd(path, policy, defer_data_check)
     elif name.endswith((".mha", ".mhd")):
         _check_meta(path, policy)
     elif head[:2] == _GZIP_MAGIC:
