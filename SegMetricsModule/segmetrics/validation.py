@@ -283,18 +283,10 @@ def _check_dicom(path: Path) -> None:
 
 
 def _data_length(path: Path) -> int:
-    """Bytes a file holds, decompressed; a gzip stream is read to its end, so a stream cut short or
-    damaged (CRC, length) is refused here instead of being zero-filled by ITK."""
-    if not _is_gzip(path):
-        return path.stat().st_size
-    total = 0
-    try:
-        with gzip.open(path, "rb") as stream:
-            while chunk := stream.read(1 << 24):  # 16 MiB at a time
-                total += len(chunk)
-    except (EOFError, OSError, zlib.error) as error:
-        raise _damaged(path, error) from error
-    return total
+    """Bytes a file holds, decompressed; a gzip stream is read to its end (:func:`_inflated_length`),
+    so a stream cut short, damaged (CRC, length) or followed by garbage is refused here instead of
+    being zero-filled by ITK."""
+    return _inflated_length(path, 0) if _is_gzip(path) else path.stat().st_size
 
 
 def _read_start(path: Path, size: int) -> bytes:
