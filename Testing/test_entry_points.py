@@ -184,6 +184,17 @@ def test_frame_classes_must_be_whole_label_values(tmp_path, classes, message):
         evaluate_folders(tmp_path / "missing", tmp_path / "missing", classes=classes)
 
 
+def test_evaluate_folders_refuses_a_wrong_input_policy_like_compare_and_batch(tmp_path):
+    """It failed with an AttributeError from inside the readers (a dict has no allow_many_labels)."""
+    from segmetrics.frames import evaluate_folders
+
+    for folder, frame in (("prediction", FRAME_PREDICTION), ("truth", FRAME_TRUTH)):
+        (tmp_path / folder).mkdir()
+        np.save(tmp_path / folder / "f0.npy", frame)
+    with pytest.raises(ValueError, match="input_policy must be segmetrics.io.InputPolicy, got {'allow_lossy': True}"):
+        evaluate_folders(tmp_path / "prediction", tmp_path / "truth", input_policy={"allow_lossy": True})
+
+
 @pytest.mark.parametrize("damage", ["without end chunk", "damaged chunk"])
 def test_a_damaged_png_frame_is_refused(tmp_path, damage):
     """PIL read the pixels of a PNG cut before its end chunk as if it were whole."""
