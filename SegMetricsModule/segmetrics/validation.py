@@ -388,7 +388,7 @@ def _check_nrrd_spacing(path: Path, fields: dict, policy: InputPolicy) -> None:
     ``.seg.nrrd`` needs ``space directions`` (slicerio ignores ``spacings``). A header with neither field (ITK reads 1 mm voxels) needs ``policy.assume_unit_spacing``."""
     if "space directions" in fields:
         vectors = re.findall(r"\(([^)]*)\)", fields["space directions"])
-        lengths = [math.hypot(*_floats(v.split(","))) for v in vectors]
+        lengths = [math.hypot(*header_floats(v.split(","))) for v in vectors]
         spatial = min(len(fields.get("sizes", "").split()), 3)
         if len(vectors) < spatial:
             raise ReadError(f"{path}: NRRD space directions ({fields['space directions']}) give no voxel size for "
@@ -398,7 +398,7 @@ def _check_nrrd_spacing(path: Path, fields: dict, policy: InputPolicy) -> None:
         raise ReadError(f"{path}: gives its voxel size in NRRD 'spacings', which the .seg.nrrd reader (slicerio) "
                         "ignores: it would read 1 mm voxels; save it with 'space directions' (as 3D Slicer does)")
     elif "spacings" in fields:
-        _check_header_spacing(path, "NRRD spacings", _floats(fields["spacings"].split()))
+        _check_header_spacing(path, "NRRD spacings", header_floats(fields["spacings"].split()))
     elif "sizes" in fields and not policy.assume_unit_spacing:  # without sizes ITK refuses the file itself
         _refuse_unit_spacing(path, "'space directions' or 'spacings'")
 
@@ -461,7 +461,7 @@ def _check_ascii_numbers(data: Path, header: Path, offset: int, count: int) -> N
     with open(data, "rb") as handle:
         handle.seek(offset)
         tokens = handle.read().replace(b",", b" ").split()
-    numbers = _floats(token.decode("latin-1") for token in tokens)
+    numbers = header_floats(token.decode("latin-1") for token in tokens)
     bad = next((token for token, number in zip(tokens, numbers) if math.isnan(number)
                 and token.lower().lstrip(b"+-") != b"nan"), None)
     if bad is not None:
@@ -487,11 +487,11 @@ def _check_meta(path: Path, policy: InputPolicy) -> None:
                             f"{dimensions[0]}: one voxel size per axis is needed (a damaged header?)")
     spacing = fields.get("ElementSpacing", fields.get("ElementSize"))
     if spacing:
-        _check_header_spacing(path, "MetaImage ElementSpacing", _floats(spacing.split()))
+        _check_header_spacing(path, "MetaImage ElementSpacing", header_floats(spacing.split()))
     elif "DimSize" in fields and not policy.assume_unit_spacing:  # without DimSize ITK refuses the file itself
         _refuse_unit_spacing(path, "'ElementSpacing' or 'ElementSize'")
     for field in ("Offset", "Origin", "Position"):  # synonyms; ITK reads a value it cannot parse as 0
-        if field in fields and not all(math.isfinite(x) for x in _floats(fields[field].split())):
+        if field in fields and not all(math.isfinite(x) for x in header_floats(fields[field].split())):
             raise ReadError(f"{path}: MetaImage {field} ({fields[field]}) is not a finite position in mm")
     source = fields.get("ElementDataFile", "")
     if not source or source.split()[0] == "LIST" or "%" in source:
@@ -565,7 +565,7 @@ def _inflated_length(path: Path, offset: int) -> int:
 def _whole_numbers(path: Path, what: str, text: str, minimum: int) -> list:
     """The whole numbers of a header field (white-space separated); ReadError naming the field when
     one is not a whole number of at least ``minimum``."""
-    numbers = _floats(text.split())
+    numbers = header_floats(text.split())
     if not all(math.isfinite(n) and n.is_integer() and n >= minimum for n in numbers):
         raise ReadError(f"{path}: {what} ({text}) must be whole numbers of at least {minimum}; a damaged header?")
     return [int(n) for n in numbers]
@@ -578,8 +578,9 @@ def _check_header_spacing(path: Path, what: str, values) -> None:
         raise ReadError(f"{path}: {error}") from None
 
 
-def _floats(texts) -> list:
-    """Numbers of a header field; an unparsable token counts as NaN (so it is refused)."""
+def header_floats(texts) -> list:
+    """Numbers of a header field's tokens (NRRD, MetaImage, DICOM multi-values); an unparsable
+    token counts as NaN (so it is refused)."""
     values = []
     for text in texts:
         try:
