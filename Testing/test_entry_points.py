@@ -212,14 +212,17 @@ def test_a_damaged_png_frame_is_refused(tmp_path, damage):
         load_label_image(path)
 
 
-@pytest.mark.parametrize("option, text", [("--names", '{"1": "liver", "2": "liver"}'), ("--synonyms", "not json")])
-def test_cli_compare_refuses_a_bad_names_or_synonyms_file_before_reading_the_images(files, option, text, capsys,
+@pytest.mark.parametrize("option, text, reason", [
+    ("--names", '{"1": "liver", "2": "liver"}', "'liver' (labels 1, 2) share a name"),
+    ("--synonyms", "not json", "expected a JSON object of names and their synonyms"),
+])
+def test_cli_compare_refuses_a_bad_names_or_synonyms_file_before_reading_the_images(files, option, text, reason, capsys,
                                                                                    monkeypatch):
     folder, reference, test = files
     (folder / "extra.json").write_text(text)
     monkeypatch.setattr(segmetrics.io, "read_label_image", lambda *a, **k: pytest.fail("images read before the check"))
     assert main(["compare", str(reference), str(test), option, str(folder / "extra.json")]) == 2
-    assert "extra.json" in capsys.readouterr().err
+    assert "extra.json: " in (error := capsys.readouterr().err) and reason in error, error
 
 
 def test_a_probability_map_with_nan_is_refused_even_with_a_threshold():
