@@ -103,9 +103,10 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
     """Refuse a file that ITK or PIL would read wrongly or silently repair (see the module doc).
 
     ``defer_data_check``: a gzipped NIfTI, or gzip-encoded NRRD data (``.seg.nrrd`` too), whose
-    gzip trailer declares the length its header asks for is not decompressed here; the returned :class:`VoxelCheck` verifies the stream's CRC-32 on the voxels
-    as the reader decompressed them (one decompression instead of two). Otherwise (and by
-    default) every compressed stream is read to its end here and ``None`` is returned.
+    gzip trailer declares the length its header asks for is not decompressed here; the returned
+    :class:`VoxelCheck` verifies the stream's CRC-32 on the voxels as the reader decompressed them
+    (one decompression instead of two). Otherwise (and by default) every compressed stream is
+    read to its end here and ``None`` is returned.
     """
     name = path.name.lower()
     try:
@@ -385,7 +386,8 @@ def _check_nrrd(path: Path, policy: InputPolicy, defer_data_check: bool = False)
 def _check_nrrd_spacing(path: Path, fields: dict, policy: InputPolicy) -> None:
     """NRRD voxel sizes from ``spacings`` or the lengths of ``space directions``; ``none`` is allowed
     only for non-spatial axes (a ``.seg.nrrd``'s layers), not in place of a 2-D or 3-D axis; a
-    ``.seg.nrrd`` needs ``space directions`` (slicerio ignores ``spacings``). A header with neither field (ITK reads 1 mm voxels) needs ``policy.assume_unit_spacing``."""
+    ``.seg.nrrd`` needs ``space directions`` (slicerio ignores ``spacings``). A header with
+    neither field (ITK reads 1 mm voxels) needs ``policy.assume_unit_spacing``."""
     if "space directions" in fields:
         vectors = re.findall(r"\(([^)]*)\)", fields["space directions"])
         lengths = [math.hypot(*header_floats(v.split(","))) for v in vectors]
