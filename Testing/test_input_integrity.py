@@ -642,3 +642,18 @@ def test_an_intact_gzip_seg_nrrd_is_decompressed_once_and_a_damaged_one_refused(
     path.write_bytes(bytes(raw))
     with pytest.raises(ReadError, match="cut short or damaged"):
         load_label_image(path)
+
+
+def test_a_nrrd_with_a_component_axis_is_refused_for_its_components_not_its_spacing(tmp_path):
+    """The 'none' direction of an RGB-color axis is no missing voxel size (ITK reads 0.8 x 0.9 mm
+    pixels): the file is refused for what it is, a colour image, not for a 1 mm spacing."""
+    path = tmp_path / "rgb.nrrd"
+    path.write_bytes(b"NRRD0004\ntype: unsigned char\ndimension: 3\nspace dimension: 2\nsizes: 3 24 20\n"
+                     b"space directions: none (0.8,0) (0,0.9)\nkinds: RGB-color domain domain\nencoding: raw\n\n"
+                     + bytes(3 * 24 * 20))
+    with pytest.raises(ReadError, match="has 3 components per voxel, not a label map"):
+        load_label_image(path)
+    path.write_bytes(path.read_bytes().replace(b"RGB-color domain domain", b"domain domain domain"))
+    with pytest.raises(ReadError, match=r"give no voxel size for 1 of its 3 axes, which would be read as 1 mm"):
+        load_label_image(path)
+

@@ -391,7 +391,7 @@ def _check_nrrd_spacing(path: Path, fields: dict, policy: InputPolicy) -> None:
     if "space directions" in fields:
         vectors = re.findall(r"\(([^)]*)\)", fields["space directions"])
         lengths = [math.hypot(*header_floats(v.split(","))) for v in vectors]
-        spatial = min(len(fields.get("sizes", "").split()), 3)
+        spatial = min(len(_nrrd_domain_axes(fields)), 3)
         if len(vectors) < spatial:
             raise ReadError(f"{path}: NRRD space directions ({fields['space directions']}) give no voxel size for "
                             f"{spatial - len(vectors)} of its {spatial} axes, which would be read as 1 mm")
@@ -403,6 +403,18 @@ def _check_nrrd_spacing(path: Path, fields: dict, policy: InputPolicy) -> None:
         _check_header_spacing(path, "NRRD spacings", header_floats(fields["spacings"].split()))
     elif "sizes" in fields and not policy.assume_unit_spacing:  # without sizes ITK refuses the file itself
         _refuse_unit_spacing(path, "'space directions' or 'spacings'")
+
+
+def _nrrd_domain_axes(fields: dict) -> list:
+    """Indices of a NRRD's domain (sample position) axes: those whose ``kinds`` entry is
+    ``domain``, ``space``, ``time`` or unknown (``???``, ``none``), as teem and ITK count them;
+    every axis when the header has no ``kinds``. The others (``vector``, ``RGB-color``, ``list``
+    ...) hold a voxel's components or a ``.seg.nrrd``'s layers, and have no direction."""
+    axes = range(len(fields.get("sizes", "").split()))
+    kinds = fields.get("kinds", "").lower().split()
+    if len(kinds) != len(axes):
+        return list(axes)
+    return [axis for axis in axes if kinds[axis] in ("domain", "space", "time", "???", "none")]
 
 
 def _refuse_unit_spacing(path: Path, fields: str) -> None:
