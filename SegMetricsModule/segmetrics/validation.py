@@ -103,9 +103,10 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
     """Refuse a file that ITK or PIL would read wrongly or silently repair (see the module doc).
 
     ``defer_data_check``: a gzipped NIfTI, or gzip-encoded NRRD data (``.seg.nrrd`` too), whose
-    gzip trailer declares the length its header asks for is not decompressed here; the returned
-    :class:`VoxelCheck` verifies the stream's CRC-32 on the voxels as the reader decompressed them
-    (one decompression instead of two). Otherwise (and by default) every compressed stream is
+    gzip trailer declares the length its header asks for, and a MetaImage zlib stream exactly
+    ``CompressedDataSize`` long are not decompressed here; the returned :class:`VoxelCheck`
+    verifies the stream's checksum on the voxels as the reader decompressed them (one
+    decompression instead of two). Otherwise (and by default) every compressed stream is
     read to its end here and ``None`` is returned.
     """
     name = path.name.lower()
@@ -125,7 +126,7 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
     if name.endswith((".nrrd", ".nhdr")):
         return _check_nrrd(path, policy, defer_data_check)
     elif name.endswith((".mha", ".mhd")):
-        _check_meta(path, policy)
+        return _check_meta(path, policy, defer_data_check)
     elif head[:2] == _GZIP_MAGIC:
         _data_length(path)
     elif head.startswith(_PNG_SIGNATURE):
@@ -148,31 +149,42 @@ def _check_png(path: Path) -> None:
 
 @dataclass(frozen=True)
 class VoxelCheck:
-    """The integrity check of a gzipped data file (NIfTI, NRRD), done on the voxels a reader decompressed.
+    """The integrity check of a compressed data file (gzip: NIfTI, NRRD; zlib: MetaImage), done on
+    the voxels a reader decompressed.
 
     ``path``: the data file; ``offset``: decompressed bytes before the voxels (NIfTI header,
-    extensions); ``crc``: the CRC-32 its gzip trailer declares for the whole decompressed stream,
-    whose length the trailer already showed to be ``offset`` + the voxels' bytes;
-    ``stream_start``: bytes of the file before the gzip stream (an attached NRRD header).
+    extensions); ``crc``: the checksum the stream declares for its whole decompressed data: a gzip
+    trailer's CRC-32 (the trailer already showed the length to be ``offset`` + the voxels' bytes)
+    or, with ``checksum="adler32"``, a zlib stream's Adler-32; ``stream_start``: bytes of the file
+    before the stream (an attached NRRD or MetaImage header); ``length``: the decompressed bytes
+    the header of ``header`` declares, checked by :meth:`check_stream` (a zlib stream does not
+    state its length).
     """
 
     path: Path
     offset: int
     crc: int
     stream_start: int = 0
+    checksum: str = "crc32"
+    length: int | None = None
+    header: Path | None = None
 
     def verify(self, voxels: np.ndarray) -> None:
         """Accept ``voxels`` (the data as read, C order) when their bytes after the file's first
-        ``offset`` bytes give the trailer's CRC-32; otherwise read the stream to its end
+        ``offset`` bytes give the stream's checksum; otherwise read the stream to its end
         (:meth:`check_stream`): a damaged stream is refused, an intact one whose voxels the reader
         converted (byte order, scaling) is accepted as before."""
-        crc = zlib.crc32(_read_start(self.path, self.offset))
-        if zlib.crc32(np.ascontiguousarray(voxels).view(np.uint8), crc) != self.crc:
+        checksum = getattr(zlib, self.checksum)
+        start = checksum(_read_start(self.path, self.offset))
+        if checksum(np.ascontiguousarray(voxels).view(np.uint8), start) != self.crc:
             self.check_stream()
 
     def check_stream(self) -> None:
-        """Read the gzip stream to its end: :class:`ReadError` when it is cut short or damaged."""
-        _inflated_length(self.path, self.stream_start)
+        """Read the stream to its end: :class:`ReadError` when it is cut short or damaged, or (with
+        ``length``) of another length than its header declares."""
+        inflated = _inflated_length(self.path, self.stream_start)
+        if self.length is not None:
+            _check_data_size(self.path, self.header or self.path, inflated, self.length)
 
 
 def _gzip_trailer(path: Path) -> tuple:
@@ -484,13 +496,14 @@ def _check_ascii_numbers(data: Path, header: Path, offset: int, count: int) -> N
     _check_data_size(data, header, len(tokens), count, "numbers of ASCII image data")
 
 
-def _check_meta(path: Path, policy: InputPolicy) -> None:
+def _check_meta(path: Path, policy: InputPolicy, defer_data_check: bool = False) -> VoxelCheck | None:
     """MetaImage voxel sizes (``ElementSpacing``, else ``ElementSize``: one per ``NDims`` axis; a
     header with neither needs ``policy.assume_unit_spacing``), origin and data length.
 
     The data length is checked for data stored ``LOCAL`` or in one file, raw (element count ×
     element size) or compressed (``CompressedDataSize``): ITK reports data cut short only as
-    "No such file or directory".
+    "No such file or directory". ``defer_data_check``: a zlib stream exactly ``CompressedDataSize``
+    long is returned as a :class:`VoxelCheck` (its Adler-32) instead of being decompressed here.
     """
     fields, _, header_size = _meta_header(path)
     dimensions = _whole_numbers(path, "MetaImage NDims", fields.get("NDims", ""), minimum=1)
@@ -532,8 +545,28 @@ def _check_meta(path: Path, policy: InputPolicy) -> None:
                                    minimum=0) or [0])[0]
         if available < declared:
             _check_data_size(data, path, available, declared)
+        adler = _zlib_adler32(data, offset + skip, declared) if defer_data_check and available == declared else None
+        if adler is not None:
+            return VoxelCheck(data, 0, adler, offset + skip, "adler32", expected, path)
         available = _inflated_length(data, offset + skip)
     _check_data_size(data, path, available, expected)
+    return None
+
+
+def _zlib_adler32(path: Path, start: int, size: int) -> int | None:
+    """The Adler-32 that the zlib stream of ``size`` bytes at byte ``start`` of a file declares
+    for its decompressed data (its last 4 bytes), or None when it does not begin with a zlib
+    header (e.g. a gzip stream)."""
+    if size < 6:  # 2 bytes of header, 4 of checksum
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        head = handle.read(2)
+        handle.seek(start + size - 4)
+        tail = handle.read(4)
+    if len(head) < 2 or head[0] & 0x0F != zlib.DEFLATED or int.from_bytes(head, "big") % 31:
+        return None
+    return int.from_bytes(tail, "big")
 
 
 def _check_data_size(data: Path, header: Path, available: int, expected: int,
