@@ -79,8 +79,8 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold
     """Read one file into a :class:`LabelImage` (labels unchanged; see :func:`load_label_image`).
 
     The file-level checks of :func:`segmetrics.validation.check_file` run first (DICOM class,
-    external data files, header spacing, compressed-stream integrity; a gzipped NIfTI's CRC is
-    checked on the voxels as read, so that it is decompressed once). An RT Structure Set is
+    external data files, header spacing, compressed-stream integrity; the checksum of compressed
+    NIfTI, NRRD and MetaImage data is checked on the voxels as read, so that it is decompressed once). An RT Structure Set is
     rasterised on its own contour grid (:func:`segmetrics.dicom.contour_grid`; see
     :func:`load_pair` for other grids); ``threshold`` binarises a FRACTIONAL DICOM SEG (default 0.5).
     """
