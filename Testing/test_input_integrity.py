@@ -454,6 +454,9 @@ def test_a_mask_drawn_as_transparency_is_refused_not_read_as_empty(tmp_path, mod
     channels[..., :-1], channels[..., -1] = mask[..., None], 255  # the same mask in grey, opaque: read
     Image.fromarray(channels, mode).save(tmp_path / "opaque.png")
     assert np.array_equal(load_label_image(tmp_path / "opaque.png").array, mask)
+    channels[..., -1] = mask  # white mask on a transparent black background (an overlay export): read too
+    Image.fromarray(channels, mode).save(tmp_path / "transparent_background.png")
+    assert np.array_equal(load_label_image(tmp_path / "transparent_background.png").array, mask)
 
 
 @pytest.mark.parametrize("key", ["1.5", "nan", "inf"])

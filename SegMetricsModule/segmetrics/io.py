@@ -236,7 +236,8 @@ def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
 def _read_picture(path: Path) -> LabelImage:
     """A 2-D picture with 1 × 1 mm pixels. Grey pictures stored as RGB(A) are accepted; real colour
     pictures (photographs) are refused, since their grey levels are not labels, and so are pictures
-    whose transparency varies (a mask drawn as transparency would be read from its colour alone)."""
+    whose transparency tells apart pixels of one grey value (a mask drawn as transparency would be
+    read from its colour alone); a transparent background under a grey mask is read."""
     from PIL import Image
 
     with Image.open(path) as picture:
@@ -245,10 +246,11 @@ def _read_picture(path: Path) -> LabelImage:
             raise ReadError(f"{path}: holds {pages} pages (a stack); only single-page pictures are read: save a "
                             "3-D mask as NRRD, NIfTI or MHA")
         if "A" in picture.getbands():
-            alpha = np.asarray(picture.getchannel("A"))
-            if alpha.min() != alpha.max():
-                raise ReadError(f"{path}: its transparency (alpha channel) varies from pixel to pixel, and only "
-                                "grey values are read as labels: save the mask as grey values (e.g. 0/255)")
+            alpha = np.asarray(picture.getchannel("A")).astype(np.int32)  # PIL's alpha modes are 8-bit
+            grey = np.asarray(picture.getchannel(0)).astype(np.int32)  # L or R (colour is refused below)
+            if len(distinct_values(grey * 256 + alpha)) > len(distinct_values(grey)):
+                raise ReadError(f"{path}: its transparency (alpha channel) varies between pixels of one grey value, "
+                                "and only grey values are read as labels: save the mask as grey values (e.g. 0/255)")
         if picture.mode in ("RGB", "RGBA", "LA", "CMYK", "YCbCr", "HSV"):
             rgb = np.asarray(picture.convert("RGB"))
             if not (np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 0], rgb[..., 2])):
