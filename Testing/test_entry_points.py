@@ -184,6 +184,17 @@ def test_frame_classes_must_be_whole_label_values(tmp_path, classes, message):
         evaluate_folders(tmp_path / "missing", tmp_path / "missing", classes=classes)
 
 
+def test_evaluate_folders_refuses_a_wrong_input_policy_like_compare_and_batch(tmp_path):
+    """It failed with an AttributeError from inside the readers (a dict has no allow_many_labels)."""
+    from segmetrics.frames import evaluate_folders
+
+    for folder, frame in (("prediction", FRAME_PREDICTION), ("truth", FRAME_TRUTH)):
+        (tmp_path / folder).mkdir()
+        np.save(tmp_path / folder / "f0.npy", frame)
+    with pytest.raises(ValueError, match="input_policy must be segmetrics.io.InputPolicy, got {'allow_lossy': True}"):
+        evaluate_folders(tmp_path / "prediction", tmp_path / "truth", input_policy={"allow_lossy": True})
+
+
 @pytest.mark.parametrize("damage", ["without end chunk", "damaged chunk"])
 def test_a_damaged_png_frame_is_refused(tmp_path, damage):
     """PIL read the pixels of a PNG cut before its end chunk as if it were whole."""
@@ -201,14 +212,17 @@ def test_a_damaged_png_frame_is_refused(tmp_path, damage):
         load_label_image(path)
 
 
-@pytest.mark.parametrize("option, text", [("--names", '{"1": "liver", "2": "liver"}'), ("--synonyms", "not json")])
-def test_cli_compare_refuses_a_bad_names_or_synonyms_file_before_reading_the_images(files, option, text, capsys,
+@pytest.mark.parametrize("option, text, reason", [
+    ("--names", '{"1": "liver", "2": "liver"}', "'liver' (labels 1, 2) share a name"),
+    ("--synonyms", "not json", "expected a JSON object of names and their synonyms"),
+])
+def test_cli_compare_refuses_a_bad_names_or_synonyms_file_before_reading_the_images(files, option, text, reason, capsys,
                                                                                    monkeypatch):
     folder, reference, test = files
     (folder / "extra.json").write_text(text)
     monkeypatch.setattr(segmetrics.io, "read_label_image", lambda *a, **k: pytest.fail("images read before the check"))
     assert main(["compare", str(reference), str(test), option, str(folder / "extra.json")]) == 2
-    assert "extra.json" in capsys.readouterr().err
+    assert "extra.json: " in (error := capsys.readouterr().err) and reason in error, error
 
 
 def test_a_probability_map_with_nan_is_refused_even_with_a_threshold():

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 
+from segmetrics import validation
 from segmetrics.io import ReadError, load_label_image
 
 ARRAY = np.zeros((6, 20, 24), np.uint8)
@@ -212,16 +213,17 @@ def test_ascii_nrrd_of_numbers_is_read(tmp_path):
     assert np.array_equal(load_label_image(path).array, ARRAY)
 
 
-def test_zlib_checksum_is_what_catches_a_metaimage_damage(tmp_path):
-    """Independent truth for the MetaImage cases: zlib itself refuses the damaged stream."""
+def test_a_metaimage_stream_damaged_only_past_its_voxels_is_read_as_its_checksum_vouches(tmp_path):
+    """zlib itself refuses this damaged stream (its end marker is hit), but every byte of the image
+    comes out intact: the voxels ITK read give the Adler-32 the writer stored for the image, so they
+    are the image (a damage inside the voxels is refused: test_a_damaged_byte_inside_...)."""
     path, data, start = layout(tmp_path, "mha-compressed")
     raw = bytearray(data.read_bytes())
     raw[-6] ^= 0xFF
     with pytest.raises(zlib.error):
         zlib.decompress(bytes(raw[start:]))
     data.write_bytes(bytes(raw))
-    with pytest.raises(ReadError, match="cut short or damaged"):
-        load_label_image(path)
+    assert np.array_equal(load_label_image(path).array, ARRAY)
 
 
 # ---------------------------------------------------------------------------------- .seg.nrrd
@@ -341,6 +343,21 @@ def test_a_series_whose_slices_disagree_is_refused(data_dir, tmp_path, field, va
         read_image_grid(ct_series(data_dir, tmp_path, edit_middle=lambda dataset: setattr(dataset, field, value)))
 
 
+@pytest.mark.parametrize("field, change", [
+    ("PixelSpacing", lambda spacing: [float(spacing[0]) * (1 + 5e-5), float(spacing[1])]),
+    ("ImageOrientationPatient", lambda cosines: [*map(float, cosines[:5]), float(cosines[5]) + 5e-5]),
+])
+def test_a_series_whose_slices_differ_only_by_rounding_is_read(data_dir, tmp_path, field, change):
+    """Scanners print a slice's spacing and direction cosines with varying precision: values within
+    the geometry tolerance (1e-4) are the same, as everywhere else in the package."""
+    from segmetrics.dicom import read_image_grid
+
+    def edit(dataset):
+        setattr(dataset, field, change(getattr(dataset, field)))
+
+    assert read_image_grid(ct_series(data_dir, tmp_path, edit_middle=edit)).array.shape == (3, 512, 512)
+
+
 def test_a_series_pixel_spacing_of_zero_is_refused_not_read_as_1mm(data_dir, tmp_path):
     import pydicom
 
@@ -437,6 +454,9 @@ def test_a_mask_drawn_as_transparency_is_refused_not_read_as_empty(tmp_path, mod
     channels[..., :-1], channels[..., -1] = mask[..., None], 255  # the same mask in grey, opaque: read
     Image.fromarray(channels, mode).save(tmp_path / "opaque.png")
     assert np.array_equal(load_label_image(tmp_path / "opaque.png").array, mask)
+    channels[..., -1] = mask  # white mask on a transparent black background (an overlay export): read too
+    Image.fromarray(channels, mode).save(tmp_path / "transparent_background.png")
+    assert np.array_equal(load_label_image(tmp_path / "transparent_background.png").array, mask)
 
 
 @pytest.mark.parametrize("key", ["1.5", "nan", "inf"])
@@ -589,3 +609,57 @@ def test_a_grid_file_without_any_voxel_size_is_refused_unless_assumed(tmp_path):
     result = segmetrics.compare(mask, mask, metrics="dice", resample_to=str(grid),
                                 input_policy=InputPolicy(assume_unit_spacing=True))
     assert [s.value("dice") for s in result.structures] == [1.0, 1.0]  # labels 1 and 2 of ARRAY
+
+
+@pytest.mark.parametrize("kind", ["nrrd-gzip", "nhdr-raw.gz", "mha-compressed", "mhd-zraw"])
+def test_intact_compressed_nrrd_and_metaimage_are_decompressed_once_by_the_reader_not_by_the_check(
+        tmp_path, kind, monkeypatch):
+    """A gzip trailer declaring the data's length (NRRD) or a zlib stream exactly CompressedDataSize
+    long (MetaImage): the stream's checksum (CRC-32, Adler-32) is checked on the voxels ITK
+    decompressed (as for a gzipped NIfTI) instead of decompressing the file a second time."""
+    path, _, _ = layout(tmp_path, kind)
+
+    def no_decompression(*args):
+        raise AssertionError("the stream was decompressed by the check")
+
+    monkeypatch.setattr(validation, "_inflated_length", no_decompression)
+    assert np.array_equal(load_label_image(path).array, ARRAY)
+
+
+def gzip_seg_nrrd(tmp_path):
+    """A gzip-encoded single-layer .seg.nrrd of ARRAY (segments 1 and 2), as 3D Slicer saves it."""
+    header = nrrd_header("gzip").replace(b"space origin", b"Segment0_ID:=s0\nSegment0_Name:=outer\n"
+                                         b"Segment0_LabelValue:=1\nSegment0_Layer:=0\nSegment1_ID:=s1\n"
+                                         b"Segment1_Name:=inner\nSegment1_LabelValue:=2\nSegment1_Layer:=0\n"
+                                         b"space origin")
+    path = tmp_path / "a.seg.nrrd"
+    path.write_bytes(header + gzip.compress(ARRAY.tobytes()))
+    return path, len(header)
+
+
+def test_an_intact_gzip_seg_nrrd_is_decompressed_once_and_a_damaged_one_refused(tmp_path, monkeypatch):
+    path, start = gzip_seg_nrrd(tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(validation, "_inflated_length", lambda *args: pytest.fail("decompressed by the check"))
+        image = load_label_image(path)
+    assert np.array_equal(image.array, ARRAY) and image.names == {1: "outer", 2: "inner"}
+    raw = bytearray(path.read_bytes())
+    raw[start + 10 + (len(raw) - start - 18) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ReadError, match="cut short or damaged"):
+        load_label_image(path)
+
+
+def test_a_nrrd_with_a_component_axis_is_refused_for_its_components_not_its_spacing(tmp_path):
+    """The 'none' direction of an RGB-color axis is no missing voxel size (ITK reads 0.8 x 0.9 mm
+    pixels): the file is refused for what it is, a colour image, not for a 1 mm spacing."""
+    path = tmp_path / "rgb.nrrd"
+    path.write_bytes(b"NRRD0004\ntype: unsigned char\ndimension: 3\nspace dimension: 2\nsizes: 3 24 20\n"
+                     b"space directions: none (0.8,0) (0,0.9)\nkinds: RGB-color domain domain\nencoding: raw\n\n"
+                     + bytes(3 * 24 * 20))
+    with pytest.raises(ReadError, match="has 3 components per voxel, not a label map"):
+        load_label_image(path)
+    path.write_bytes(path.read_bytes().replace(b"RGB-color domain domain", b"domain domain domain"))
+    with pytest.raises(ReadError, match=r"give no voxel size for 1 of its 3 axes, which would be read as 1 mm"):
+        load_label_image(path)
+

@@ -104,8 +104,9 @@ def test_voxel_check_accepts_an_intact_stream_read_differently(tmp_path, monkeyp
     check = check_file(path, InputPolicy(), defer_data_check=True)
     assert isinstance(check, VoxelCheck) and check.path == path
     reads = []
-    read_stream = validation._data_length
-    monkeypatch.setattr(validation, "_data_length", lambda path: (reads.append(path), read_stream(path))[1])
+    read_stream = validation._inflated_length
+    monkeypatch.setattr(validation, "_inflated_length",
+                        lambda path, offset: (reads.append(path), read_stream(path, offset))[1])
     check.verify(array)
     assert reads == []
     check.verify(array.astype(np.float32))

@@ -48,9 +48,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .geometry import LabelImage, check_spacing
+from .geometry import GEOMETRY_TOLERANCE, LabelImage, check_spacing
 from .validation import (InputPolicy, ReadError, check_contour_resolution, check_file, check_threshold_separates,
-                         check_unique_names, dicom_class, looks_like_dicom)
+                         check_unique_names, dicom_class, header_floats, looks_like_dicom)
 
 #: In-plane pixel size (mm) of grids built from contour planes: about the pixel size of the
 #: planning CTs contours are drawn on (0.9-1.3 mm), so the half-pixel rasterisation error stays at
@@ -592,15 +592,17 @@ def check_no_file_left_out(folder: Path, in_series: set) -> None:
 
 def check_slice_headers(path, reader) -> None:
     """Refuse a DICOM series (``reader`` as in :func:`check_even_slices`) whose slices disagree on
-    their pixel spacing or orientation, or whose pixel spacing is not a valid voxel size: ITK takes
-    the first slice's values for all, and replaces an invalid spacing by 1 mm."""
+    their pixel spacing or orientation by more than :data:`~segmetrics.geometry.GEOMETRY_TOLERANCE`
+    (relative and absolute: values written with other rounding agree), or whose pixel spacing is not
+    a valid voxel size: ITK takes the first slice's values for all, and replaces an invalid spacing
+    by 1 mm."""
     tags = {"pixel spacing": "0028|0030", "image orientation": "0020|0037"}
     for what, tag in tags.items():
         values = [reader.GetMetaData(i, tag).strip() if reader.HasMetaDataKey(i, tag) else None
                   for i in range(len(reader.GetFileNames()))]
-        parsed = [_floats_of(value) for value in values if value is not None]
-        if parsed and (len(parsed) != len(values) or any(len(p) != len(parsed[0]) or not np.allclose(p, parsed[0])
-                                                          for p in parsed)):
+        parsed = [np.array(header_floats(value.split("\\"))) for value in values if value is not None]
+        if parsed and (len(parsed) != len(values) or any(len(p) != len(parsed[0]) or not np.allclose(
+                p, parsed[0], rtol=GEOMETRY_TOLERANCE, atol=GEOMETRY_TOLERANCE) for p in parsed)):
             raise ReadError(f"{path}: the slices of the DICOM series differ in {what} ({values[0]} vs "
                             f"{next(v for v, p in zip(values, parsed) if v != values[0])}); give one regular series")
         if what == "pixel spacing" and parsed:
@@ -608,17 +610,6 @@ def check_slice_headers(path, reader) -> None:
                 check_spacing(parsed[0], "DICOM PixelSpacing")
             except ValueError as error:
                 raise ReadError(f"{path}: {error}") from None
-
-
-def _floats_of(text: str) -> np.ndarray:
-    """The numbers of a multi-valued DICOM text (``a\\b\\c``); NaN for one that does not parse."""
-    numbers = []
-    for part in text.split("\\"):
-        try:
-            numbers.append(float(part))
-        except ValueError:
-            numbers.append(np.nan)
-    return np.array(numbers)
 
 
 def check_even_slices(path, reader) -> None:

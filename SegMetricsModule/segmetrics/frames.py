@@ -38,7 +38,7 @@ import numpy as np
 
 from .geometry import geometry_differences
 from .registry import MetricValue, Parameters, Status, emptiness_status, positive_number
-from .validation import InputPolicy, NothingToCompareError, check_class_ids, check_threshold
+from .validation import InputPolicy, NothingToCompareError, check_class_ids, check_evaluation_options
 
 #: File endings read as frames (longest first so ``.nii.gz`` wins over ``.gz``).
 FRAME_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".png", ".npy", ".tif", ".tiff", ".bmp")
@@ -488,7 +488,7 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
     """
     from .instances import IOU_THRESHOLDS, accumulate_ap, count_detections, image_matches
 
-    check_threshold(threshold)
+    check_evaluation_options(threshold=threshold, input_policy=input_policy)
     check_class_ids(classes)
     positive_number("detection_iou", detection_iou, maximum=1.0)
     size_edges_mm = (Parameters() if size_edges_mm is None

@@ -19,7 +19,7 @@ import SimpleITK as sitk
 from . import dicom
 from ._threads import thread_pool
 from .geometry import LabelImage, as_label_image, distinct_values
-from .validation import (InputPolicy, ReadError, check_evaluation_options, check_file, check_label_map, check_picture,
+from .validation import (InputPolicy, ReadError, VoxelCheck, check_evaluation_options, check_file, check_label_map, check_picture,
                          check_spacing_numbers, check_structure_names, check_threshold, check_threshold_separates,
                          check_unique_names)
 
@@ -79,8 +79,8 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold
     """Read one file into a :class:`LabelImage` (labels unchanged; see :func:`load_label_image`).
 
     The file-level checks of :func:`segmetrics.validation.check_file` run first (DICOM class,
-    external data files, header spacing, compressed-stream integrity; a gzipped NIfTI's CRC is
-    checked on the voxels as read, so that it is decompressed once). An RT Structure Set is
+    external data files, header spacing, compressed-stream integrity; the checksum of compressed
+    NIfTI, NRRD and MetaImage data is checked on the voxels as read, so that it is decompressed once). An RT Structure Set is
     rasterised on its own contour grid (:func:`segmetrics.dicom.contour_grid`; see
     :func:`load_pair` for other grids); ``threshold`` binarises a FRACTIONAL DICOM SEG (default 0.5).
     """
@@ -96,7 +96,7 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold
         return dicom.read_dicom_seg(path, threshold)
     try:
         if name.endswith(".seg.nrrd"):
-            return _read_seg_nrrd(path)
+            return _read_seg_nrrd(path, voxel_check)
         if path.suffix.lower() in PICTURE_SUFFIXES:
             return _read_picture(path)
         image = sitk.ReadImage(str(path))
@@ -236,7 +236,8 @@ def _as_labels(image: LabelImage, threshold, source: str) -> LabelImage:
 def _read_picture(path: Path) -> LabelImage:
     """A 2-D picture with 1 × 1 mm pixels. Grey pictures stored as RGB(A) are accepted; real colour
     pictures (photographs) are refused, since their grey levels are not labels, and so are pictures
-    whose transparency varies (a mask drawn as transparency would be read from its colour alone)."""
+    whose transparency tells apart pixels of one grey value (a mask drawn as transparency would be
+    read from its colour alone); a transparent background under a grey mask is read."""
     from PIL import Image
 
     with Image.open(path) as picture:
@@ -245,10 +246,11 @@ def _read_picture(path: Path) -> LabelImage:
             raise ReadError(f"{path}: holds {pages} pages (a stack); only single-page pictures are read: save a "
                             "3-D mask as NRRD, NIfTI or MHA")
         if "A" in picture.getbands():
-            alpha = np.asarray(picture.getchannel("A"))
-            if alpha.min() != alpha.max():
-                raise ReadError(f"{path}: its transparency (alpha channel) varies from pixel to pixel, and only "
-                                "grey values are read as labels: save the mask as grey values (e.g. 0/255)")
+            alpha = np.asarray(picture.getchannel("A")).astype(np.int32)  # PIL's alpha modes are 8-bit
+            grey = np.asarray(picture.getchannel(0)).astype(np.int32)  # L or R (colour is refused below)
+            if len(distinct_values(grey * 256 + alpha)) > len(distinct_values(grey)):
+                raise ReadError(f"{path}: its transparency (alpha channel) varies between pixels of one grey value, "
+                                "and only grey values are read as labels: save the mask as grey values (e.g. 0/255)")
         if picture.mode in ("RGB", "RGBA", "LA", "CMYK", "YCbCr", "HSV"):
             rgb = np.asarray(picture.convert("RGB"))
             if not (np.array_equal(rgb[..., 0], rgb[..., 1]) and np.array_equal(rgb[..., 0], rgb[..., 2])):
@@ -271,8 +273,9 @@ def _check_segment(path: Path, name: str, layer: int, value: int, declared: list
                         f"{layer}, so their voxels cannot be told apart")
 
 
-def _read_seg_nrrd(path: Path) -> LabelImage:
+def _read_seg_nrrd(path: Path, voxel_check: VoxelCheck | None = None) -> LabelImage:
     """A Slicer ``.seg.nrrd``: segment names kept; label values kept for single-layer files.
+    ``voxel_check`` (from :func:`~segmetrics.validation.check_file`) is verified on the voxels as read.
 
     Segments of a multi-layer file are numbered 1..N in file order (their label values repeat
     across layers); a segment overlapping an earlier one is kept in ``segment_masks``.
@@ -281,6 +284,8 @@ def _read_seg_nrrd(path: Path) -> LabelImage:
 
     segmentation = slicerio.read_segmentation(str(path))
     voxels = np.asarray(segmentation["voxels"])
+    if voxel_check is not None:
+        voxel_check.verify(voxels.T)  # pynrrd's ([layer,] i, j, k) array, transposed: the file's order
     ijk_to_lps = np.asarray(segmentation["ijkToLPS"], dtype=float)
     axes = ijk_to_lps[:3, :3]
     spacing_ijk = np.linalg.norm(axes, axis=0)

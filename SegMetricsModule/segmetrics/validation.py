@@ -102,10 +102,12 @@ class InputPolicy:
 def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = False) -> VoxelCheck | None:
     """Refuse a file that ITK or PIL would read wrongly or silently repair (see the module doc).
 
-    ``defer_data_check``: a gzipped NIfTI whose gzip trailer declares the length its header asks
-    for is not decompressed here; the returned :class:`VoxelCheck` verifies the stream's CRC-32 on
-    the voxels as the reader decompressed them (one decompression instead of two). Otherwise
-    (and by default) every gzip stream is read to its end here and ``None`` is returned.
+    ``defer_data_check``: a gzipped NIfTI, or gzip-encoded NRRD data (``.seg.nrrd`` too), whose
+    gzip trailer declares the length its header asks for, and a MetaImage zlib stream exactly
+    ``CompressedDataSize`` long are not decompressed here; the returned :class:`VoxelCheck`
+    verifies the stream's checksum on the voxels as the reader decompressed them (one
+    decompression instead of two). Otherwise (and by default) every compressed stream is
+    read to its end here and ``None`` is returned.
     """
     name = path.name.lower()
     try:
@@ -122,9 +124,9 @@ def check_file(path: Path, policy: InputPolicy, *, defer_data_check: bool = Fals
     if _NIFTI_NAME.search(path.name):
         return _check_nifti(path, defer_data_check)
     if name.endswith((".nrrd", ".nhdr")):
-        _check_nrrd(path, policy)
+        return _check_nrrd(path, policy, defer_data_check)
     elif name.endswith((".mha", ".mhd")):
-        _check_meta(path, policy)
+        return _check_meta(path, policy, defer_data_check)
     elif head[:2] == _GZIP_MAGIC:
         _data_length(path)
     elif head.startswith(_PNG_SIGNATURE):
@@ -147,29 +149,42 @@ def _check_png(path: Path) -> None:
 
 @dataclass(frozen=True)
 class VoxelCheck:
-    """The integrity check of a gzipped NIfTI data file, done on the voxels a reader decompressed.
+    """The integrity check of a compressed data file (gzip: NIfTI, NRRD; zlib: MetaImage), done on
+    the voxels a reader decompressed.
 
-    ``path``: the gzipped data file; ``offset``: bytes before the voxels in it (header,
-    extensions); ``crc``: the CRC-32 its gzip trailer declares for the whole decompressed file,
-    whose length the trailer already showed to be ``offset`` + the voxels' bytes.
+    ``path``: the data file; ``offset``: decompressed bytes before the voxels (NIfTI header,
+    extensions); ``crc``: the checksum the stream declares for its whole decompressed data: a gzip
+    trailer's CRC-32 (the trailer already showed the length to be ``offset`` + the voxels' bytes)
+    or, with ``checksum="adler32"``, a zlib stream's Adler-32; ``stream_start``: bytes of the file
+    before the stream (an attached NRRD or MetaImage header); ``length``: the decompressed bytes
+    the header of ``header`` declares, checked by :meth:`check_stream` (a zlib stream does not
+    state its length).
     """
 
     path: Path
     offset: int
     crc: int
+    stream_start: int = 0
+    checksum: str = "crc32"
+    length: int | None = None
+    header: Path | None = None
 
     def verify(self, voxels: np.ndarray) -> None:
         """Accept ``voxels`` (the data as read, C order) when their bytes after the file's first
-        ``offset`` bytes give the trailer's CRC-32; otherwise read the stream to its end
+        ``offset`` bytes give the stream's checksum; otherwise read the stream to its end
         (:meth:`check_stream`): a damaged stream is refused, an intact one whose voxels the reader
         converted (byte order, scaling) is accepted as before."""
-        crc = zlib.crc32(_read_start(self.path, self.offset))
-        if zlib.crc32(np.ascontiguousarray(voxels).view(np.uint8), crc) != self.crc:
+        checksum = getattr(zlib, self.checksum)
+        start = checksum(_read_start(self.path, self.offset))
+        if checksum(np.ascontiguousarray(voxels).view(np.uint8), start) != self.crc:
             self.check_stream()
 
     def check_stream(self) -> None:
-        """Read the gzip stream to its end: :class:`ReadError` when it is cut short or damaged."""
-        _data_length(self.path)
+        """Read the stream to its end: :class:`ReadError` when it is cut short or damaged, or (with
+        ``length``) of another length than its header declares."""
+        inflated = _inflated_length(self.path, self.stream_start)
+        if self.length is not None:
+            _check_data_size(self.path, self.header or self.path, inflated, self.length)
 
 
 def _gzip_trailer(path: Path) -> tuple:
@@ -281,18 +296,10 @@ def _check_dicom(path: Path) -> None:
 
 
 def _data_length(path: Path) -> int:
-    """Bytes a file holds, decompressed; a gzip stream is read to its end, so a stream cut short or
-    damaged (CRC, length) is refused here instead of being zero-filled by ITK."""
-    if not _is_gzip(path):
-        return path.stat().st_size
-    total = 0
-    try:
-        with gzip.open(path, "rb") as stream:
-            while chunk := stream.read(1 << 24):  # 16 MiB at a time
-                total += len(chunk)
-    except (EOFError, OSError, zlib.error) as error:
-        raise _damaged(path, error) from error
-    return total
+    """Bytes a file holds, decompressed; a gzip stream is read to its end (:func:`_inflated_length`),
+    so a stream cut short, damaged (CRC, length) or followed by garbage is refused here instead of
+    being zero-filled by ITK."""
+    return _inflated_length(path, 0) if _is_gzip(path) else path.stat().st_size
 
 
 def _read_start(path: Path, size: int) -> bytes:
@@ -381,21 +388,22 @@ def _nifti_parts(path: Path):
     return header, data
 
 
-def _check_nrrd(path: Path, policy: InputPolicy) -> None:
+def _check_nrrd(path: Path, policy: InputPolicy, defer_data_check: bool = False) -> VoxelCheck | None:
     """A NRRD header's voxel sizes and its data (:func:`_check_nrrd_data`)."""
     fields, _, header_size = _nrrd_header(path)
     _check_nrrd_spacing(path, fields, policy)
-    _check_nrrd_data(path, fields, header_size)
+    return _check_nrrd_data(path, fields, header_size, defer_data_check)
 
 
 def _check_nrrd_spacing(path: Path, fields: dict, policy: InputPolicy) -> None:
     """NRRD voxel sizes from ``spacings`` or the lengths of ``space directions``; ``none`` is allowed
     only for non-spatial axes (a ``.seg.nrrd``'s layers), not in place of a 2-D or 3-D axis; a
-    ``.seg.nrrd`` needs ``space directions`` (slicerio ignores ``spacings``). A header with neither field (ITK reads 1 mm voxels) needs ``policy.assume_unit_spacing``."""
+    ``.seg.nrrd`` needs ``space directions`` (slicerio ignores ``spacings``). A header with
+    neither field (ITK reads 1 mm voxels) needs ``policy.assume_unit_spacing``."""
     if "space directions" in fields:
         vectors = re.findall(r"\(([^)]*)\)", fields["space directions"])
-        lengths = [math.hypot(*_floats(v.split(","))) for v in vectors]
-        spatial = min(len(fields.get("sizes", "").split()), 3)
+        lengths = [math.hypot(*header_floats(v.split(","))) for v in vectors]
+        spatial = min(len(_nrrd_domain_axes(fields)), 3)
         if len(vectors) < spatial:
             raise ReadError(f"{path}: NRRD space directions ({fields['space directions']}) give no voxel size for "
                             f"{spatial - len(vectors)} of its {spatial} axes, which would be read as 1 mm")
@@ -404,9 +412,21 @@ def _check_nrrd_spacing(path: Path, fields: dict, policy: InputPolicy) -> None:
         raise ReadError(f"{path}: gives its voxel size in NRRD 'spacings', which the .seg.nrrd reader (slicerio) "
                         "ignores: it would read 1 mm voxels; save it with 'space directions' (as 3D Slicer does)")
     elif "spacings" in fields:
-        _check_header_spacing(path, "NRRD spacings", _floats(fields["spacings"].split()))
+        _check_header_spacing(path, "NRRD spacings", header_floats(fields["spacings"].split()))
     elif "sizes" in fields and not policy.assume_unit_spacing:  # without sizes ITK refuses the file itself
         _refuse_unit_spacing(path, "'space directions' or 'spacings'")
+
+
+def _nrrd_domain_axes(fields: dict) -> list:
+    """Indices of a NRRD's domain (sample position) axes: those whose ``kinds`` entry is
+    ``domain``, ``space``, ``time`` or unknown (``???``, ``none``), as teem and ITK count them;
+    every axis when the header has no ``kinds``. The others (``vector``, ``RGB-color``, ``list``
+    ...) hold a voxel's components or a ``.seg.nrrd``'s layers, and have no direction."""
+    axes = range(len(fields.get("sizes", "").split()))
+    kinds = fields.get("kinds", "").lower().split()
+    if len(kinds) != len(axes):
+        return list(axes)
+    return [axis for axis in axes if kinds[axis] in ("domain", "space", "time", "???", "none")]
 
 
 def _refuse_unit_spacing(path: Path, fields: str) -> None:
@@ -416,11 +436,14 @@ def _refuse_unit_spacing(path: Path, fields: str) -> None:
                     "measure in voxel units")
 
 
-def _check_nrrd_data(path: Path, fields: dict, header_size: int | None) -> None:
+def _check_nrrd_data(path: Path, fields: dict, header_size: int | None,
+                     defer_data_check: bool = False) -> VoxelCheck | None:
     """The data of a NRRD file (attached, or one detached file): raw data exactly as long as
     ``sizes`` x ``type`` declare, a gzip stream intact (ITK reads a damaged one as zeros) and of that
     length, ASCII data of that many numbers (ITK crashes on long unparsable text). Data read with a
-    byte or line skip, split over several files or in other encodings is left to ITK."""
+    byte or line skip, split over several files or in other encodings is left to ITK.
+    ``defer_data_check``: a gzip stream whose trailer declares that length is returned as a
+    :class:`VoxelCheck` instead of being decompressed here."""
     sizes = _whole_numbers(path, "NRRD sizes", fields.get("sizes", ""), minimum=1)
     element = _nrrd_element_bytes(fields.get("type", ""))
     source = fields.get("data file", fields.get("datafile"))
@@ -440,9 +463,13 @@ def _check_nrrd_data(path: Path, fields: dict, header_size: int | None) -> None:
     if encoding == "raw":
         _check_data_size(data, path, data.stat().st_size - offset, count * element)
     elif encoding in ("gzip", "gz"):
+        crc, length = _gzip_trailer(data)
+        if defer_data_check and length == count * element % (1 << 32):  # a stream cut short ends otherwise
+            return VoxelCheck(data, 0, crc, offset)
         _check_data_size(data, path, _inflated_length(data, offset), count * element)
     elif encoding in ("ascii", "text", "txt"):
         _check_ascii_numbers(data, path, offset, count)
+    return None
 
 
 def _nrrd_element_bytes(type_name: str) -> int | None:
@@ -460,7 +487,7 @@ def _check_ascii_numbers(data: Path, header: Path, offset: int, count: int) -> N
     with open(data, "rb") as handle:
         handle.seek(offset)
         tokens = handle.read().replace(b",", b" ").split()
-    numbers = _floats(token.decode("latin-1") for token in tokens)
+    numbers = header_floats(token.decode("latin-1") for token in tokens)
     bad = next((token for token, number in zip(tokens, numbers) if math.isnan(number)
                 and token.lower().lstrip(b"+-") != b"nan"), None)
     if bad is not None:
@@ -469,13 +496,14 @@ def _check_ascii_numbers(data: Path, header: Path, offset: int, count: int) -> N
     _check_data_size(data, header, len(tokens), count, "numbers of ASCII image data")
 
 
-def _check_meta(path: Path, policy: InputPolicy) -> None:
+def _check_meta(path: Path, policy: InputPolicy, defer_data_check: bool = False) -> VoxelCheck | None:
     """MetaImage voxel sizes (``ElementSpacing``, else ``ElementSize``: one per ``NDims`` axis; a
     header with neither needs ``policy.assume_unit_spacing``), origin and data length.
 
     The data length is checked for data stored ``LOCAL`` or in one file, raw (element count ×
     element size) or compressed (``CompressedDataSize``): ITK reports data cut short only as
-    "No such file or directory".
+    "No such file or directory". ``defer_data_check``: a zlib stream exactly ``CompressedDataSize``
+    long is returned as a :class:`VoxelCheck` (its Adler-32) instead of being decompressed here.
     """
     fields, _, header_size = _meta_header(path)
     dimensions = _whole_numbers(path, "MetaImage NDims", fields.get("NDims", ""), minimum=1)
@@ -486,11 +514,11 @@ def _check_meta(path: Path, policy: InputPolicy) -> None:
                             f"{dimensions[0]}: one voxel size per axis is needed (a damaged header?)")
     spacing = fields.get("ElementSpacing", fields.get("ElementSize"))
     if spacing:
-        _check_header_spacing(path, "MetaImage ElementSpacing", _floats(spacing.split()))
+        _check_header_spacing(path, "MetaImage ElementSpacing", header_floats(spacing.split()))
     elif "DimSize" in fields and not policy.assume_unit_spacing:  # without DimSize ITK refuses the file itself
         _refuse_unit_spacing(path, "'ElementSpacing' or 'ElementSize'")
     for field in ("Offset", "Origin", "Position"):  # synonyms; ITK reads a value it cannot parse as 0
-        if field in fields and not all(math.isfinite(x) for x in _floats(fields[field].split())):
+        if field in fields and not all(math.isfinite(x) for x in header_floats(fields[field].split())):
             raise ReadError(f"{path}: MetaImage {field} ({fields[field]}) is not a finite position in mm")
     source = fields.get("ElementDataFile", "")
     if not source or source.split()[0] == "LIST" or "%" in source:
@@ -517,8 +545,28 @@ def _check_meta(path: Path, policy: InputPolicy) -> None:
                                    minimum=0) or [0])[0]
         if available < declared:
             _check_data_size(data, path, available, declared)
+        adler = _zlib_adler32(data, offset + skip, declared) if defer_data_check and available == declared else None
+        if adler is not None:
+            return VoxelCheck(data, 0, adler, offset + skip, "adler32", expected, path)
         available = _inflated_length(data, offset + skip)
     _check_data_size(data, path, available, expected)
+    return None
+
+
+def _zlib_adler32(path: Path, start: int, size: int) -> int | None:
+    """The Adler-32 that the zlib stream of ``size`` bytes at byte ``start`` of a file declares
+    for its decompressed data (its last 4 bytes), or None when it does not begin with a zlib
+    header (e.g. a gzip stream)."""
+    if size < 6:  # 2 bytes of header, 4 of checksum
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        head = handle.read(2)
+        handle.seek(start + size - 4)
+        tail = handle.read(4)
+    if len(head) < 2 or head[0] & 0x0F != zlib.DEFLATED or int.from_bytes(head, "big") % 31:
+        return None
+    return int.from_bytes(tail, "big")
 
 
 def _check_data_size(data: Path, header: Path, available: int, expected: int,
@@ -564,7 +612,7 @@ def _inflated_length(path: Path, offset: int) -> int:
 def _whole_numbers(path: Path, what: str, text: str, minimum: int) -> list:
     """The whole numbers of a header field (white-space separated); ReadError naming the field when
     one is not a whole number of at least ``minimum``."""
-    numbers = _floats(text.split())
+    numbers = header_floats(text.split())
     if not all(math.isfinite(n) and n.is_integer() and n >= minimum for n in numbers):
         raise ReadError(f"{path}: {what} ({text}) must be whole numbers of at least {minimum}; a damaged header?")
     return [int(n) for n in numbers]
@@ -577,8 +625,9 @@ def _check_header_spacing(path: Path, what: str, values) -> None:
         raise ReadError(f"{path}: {error}") from None
 
 
-def _floats(texts) -> list:
-    """Numbers of a header field; an unparsable token counts as NaN (so it is refused)."""
+def header_floats(texts) -> list:
+    """Numbers of a header field's tokens (NRRD, MetaImage, DICOM multi-values); an unparsable
+    token counts as NaN (so it is refused)."""
     values = []
     for text in texts:
         try:
