@@ -571,6 +571,10 @@ def _walked_distances(points, queries, star, surface: Surface, offset, cell, fea
     return distances
 
 
+#: The two sides of a structure pair, each with the other.
+_OTHER_SIDE = {"reference": "test", "test": "reference"}
+
+
 def cached_distances(pair, source: str) -> np.ndarray:
     """Unsigned :func:`distances_to_surface` (mm) from the vertices of a structure pair's
     ``source`` surface (``"reference"`` or ``"test"``, :func:`cached_surface`) to the other one,
@@ -591,10 +595,6 @@ def cached_distances_both_ways(pair) -> tuple:
         found = distances_both_ways(cached_surface(pair, "reference"), cached_surface(pair, "test"))
         pair.cache.update({("distances", side): distances for side, distances in zip(_OTHER_SIDE, found)})
     return tuple(cached_distances(pair, side) for side in _OTHER_SIDE)
-
-
-#: The two sides of a structure pair, each with the other.
-_OTHER_SIDE = {"reference": "test", "test": "reference"}
 
 
 def _require_within_reach(points: np.ndarray, what: str) -> None:
