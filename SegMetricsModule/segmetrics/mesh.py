@@ -335,15 +335,15 @@ def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGM
         return None, None
     origin = [s.start for s in joint]
 
-    def build(mask, box, searchable=False):
+    def build(mask, box, with_searches):
         surface = smooth_surface(mask, spacing, sigma_voxels, origin, box) if box is not None else None
-        if searchable and surface is not None:
+        if with_searches and surface is not None:
             _build_searches(surface)
         return surface
 
     if np.prod([s.stop - s.start for s in joint]) <= PARALLEL_BOX_VOXELS:
         return tuple(pool.map(build, masks, boxes, [searchable] * 2))
-    return tuple(map(build, masks, boxes))
+    return tuple(map(build, masks, boxes, [False] * 2))
 
 
 def _flying_edges(field: np.ndarray, spacing: np.ndarray):
