@@ -364,11 +364,7 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     search out of range."""
     if queries.shape[1] != 3:
         raise ValueError("nearest_vertices: needs query points of 3 components")
-    if not (0 < bucket_mm < np.inf and len(low) == 3 and len(shape) == 3 and np.all(shape >= 1)
-            and np.all(shape <= MAX_BUCKETS_PER_AXIS)
-            and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0 and first[-1] == len(order)
-            and np.all(first[1:] >= first[:-1]) and sorted_xyz.shape == (3, len(order))):
-        raise ValueError("nearest_vertices: the grid is not one of vertex_grid")
+    _check_grid(bucket_mm, low, shape, first, order, sorted_xyz)
     nearest = np.full(len(queries), -1, dtype=np.int64)
     squared = np.full(len(queries), np.inf)
     xs, ys, zs = sorted_xyz[0], sorted_xyz[1], sorted_xyz[2]
@@ -414,6 +410,20 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
             else:
                 rings = max(rings + 1, int(min(_rings_for(best, gap, bucket_mm, whole), MAX_RINGS)))
     return nearest, squared
+
+
+@numba.njit(cache=True, nogil=True)
+def _check_grid(bucket_mm, low, shape, first, order, sorted_xyz):
+    """ValueError unless a grid has the structure :func:`vertex_grid` gives it, which the searches
+    over its buckets rely on to stay in range: a positive, finite bucket size (mm), 3 axes of 1 to
+    :data:`MAX_BUCKETS_PER_AXIS` buckets, runs of vertices per bucket from 0 to the number of
+    vertices, never decreasing, and 3 coordinates per vertex. (The vertex indices in ``order``
+    are checked by each caller against what it indexes with them.)"""
+    if not (0 < bucket_mm < np.inf and len(low) == 3 and len(shape) == 3 and np.all(shape >= 1)
+            and np.all(shape <= MAX_BUCKETS_PER_AXIS)
+            and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0 and first[-1] == len(order)
+            and np.all(first[1:] >= first[:-1]) and sorted_xyz.shape == (3, len(order))):
+        raise ValueError("the grid is not one of vertex_grid (buckets, runs of vertices or coordinates)")
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -807,11 +817,9 @@ def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, fir
     of ``|zeta - m|``, with ``m`` their weighted mean of ``zeta``; returned as a 1-tuple (NaN for
     a window of zero weight). ValueError for a grid that is not one of :func:`vertex_grid`,
     per-vertex arrays of another length or a radius that is negative or NaN."""
-    if centres.shape[1] != 3 or len(low) != 3 or len(shape) != 3:
-        raise ValueError("window_deviations: needs centres, grid corner and grid shape of 3 components")
-    if not (0 < bucket_mm < np.inf and np.all(shape >= 1) and len(first) == shape[0] * shape[1] * shape[2] + 1 and first[0] == 0
-            and first[-1] == len(order) and sorted_xyz.shape == (3, len(order))):
-        raise ValueError("window_deviations: the grid is not one of vertex_grid")
+    if centres.shape[1] != 3:
+        raise ValueError("window_deviations: needs centres of 3 components")
+    _check_grid(bucket_mm, low, shape, first, order, sorted_xyz)
     if len(zeta) != len(order) or len(weights) != len(order):
         raise ValueError("window_deviations: one zeta and one weight per vertex of the grid")
     if not radius >= 0:  # also NaN
@@ -819,9 +827,6 @@ def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, fir
     for vertex in order:
         if not 0 <= vertex < len(order):
             raise ValueError("window_deviations: a vertex of the grid is out of range")
-    for key in range(len(first) - 1):
-        if not first[key] <= first[key + 1]:
-            raise ValueError("window_deviations: bucket bounds are not increasing")
     limit = radius ** 2
     widest = max(shape[0], shape[1], shape[2])
     rings = int(np.ceil(radius / bucket_mm)) if radius / bucket_mm < widest else widest  # no int overflow
