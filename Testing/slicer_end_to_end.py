@@ -1,6 +1,6 @@
 """End-to-end run of the Slicer module logic on a headless slicer-core scene.
 
-Loads two label maps (segmetrics.io, as the CLI reads them), makes segmentation nodes of them, runs the
+Loads two label maps (segmetrics.inputs.io, as the CLI reads them), makes segmentation nodes of them, runs the
 comparison with every registered metric group, and writes into OUTPUT_DIR:
 ``results.csv`` (the results table node, saved by Slicer's table storage node), ``msi_slices.csv``
 (per-slice MSI tables, when MSI ran), ``surface.png`` (offscreen 3-D render of both surfaces) and
@@ -20,7 +20,7 @@ from pathlib import Path
 import slicer
 
 from segmetrics import mrml
-from segmetrics.io import load_label_image
+from segmetrics.inputs.io import load_label_image
 from segmetrics.registry import all_groups
 
 DATA = Path(os.environ.get("SEGMETRICS_TEST_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))

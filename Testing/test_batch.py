@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from segmetrics import Parameters, compare
-from segmetrics.batch import Case, match_folders, read_case_log, read_manifest, read_results, run_batch
+from segmetrics.evaluation.batch import Case, match_folders, read_case_log, read_manifest, read_results, run_batch
 from segmetrics.cli import main
-from segmetrics.io import load_label_image
+from segmetrics.inputs.io import load_label_image
 
 METRICS = "overlap"  # cheap, so the real-data runs stay quick; equality does not depend on the group
 
@@ -84,7 +84,7 @@ def test_batch_equals_compare_on_real_pairs(data_dir, tmp_path, dataset, metrics
 
 KILLER = textwrap.dedent("""
     import os, sys
-    import segmetrics.batch as batch
+    import segmetrics.evaluation.batch as batch
     real = batch.evaluate_case
     done = []
     def evaluate_then_die(case, **job):
@@ -121,7 +121,7 @@ def test_killed_run_resumes_without_recomputing(data_dir, tmp_path, monkeypatch)
     with open(out / "cases.jsonl", "a") as handle:
         handle.write('{"case_id": "')  # the kill can also cut the log line
 
-    import segmetrics.batch as batch
+    import segmetrics.evaluation.batch as batch
 
     evaluated = []
     real = batch.evaluate_case
@@ -198,7 +198,7 @@ def test_resuming_with_other_settings_is_refused(tmp_path, data_dir):
 
 
 def test_memory_error_is_a_failed_case(data_dir, tmp_path, monkeypatch):
-    module = importlib.import_module("segmetrics.compare")  # the package attribute is the function
+    module = importlib.import_module("segmetrics.evaluation.compare")  # the package attribute is the function
     cases = _lidc_cases(data_dir, NODULES)
     real = module.compare
 
@@ -257,7 +257,7 @@ def test_metric_order_does_not_depend_on_import_order():
     """Worker processes import the metric modules in another order than the caller; records must list alike."""
     from segmetrics.registry import all_groups
 
-    code = "import segmetrics.lesions, segmetrics.roughness, segmetrics.msi, segmetrics.distance\n" \
+    code = "import segmetrics.metrics.lesions, segmetrics.metrics.roughness, segmetrics.metrics.msi, segmetrics.metrics.distance\n" \
            "from segmetrics.registry import all_groups\nprint(','.join(all_groups()))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().split(",") == list(all_groups()) == ["overlap", "distance", "msi", "roughness", "contours",

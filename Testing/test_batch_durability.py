@@ -18,7 +18,7 @@ import SimpleITK as sitk
 
 from batch_hooks import evaluate_or_die
 from segmetrics import compare
-from segmetrics.batch import BatchError, Case, read_case_log, read_manifest, read_results, run_batch
+from segmetrics.evaluation.batch import BatchError, Case, read_case_log, read_manifest, read_results, run_batch
 from segmetrics.cli import main
 
 METRICS = "overlap"
@@ -248,7 +248,7 @@ def test_folder_as_manifest_and_file_as_output_are_refused(tmp_path):
 def test_workers_that_cannot_start_stop_the_run_with_one_error():
     """A function the children cannot import (defined in ``python -c``) would fail every case alike."""
     code = textwrap.dedent("""
-        from segmetrics.workers import run_isolated
+        from segmetrics.evaluation.workers import run_isolated
         def square(x):
             return x * x
         try:

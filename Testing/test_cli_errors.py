@@ -212,14 +212,14 @@ def test_interrupt_exits_130_and_programming_errors_are_not_disguised(files, cap
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("segmetrics.io.load_label_image", interrupted)
+    monkeypatch.setattr("segmetrics.inputs.io.load_label_image", interrupted)
     code, _, err = _run(capsys, ["compare", files["ref"], files["test"]])
     assert code == 130 and err == "segmetrics compare: interrupted\n"
 
     def buggy(*args, **kwargs):
         raise TypeError("a bug")
 
-    monkeypatch.setattr("segmetrics.io.load_label_image", buggy)
+    monkeypatch.setattr("segmetrics.inputs.io.load_label_image", buggy)
     with pytest.raises(TypeError, match="a bug"):
         main(["compare", str(files["ref"]), str(files["test"])])
 

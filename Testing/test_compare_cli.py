@@ -10,8 +10,8 @@ import SimpleITK as sitk
 
 import segmetrics
 from segmetrics.cli import main
-from segmetrics.geometry import LabelImage
-from segmetrics.output import records_to_csv, safe_csv_cell
+from segmetrics.spatial.geometry import LabelImage
+from segmetrics.outputs.tables import records_to_csv, safe_csv_cell
 
 
 def _write(path, array, spacing_xyz=(1.0, 1.0, 1.0), origin=(0.0, 0.0, 0.0)):

@@ -10,7 +10,7 @@ import pytest
 from scipy.integrate import quad
 
 from segmetrics import compare
-from segmetrics.contours import SAMPLE_STEP_MM
+from segmetrics.metrics.contours import SAMPLE_STEP_MM
 from segmetrics.registry import Parameters
 from test_dicom import circle, rectangle, write_rtstruct
 from test_slices import polygon_area
@@ -92,8 +92,8 @@ def test_extra_test_planes_add_nothing_and_empty_sides_have_statuses(tmp_path):
 def test_polygon_and_rasterised_results_agree_within_one_pixel(tmp_path, shift):
     """The boundary of a rasterised polygon moves by less than a pixel: distances agree within a
     pixel, and the raster APL lies between the polygon APLs at tolerances one pixel apart."""
-    from segmetrics.geometry import LabelImage
-    from segmetrics.io import load_pair
+    from segmetrics.spatial.geometry import LabelImage
+    from segmetrics.inputs.io import load_pair
 
     resolution, tolerance = 0.5, 1.0
     write_rtstruct(tmp_path / "reference.dcm", {"disk": [circle(15.0, z) for z in PLANES]})
@@ -126,7 +126,7 @@ def test_mask_apl_of_a_square_missing_a_strip():
 
 
 def test_real_contours_with_dropped_planes_add_their_reference_length(tmp_path, data_dir):
-    from segmetrics.dicom import read_structure_set
+    from segmetrics.inputs.dicom import read_structure_set
 
     real = read_structure_set(data_dir / "dicompyler_core/rtss.dcm")
     heart = real.contours[next(n for n, name in real.names.items() if name == "Heart")]
@@ -141,7 +141,7 @@ def test_real_contours_with_dropped_planes_add_their_reference_length(tmp_path, 
 
 
 def _real_heart(data_dir):
-    from segmetrics.dicom import read_structure_set
+    from segmetrics.inputs.dicom import read_structure_set
 
     real = read_structure_set(data_dir / "dicompyler_core/rtss.dcm")
     return real.contours[next(n for n, name in real.names.items() if name == "Heart")]
@@ -231,7 +231,7 @@ def test_contours_of_pixels_far_longer_than_wide_take_bounded_samples(seed):
     the reference length of each slice's boundary (brute force: the marching-squares contours)."""
     import SimpleITK as sitk
 
-    from segmetrics.mesh import contours_2d
+    from segmetrics.spatial.mesh import contours_2d
 
     rng = np.random.default_rng(seed)
     mask = (rng.random((3, 4, 3)) < 0.5).astype(np.uint8)

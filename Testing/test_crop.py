@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from vtk.util.numpy_support import vtk_to_numpy
 
-from segmetrics.compare import compare
-from segmetrics.geometry import LabelImage, bounding_box, label_boxes
+from segmetrics.evaluation.compare import compare
+from segmetrics.spatial.geometry import LabelImage, bounding_box, label_boxes
 from segmetrics.registry import Parameters, StructurePair, all_groups
 
 SPACING = (2.0, 0.7, 0.9)
@@ -125,9 +125,9 @@ def test_labels_and_boxes_of_negative_and_large_values():
 def test_a_boolean_mask_is_read_in_place_not_copied():
     """A 0/1 mask whose storage is canonical is measured through a read-only view of the caller's
     array (no copy of the pair's box); a label map's label, or a reversed storage, gives a new mask."""
-    from segmetrics.compare import _mask
-    from segmetrics.io import load_label_image
-    from segmetrics.orientation import canonical
+    from segmetrics.evaluation.compare import _mask
+    from segmetrics.inputs.io import load_label_image
+    from segmetrics.spatial.orientation import canonical
 
     array = np.zeros((6, 7, 8), bool)
     array[1:4, 2:5, 3:6] = True

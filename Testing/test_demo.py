@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from segmetrics.batch import read_results
+from segmetrics.evaluation.batch import read_results
 from segmetrics.cli import main
 from segmetrics.demo import reference_path, simulate_auto_contour
-from segmetrics.io import load_label_image
+from segmetrics.inputs.io import load_label_image
 from segmetrics.registry import all_groups
-from segmetrics.render import rendering_available
+from segmetrics.outputs.render import rendering_available
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +77,8 @@ def test_simulated_errors_show_in_the_metrics(demo):
 
 
 def test_missed_structure_is_counted_not_penalised_by_default_and_the_diagonal_on_request(demo):
-    from segmetrics.aggregate import aggregate
-    from segmetrics.batch import read_case_log
+    from segmetrics.evaluation.aggregate import aggregate
+    from segmetrics.evaluation.batch import read_case_log
 
     hd = _values(demo, "hd_mm")
     if not hd:

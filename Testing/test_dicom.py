@@ -9,10 +9,10 @@ import pytest
 import SimpleITK as sitk
 
 from segmetrics import compare
-from segmetrics.dicom import DEFAULT_CONTOUR_RESOLUTION_MM, fill_even_odd, read_structure_set
-from segmetrics.geometry import resample_nearest
-from segmetrics.io import ReadError, apply_name_map, load_label_image, load_pair
-from segmetrics.structure_names import match_key, normalise_name
+from segmetrics.inputs.dicom import DEFAULT_CONTOUR_RESOLUTION_MM, fill_even_odd, read_structure_set
+from segmetrics.spatial.geometry import resample_nearest
+from segmetrics.inputs.io import ReadError, apply_name_map, load_label_image, load_pair
+from segmetrics.inputs.structure_names import match_key, normalise_name
 
 
 def write_rtstruct(path, rois: dict) -> None:
@@ -113,7 +113,7 @@ def test_polygon_regions_follow_the_even_odd_rule_of_the_rasteriser(tmp_path):
     """The exact polygon region (MSI, Dice on polygons) and the raster fill agree: a contour traced
     twice or given twice cancels, a second ring inside is a hole, an out-and-back polygon (not on one
     line) encloses nothing. Edges at .5 mm: the 1 mm grid's pixel count is the area, exactly."""
-    from segmetrics.dicom import even_odd_region
+    from segmetrics.inputs.dicom import even_odd_region
 
     square, hole = rectangle(0.5, 0.5, 10.5, 10.5, 0), rectangle(3.5, 3.5, 6.5, 6.5, 0)
     out_and_back = np.array([[0.5, 0.5, 0], [10.5, 0.5, 0], [10.5, 10.5, 0], [10.5, 0.5, 0]])
@@ -139,7 +139,7 @@ def test_polygon_regions_contain_the_pixel_centres_the_rasteriser_fills():
     """Random self-crossing rings, repeated rings and out-and-back rings: the pixel centres inside
     the exact region are those :func:`fill_even_odd` fills (random coordinates: no centre on an edge)."""
     import shapely
-    from segmetrics.dicom import even_odd_region
+    from segmetrics.inputs.dicom import even_odd_region
 
     rng = np.random.default_rng(3)
     rows, columns = np.mgrid[0:30, 0:30]
@@ -219,7 +219,7 @@ def test_irregular_contour_planes_ask_for_the_image_series(tmp_path):
 
 # ----------------------------------------------------------------------- structure matching
 def test_names_match_ignoring_case_and_separators_and_by_synonyms(tmp_path):
-    from segmetrics.structure_names import read_synonyms
+    from segmetrics.inputs.structure_names import read_synonyms
 
     assert normalise_name("Lung_L") == normalise_name("lung l") == normalise_name("LUNG-L") == "lung l"
     square = [rectangle(0.5, 0.5, 10.5, 10.5, 0)]
@@ -260,7 +260,7 @@ def test_cli_compares_two_structure_sets(tmp_path, capsys):
 
 
 def test_batch_manifest_accepts_structure_sets(tmp_path):
-    from segmetrics.batch import Case, evaluate_case
+    from segmetrics.evaluation.batch import Case, evaluate_case
 
     write_rtstruct(tmp_path / "ref.dcm", {"Heart": [circle(10, z) for z in (0.0, 2.0)]})
     write_rtstruct(tmp_path / "test.dcm", {"heart": [circle(10, z, centre=(0.5, 0)) for z in (0.0, 2.0, 4.0)]})
@@ -326,8 +326,8 @@ def test_overlapping_segments_survive_resampling(data_dir):
 
 def test_a_dicom_series_folder_as_the_resampling_grid(tmp_path, data_dir):
     series = data_dir / "dcmqi/ct-3slice"
-    from segmetrics.dicom import read_image_grid
-    from segmetrics.geometry import LabelImage
+    from segmetrics.inputs.dicom import read_image_grid
+    from segmetrics.spatial.geometry import LabelImage
 
     ct = read_image_grid(series)
     # the same box on a coarse and on a fine grid covering the CT, both with their own geometry
@@ -359,7 +359,7 @@ def test_slicer_segmentations_with_planar_contour_source(tmp_path):
     assert result["disk"].value("dice") == pytest.approx(lens / (math.pi * radius ** 2), rel=0.01)
     assert result["disk"].value("hd_mm") == pytest.approx(shift, abs=1.0)  # one 1 mm pixel
     assert result["empty"].status == "both_empty"
-    assert any("planar contour (rasterised by segmetrics.dicom" in note for note in result.notes)
+    assert any("planar contour (rasterised by segmetrics.inputs.dicom" in note for note in result.notes)
     assert [n.GetSegmentation().GetSourceRepresentationName() for n in nodes] == ["Planar contour"] * 2
     assert nodes[0].GetSegmentation().GetNumberOfSegments() == 2  # the inputs are left as they were
 
@@ -576,8 +576,8 @@ def test_a_gzipped_image_grid_is_decompressed_once_and_a_damaged_one_refused(tmp
     """An --image / --resample-to .nii.gz has its gzip stream checked on the voxels ITK read (as
     every input): an intact file is decompressed once, not a second time by the file checks; a
     file with one damaged byte in its stream is still refused."""
-    from segmetrics import validation
-    from segmetrics.dicom import read_image_grid
+    from segmetrics.inputs import validation
+    from segmetrics.inputs.dicom import read_image_grid
 
     rng = np.random.default_rng(7)
     image = sitk.GetImageFromArray(rng.integers(-1000, 1000, (6, 20, 30)).astype(np.int16))
@@ -617,7 +617,7 @@ def test_an_image_series_with_uneven_slices_is_refused(tmp_path, data_dir, capfd
     import pydicom
 
     from segmetrics.cli import main
-    from segmetrics.dicom import read_image_grid
+    from segmetrics.inputs.dicom import read_image_grid
 
     shutil.copytree(data_dir / "dcmqi/ct-3slice", tmp_path / "series")
     read = []
@@ -646,7 +646,7 @@ def test_label_packing_takes_whole_masks_and_slice_dicts_along_the_same_axis(sli
     """_label_image's two mask forms (a 3-D array, ``{slice: 2-D mask}`` along ``slice_axis``) give
     the same labels: whole arrays were cut along the first axis whatever ``slice_axis`` said, so a
     (4, 5, 6) mask with slices along axis 1 raised or landed transposed."""
-    from segmetrics.dicom import _label_image
+    from segmetrics.inputs.dicom import _label_image
 
     rng = np.random.default_rng(slice_axis)
     first, second = rng.random((2, 4, 5, 6)) < 0.3

@@ -7,8 +7,8 @@ import SimpleITK as sitk
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from segmetrics import distance as D
-from segmetrics import _kernels, mesh
+from segmetrics.metrics import distance as D
+from segmetrics.spatial import _kernels, mesh
 from segmetrics.registry import Parameters, Status, StructurePair
 
 surface_distance = pytest.importorskip("surface_distance")

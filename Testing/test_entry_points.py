@@ -9,9 +9,9 @@ import pytest
 import SimpleITK as sitk
 
 import segmetrics
-from segmetrics.batch import Case, run_batch
+from segmetrics.evaluation.batch import Case, run_batch
 from segmetrics.cli import main
-from segmetrics.io import ReadError, load_label_image
+from segmetrics.inputs.io import ReadError, load_label_image
 
 REFERENCE = np.zeros((8, 10, 12), np.uint8)
 REFERENCE[2:6, 2:8, 3:9] = 1
@@ -51,7 +51,7 @@ BAD_OPTIONS = [
 @pytest.mark.parametrize("options, flags, message", BAD_OPTIONS)
 def test_bad_options_are_refused_by_the_python_api_before_reading(files, options, flags, message, monkeypatch):
     folder, reference, test = files
-    monkeypatch.setattr(segmetrics.io, "read_label_image", lambda *a, **k: pytest.fail("inputs read before the check"))
+    monkeypatch.setattr(segmetrics.inputs.io, "read_label_image", lambda *a, **k: pytest.fail("inputs read before the check"))
     with pytest.raises(ValueError, match=message):
         segmetrics.compare(reference, test, **options)
 
@@ -179,19 +179,19 @@ def test_frame_classes_must_be_whole_label_values(tmp_path, classes, message):
     """Such a class can never occur: it was scored as empty (both_empty) without a word."""
     with pytest.raises(ValueError, match=message):
         segmetrics.evaluate_frames([FRAME_PREDICTION], [FRAME_TRUTH], classes=classes)
-    from segmetrics.frames import evaluate_folders
+    from segmetrics.evaluation.frames import evaluate_folders
     with pytest.raises(ValueError, match=message):
         evaluate_folders(tmp_path / "missing", tmp_path / "missing", classes=classes)
 
 
 def test_evaluate_folders_refuses_a_wrong_input_policy_like_compare_and_batch(tmp_path):
     """It failed with an AttributeError from inside the readers (a dict has no allow_many_labels)."""
-    from segmetrics.frames import evaluate_folders
+    from segmetrics.evaluation.frames import evaluate_folders
 
     for folder, frame in (("prediction", FRAME_PREDICTION), ("truth", FRAME_TRUTH)):
         (tmp_path / folder).mkdir()
         np.save(tmp_path / folder / "f0.npy", frame)
-    with pytest.raises(ValueError, match="input_policy must be segmetrics.io.InputPolicy, got {'allow_lossy': True}"):
+    with pytest.raises(ValueError, match="input_policy must be segmetrics.inputs.io.InputPolicy, got {'allow_lossy': True}"):
         evaluate_folders(tmp_path / "prediction", tmp_path / "truth", input_policy={"allow_lossy": True})
 
 
@@ -220,7 +220,7 @@ def test_cli_compare_refuses_a_bad_names_or_synonyms_file_before_reading_the_ima
                                                                                    monkeypatch):
     folder, reference, test = files
     (folder / "extra.json").write_text(text)
-    monkeypatch.setattr(segmetrics.io, "read_label_image", lambda *a, **k: pytest.fail("images read before the check"))
+    monkeypatch.setattr(segmetrics.inputs.io, "read_label_image", lambda *a, **k: pytest.fail("images read before the check"))
     assert main(["compare", str(reference), str(test), option, str(folder / "extra.json")]) == 2
     assert "extra.json: " in (error := capsys.readouterr().err) and reason in error, error
 
@@ -237,7 +237,7 @@ def test_a_probability_map_with_nan_is_refused_even_with_a_threshold():
                                         ("scores.csv", "frame,instance,score\nf0,1,inf\n")])
 def test_instance_scores_must_be_finite(tmp_path, name, text):
     """A NaN score ranked its instance arbitrarily in the AP (sorting NaN is undefined)."""
-    from segmetrics.frames import read_scores
+    from segmetrics.evaluation.frames import read_scores
 
     (tmp_path / name).write_text(text)
     with pytest.raises(ValueError, match=f"{name}: the score of instance 1 of frame f0 is (nan|inf), not a finite"):
@@ -245,7 +245,7 @@ def test_instance_scores_must_be_finite(tmp_path, name, text):
 
 
 def test_a_score_map_with_nan_is_refused(tmp_path):
-    from segmetrics.frames import evaluate_folders
+    from segmetrics.evaluation.frames import evaluate_folders
 
     for folder, array in (("prediction", FRAME_PREDICTION), ("truth", FRAME_TRUTH)):
         (tmp_path / folder).mkdir()
@@ -273,7 +273,7 @@ def test_slicer_logic_refuses_unknown_segment_ids_and_an_empty_selection():
 
 @pytest.mark.parametrize("damage", ["cut", "pickled"])
 def test_a_damaged_npy_frame_is_one_line_naming_it(tmp_path, damage):
-    from segmetrics.frames import read_frame
+    from segmetrics.evaluation.frames import read_frame
 
     np.save(tmp_path / "f0.npy", FRAME_TRUTH)
     raw = (tmp_path / "f0.npy").read_bytes()

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from segmetrics.cli import main
-from segmetrics.frames import EdgeRules, evaluate_folders, evaluate_frames, frame_overlaps
+from segmetrics.evaluation.frames import EdgeRules, evaluate_folders, evaluate_frames, frame_overlaps
 
 # Four 2x3 frames, classes 1 and 2 (hand-computed values below):
 # A: gt class 1 = 4 px; pred class 1 = 2 px inside it, pred class 2 = 1 px (gt has none).
@@ -247,7 +247,7 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys, problem):
 
 
 def test_fetreg_sample_frames_against_themselves_and_a_perturbation(data_dir):
-    from segmetrics.frames import read_frame
+    from segmetrics.evaluation.frames import read_frame
 
     paths = sorted((data_dir / "fetreg2021_sample" / "output").glob("*.png"))
     gts = [read_frame(p) for p in paths]
@@ -331,7 +331,7 @@ def test_cli_refuses_folders_in_the_old_order_by_name(tmp_path, capsys):
 @pytest.mark.parametrize("first, second", [("preds", "gts"), ("y_pred", "y_true"), ("inferTs", "labelsTs"),
                                            ("PREDICTIONS", "GroundTruth"), ("test", "gt")])
 def test_folder_names_in_the_old_order_are_recognised_in_common_spellings(tmp_path, first, second):
-    from segmetrics.frames import swapped_by_name
+    from segmetrics.evaluation.frames import swapped_by_name
 
     for name in (first, second, "run_a", f"{first}_{second}"):
         (tmp_path / name).mkdir()
@@ -394,7 +394,7 @@ def test_class_names_that_look_like_rich_markup_are_shown_as_written(tmp_path, c
 
 def test_old_order_message_names_folders_given_as_dot(tmp_path, monkeypatch):
     """'.' and '..' paths are named by the folders they resolve to (the message showed '()')."""
-    from segmetrics.frames import swapped_by_name
+    from segmetrics.evaluation.frames import swapped_by_name
 
     (tmp_path / "predictions").mkdir()
     (tmp_path / "labels").mkdir()

@@ -1,4 +1,4 @@
-"""Damaged files are refused by the readers' shared checks (segmetrics.validation), whatever the format:
+"""Damaged files are refused by the readers' shared checks (segmetrics.inputs.validation), whatever the format:
 data cut short or longer than the header declares, damaged or incomplete compressed streams, garbage
 after them, impossible NIfTI dimensions, NRRD axes without a voxel size, NRRD and MetaImage headers that state
 no voxel size at all or not one per axis, and unparsable ASCII data.
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 
-from segmetrics import validation
-from segmetrics.io import ReadError, load_label_image
+from segmetrics.inputs import validation
+from segmetrics.inputs.io import ReadError, load_label_image
 
 ARRAY = np.zeros((6, 20, 24), np.uint8)
 ARRAY[1:5, 3:15, 4:18] = 1
@@ -199,7 +199,7 @@ def test_ascii_nrrd_that_is_not_numbers_is_refused_without_crashing(tmp_path, da
     """ITK (teem) crashes the process on a long unparsable token of ASCII data: checked in a child process."""
     path = tmp_path / "a.nrrd"
     path.write_bytes(nrrd_header("ascii", sizes=(3000, 1, 1), directions="(1,0,0) (0,1,0) (0,0,1)") + data)
-    script = ("import sys\nfrom segmetrics.io import ReadError, load_label_image\ntry:\n"
+    script = ("import sys\nfrom segmetrics.inputs.io import ReadError, load_label_image\ntry:\n"
               f"    load_label_image({str(path)!r})\nexcept ReadError as error:\n    print(error)\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-500:]
@@ -325,7 +325,7 @@ def ct_series(data_dir, tmp_path, edit_middle=None, cut_middle=None):
 @pytest.mark.parametrize("cut", [-10, 20000])
 def test_a_series_with_an_unreadable_slice_file_is_refused(data_dir, tmp_path, cut):
     """GDCM skipped the cut file: the grid had 2 slices 2 mm apart instead of 3 at 1 mm, without a word."""
-    from segmetrics.dicom import read_image_grid
+    from segmetrics.inputs.dicom import read_image_grid
 
     assert read_image_grid(ct_series(data_dir, tmp_path)).array.shape == (3, 512, 512)
     with pytest.raises(ReadError, match="02.dcm: a DICOM image of the series folder .* cannot be read"):
@@ -337,7 +337,7 @@ def test_a_series_with_an_unreadable_slice_file_is_refused(data_dir, tmp_path, c
     ("ImageOrientationPatient", [0, 1, 0, 1, 0, 0], "differ in image orientation"),
 ])
 def test_a_series_whose_slices_disagree_is_refused(data_dir, tmp_path, field, value, message):
-    from segmetrics.dicom import read_image_grid
+    from segmetrics.inputs.dicom import read_image_grid
 
     with pytest.raises(ReadError, match=message):
         read_image_grid(ct_series(data_dir, tmp_path, edit_middle=lambda dataset: setattr(dataset, field, value)))
@@ -350,7 +350,7 @@ def test_a_series_whose_slices_disagree_is_refused(data_dir, tmp_path, field, va
 def test_a_series_whose_slices_differ_only_by_rounding_is_read(data_dir, tmp_path, field, change):
     """Scanners print a slice's spacing and direction cosines with varying precision: values within
     the geometry tolerance (1e-4) are the same, as everywhere else in the package."""
-    from segmetrics.dicom import read_image_grid
+    from segmetrics.inputs.dicom import read_image_grid
 
     def edit(dataset):
         setattr(dataset, field, change(getattr(dataset, field)))
@@ -361,7 +361,7 @@ def test_a_series_whose_slices_differ_only_by_rounding_is_read(data_dir, tmp_pat
 def test_a_series_pixel_spacing_of_zero_is_refused_not_read_as_1mm(data_dir, tmp_path):
     import pydicom
 
-    from segmetrics.dicom import read_image_grid
+    from segmetrics.inputs.dicom import read_image_grid
 
     folder = ct_series(data_dir, tmp_path)
     for path in folder.iterdir():
@@ -462,7 +462,7 @@ def test_a_mask_drawn_as_transparency_is_refused_not_read_as_empty(tmp_path, mod
 @pytest.mark.parametrize("key", ["1.5", "nan", "inf"])
 def test_a_name_map_key_that_is_not_a_whole_label_value_is_refused(tmp_path, key):
     """"1.5" was truncated to label 1 and named silently."""
-    from segmetrics.io import read_name_map
+    from segmetrics.inputs.io import read_name_map
 
     (tmp_path / "names.json").write_text(f'{{"{key}": "liver", "2": "tumour"}}')
     with pytest.raises(ReadError, match="names.json: expected a JSON object of label values and names"):
@@ -522,7 +522,7 @@ def header_without_spacing(tmp_path, suffix, spacing_line=""):
 def test_a_header_without_any_voxel_size_is_refused_not_read_as_1mm(tmp_path, suffix):
     """ITK (and slicerio) read such a file as 1 mm voxels without a word; only an explicit
     assume_unit_spacing accepts it, and then the voxels are read intact at 1 mm."""
-    from segmetrics.io import InputPolicy
+    from segmetrics.inputs.io import InputPolicy
 
     path = header_without_spacing(tmp_path, suffix)
     fields = "'ElementSpacing' or 'ElementSize'" if suffix.startswith(".mh") else "'space directions' or 'spacings'"
@@ -598,7 +598,7 @@ def test_a_grid_file_without_any_voxel_size_is_refused_unless_assumed(tmp_path):
     """``resample_to`` (CLI --resample-to) and ``image`` read a grid file with the caller's
     input_policy too (the grid reader used the default policy, so the override could not reach it)."""
     import segmetrics
-    from segmetrics.io import InputPolicy
+    from segmetrics.inputs.io import InputPolicy
 
     image = sitk.GetImageFromArray(ARRAY)  # 1 mm voxels at the origin: the grid the header-less file gets
     sitk.WriteImage(image, str(tmp_path / "mask.nrrd"))

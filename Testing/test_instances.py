@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from segmetrics.instances import (
+from segmetrics.metrics.instances import (
     IOU_THRESHOLDS,
     Instances,
     average_precision,
@@ -237,7 +237,7 @@ def test_detection_precision_recall_f1_hand_computed():
 
 
 def test_map_equals_pycocotools_on_axons(data_dir):
-    from segmetrics.io import load_label_image
+    from segmetrics.inputs.io import load_label_image
 
     axons = load_label_image(data_dir / "ivadomed_axondeepseg_sem" / "sub-rat3_ses-01_sample-data9_SEM_seg-axon-manual.png").array
     semantic = (axons > 0).astype(np.uint8)
@@ -248,7 +248,7 @@ def test_map_equals_pycocotools_on_axons(data_dir):
 
 
 def test_map_equals_pycocotools_on_fetreg_frames(data_dir):
-    from segmetrics.io import load_label_image
+    from segmetrics.inputs.io import load_label_image
 
     images = []
     for seed, path in enumerate(sorted((data_dir / "fetreg2021_sample" / "output").glob("*.png"))):
@@ -259,7 +259,7 @@ def test_map_equals_pycocotools_on_fetreg_frames(data_dir):
 
 
 def test_map_equals_pycocotools_on_spine_slices(data_dir):
-    from segmetrics.io import load_label_image
+    from segmetrics.inputs.io import load_label_image
 
     folder = data_dir / "panoptica_spine" / "matched_instance"
     ref, pred = (load_label_image(folder / f"{n}.nii.gz").array for n in ("ref", "pred"))
@@ -278,7 +278,7 @@ def test_map_equals_pycocotools_on_spine_slices(data_dir):
 
 
 def test_lesion_detection_runs_on_3d_brain_lesions(data_dir):
-    from segmetrics.io import load_label_image
+    from segmetrics.inputs.io import load_label_image
 
     folder = data_dir / "metricsreloaded_brain_lesions"
     ref = load_label_image(folder / "Ref" / "CorrectLesion_0002_01_Ref.nii.gz", threshold=0.5).array

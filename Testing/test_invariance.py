@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from scipy.spatial import cKDTree
 from vtk.util.numpy_support import vtk_to_numpy
 
-from segmetrics import mesh
-from segmetrics.compare import compare
-from segmetrics.geometry import LabelImage
-from segmetrics.orientation import Reorientation, canonical
+from segmetrics.spatial import mesh
+from segmetrics.evaluation.compare import compare
+from segmetrics.spatial.geometry import LabelImage
+from segmetrics.spatial.orientation import Reorientation, canonical
 from segmetrics.registry import Parameters, Status
 
 RTOL = 1e-9

@@ -8,8 +8,8 @@ import SimpleITK as sitk
 import slicerio
 
 import segmetrics
-from segmetrics.geometry import GeometryMismatchError, LabelImage, check_same_geometry
-from segmetrics.io import ReadError, load_label_image, read_name_map
+from segmetrics.spatial.geometry import GeometryMismatchError, LabelImage, check_same_geometry
+from segmetrics.inputs.io import ReadError, load_label_image, read_name_map
 
 SLICERIO_SAMPLE = os.path.join(os.path.dirname(slicerio.__file__), "data", "Segmentation.seg.nrrd")
 
@@ -99,7 +99,7 @@ def test_resample_to_reference_recovers_the_crop(data_dir):
     manual_image = load_label_image(manual)
     shifted = np.zeros(load_label_image(auto).array.shape, np.int64)
     shifted[10:110, 149:353, 130:396] = manual_image.array
-    expected = segmetrics.overlap.dice(load_label_image(auto).array > 0, shifted > 0)
+    expected = segmetrics.metrics.overlap.dice(load_label_image(auto).array > 0, shifted > 0)
     assert result.structures[0].value("dice") == pytest.approx(expected, abs=1e-12)
     assert expected > 0.99
 
@@ -150,8 +150,8 @@ def test_multi_layer_seg_nrrd_keeps_overlapping_segments():
 def test_load_pair_reports_the_reference_first_when_both_inputs_are_bad(tmp_path, threads):
     """The two inputs are read in the package's threads (one in a batch worker): the reference's
     error surfaces when both are bad, else the bad one's, as when they were read one after the other."""
-    from segmetrics import _threads
-    from segmetrics.io import load_pair
+    from segmetrics.spatial import _threads
+    from segmetrics.inputs.io import load_pair
 
     good = tmp_path / "good.nii.gz"
     sitk.WriteImage(sitk.GetImageFromArray(np.ones((2, 3, 4), np.uint8)), str(good))

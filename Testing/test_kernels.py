@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from scipy import ndimage
 from scipy.spatial import cKDTree
 
-from segmetrics import _kernels, geometry, mesh
+from segmetrics.spatial import _kernels, geometry, mesh
 from segmetrics.registry import Parameters
 
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -53,7 +53,7 @@ def test_an_index_out_of_range_raises_in_a_fresh_and_in_a_cached_kernel():
 
 
 def test_child_processes_check_bounds_too():
-    code = "import numpy as np; from segmetrics import _kernels; _kernels._vertex(np.zeros((2, 3)), 5)"
+    code = "import numpy as np; from segmetrics.spatial import _kernels; _kernels._vertex(np.zeros((2, 3)), 5)"
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert child.returncode == 1 and "IndexError" in child.stderr, child.stderr[-2000:]
 
@@ -256,7 +256,7 @@ def point_cell(p, corners):
 
 
 def walk(queries, nearest, points, cells):
-    """:func:`segmetrics._kernels.closest_points` with the cells per vertex from its kernel."""
+    """:func:`segmetrics.spatial._kernels.closest_points` with the cells per vertex from its kernel."""
     return _kernels.closest_points(
         queries, nearest, points, cells, *_kernels.cells_by_vertex(cells, len(points)), _kernels.FEATURE_CORNERS[cells.shape[1]]
     )
@@ -686,7 +686,7 @@ def test_ray_kernels_refuse_indices_out_of_range(bad):
 def test_window_deviations_against_all_pairs(point_set, seed, radius):
     """Weighted mean |zeta - window mean| over the points within radius (squared distance at
     most radius**2, the point itself included) on any grid, against all pairs in NumPy."""
-    from segmetrics.mesh import point_grid
+    from segmetrics.spatial.mesh import point_grid
 
     points = point_set.points
     rng = np.random.default_rng(seed)
@@ -700,7 +700,7 @@ def test_window_deviations_against_all_pairs(point_set, seed, radius):
 
 
 def test_window_deviations_refuse_a_grid_of_other_points():
-    from segmetrics.mesh import point_grid
+    from segmetrics.spatial.mesh import point_grid
 
     points = np.eye(3)
     grid = point_grid(points, np.ones(3))
@@ -814,7 +814,7 @@ def test_inside_test_refuses_contour_bounds_that_decrease_and_an_order_that_does
 def test_jobs_queued_together_each_get_their_own_rows_back(monkeypatch):
     """The chunks of several jobs share the pool; each job gets its outputs joined in its own row
     order (jobs of no rows, one row and many chunks, with their own shared arguments)."""
-    from segmetrics import _threads
+    from segmetrics.spatial import _threads
 
     monkeypatch.setattr(_threads, "_THREADS", 2)  # several chunks per job on any machine
     rng = np.random.default_rng(5)
@@ -829,7 +829,7 @@ def test_jobs_queued_together_each_get_their_own_rows_back(monkeypatch):
 def test_in_threads_refuses_per_point_arrays_of_other_lengths():
     """Directions and zeta of other lengths were cut by the directions' chunks: the extra zeta
     values were dropped without a word."""
-    from segmetrics._threads import in_threads
+    from segmetrics.spatial._threads import in_threads
 
     cells = _kernels.ray_cells(np.eye(3), np.array([[0, 1, 2]]), np.zeros(3))
     shared = (*cells, 1e-9, 2, *_kernels.direction_grid(cells[0], cells[1], 2))
@@ -843,7 +843,7 @@ def test_in_threads_refuses_per_point_arrays_of_other_lengths():
 NESTED_THREADS = """
 import os, sys
 import numpy as np
-from segmetrics import _threads
+from segmetrics.spatial import _threads
 _threads.set_thread_count(1)
 points = np.arange(3 * 8 * _threads.MIN_POINTS_PER_CHUNK, dtype=float).reshape(-1, 3)
 task = _threads.thread_pool().submit(_threads.in_threads, lambda rows: (rows.sum(axis=1),), (points,), ())
@@ -1064,7 +1064,7 @@ def test_grids_of_micrometre_voxels_that_differ_are_not_taken_as_one():
     """Spacings and origins were compared with an absolute 1e-4 mm: voxels of 1e-6 and 5e-5 mm, or
     grids 50 voxels of 1e-6 mm apart, passed as one grid and were compared voxel by voxel."""
     from segmetrics import compare
-    from segmetrics.geometry import GeometryMismatchError, LabelImage
+    from segmetrics.spatial.geometry import GeometryMismatchError, LabelImage
 
     mask = np.zeros((4, 5, 6), np.uint8)
     mask[1:3, 1:4, 1:5] = 1

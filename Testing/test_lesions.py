@@ -140,7 +140,7 @@ def test_size_edges_default_and_from_a_list():
 
 
 def test_equivalent_diameter_is_that_of_the_ball_or_disc_of_equal_size():
-    from segmetrics.instances import equivalent_diameter_mm
+    from segmetrics.metrics.instances import equivalent_diameter_mm
 
     # 3-D: 1000 voxels of 2 x 1 x 0.5 mm = 1000 mm³; a ball of volume V has diameter (6 V / pi)^(1/3)
     np.testing.assert_allclose(equivalent_diameter_mm([1000], (2.0, 1.0, 0.5)), [(6000 / np.pi) ** (1 / 3)])

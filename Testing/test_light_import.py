@@ -66,6 +66,6 @@ def test_static_metric_names_equal_the_registered_groups():
 def test_kernels_compile_once_with_one_message(tmp_path):
     """A missing numba cache is compiled on first use with one line on stderr; the next process is quiet."""
     environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    runs = [subprocess.run([sys.executable, "-c", "import segmetrics.mesh"], capture_output=True, text=True,
+    runs = [subprocess.run([sys.executable, "-c", "import segmetrics.spatial.mesh"], capture_output=True, text=True,
                            timeout=300, env=environment) for _ in range(2)]
     assert [run.stderr.count("compiling kernels, once") for run in runs] == [1, 0], runs[0].stderr

@@ -9,8 +9,8 @@ from scipy.spatial import cKDTree
 from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
-from segmetrics import _kernels, mesh
-from segmetrics.geometry import LabelImage
+from segmetrics.spatial import _kernels, mesh
+from segmetrics.spatial.geometry import LabelImage
 
 
 def ball(radius_mm, spacing, margin=3):

@@ -9,7 +9,9 @@ from PIL import Image
 from scipy import ndimage
 from vtk.util.numpy_support import vtk_to_numpy
 
-from segmetrics import _kernels, compare, mesh, msi
+from segmetrics import compare
+from segmetrics.spatial import _kernels, mesh
+from segmetrics.metrics import msi
 from segmetrics.registry import Parameters, Status, StructurePair
 
 
@@ -312,7 +314,8 @@ def test_msi_3d_and_distance_group_measure_on_the_same_surface():
     """SignedDistance_mm is BLD = max(FMinD, BMaxD) on the surfaces the distance group uses: its
     largest magnitude is the Hausdorff distance of the exact mode, and FMinD is the test→reference
     directed distance of every test vertex."""
-    from segmetrics import distance, mesh
+    from segmetrics.metrics import distance
+    from segmetrics.spatial import mesh
 
     spacing, shape = (1.5, 0.7, 0.7), (30, 64, 64)
     reference = ball(14, spacing, shape, (22.0, 22.0, 22.0))
@@ -350,8 +353,8 @@ def test_default_slice_axis_is_the_through_plane_axis():
 
 
 def test_isotropic_default_axis_follows_the_superior_inferior_direction(data_dir):
-    from segmetrics.geometry import through_plane_axis
-    from segmetrics.io import load_label_image
+    from segmetrics.spatial.geometry import through_plane_axis
+    from segmetrics.inputs.io import load_label_image
 
     # SCT t2 is 1 mm isotropic with a permuted direction: the axial (S-I) axis is not array axis 0.
     image = load_label_image(data_dir / "sct_testing_data/t2/t2_seg-deepseg_sc-2d.nii.gz")
@@ -469,7 +472,8 @@ def test_msi_3d_shares_the_reference_to_test_distances_with_the_distance_group(m
     """The distances from the reference vertices to the test surface are taken once per pair:
     msi_3d after the distance group measures only the signed test-to-reference distances, and
     gets the same value as alone."""
-    from segmetrics import distance, mesh
+    from segmetrics.metrics import distance
+    from segmetrics.spatial import mesh
 
     spacing = (2.0, 1.0, 1.0)
     reference, test = ball(6.0, spacing, (12, 20, 20), (11.0, 9.5, 10.2)), ball(5.5, spacing, (12, 20, 20), (12.0, 10.5, 9.0))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 
-from segmetrics.overlap import compute_overlap, confusion_counts, dice, jaccard
+from segmetrics.metrics.overlap import compute_overlap, confusion_counts, dice, jaccard
 from segmetrics.registry import StructurePair
 
 

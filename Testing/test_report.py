@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from segmetrics.aggregate import OVERALL, aggregate, apply_penalty, bootstrap_ci, summarize
+from segmetrics.evaluation.aggregate import OVERALL, aggregate, apply_penalty, bootstrap_ci, summarize
 from segmetrics.report import write_report
 
 INFO = {"hd": ("mm", "lower"), "dice": ("1", "higher")}
@@ -60,7 +60,7 @@ def test_penalty_policies():
 
 
 def test_aggregate_per_class_overall_and_worst(monkeypatch):
-    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: INFO)
+    monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: INFO)
     records = [_record("a", "liver", "dice", 0.9), _record("b", "liver", "dice", 0.7),
                _record("a", "spleen", "dice", 0.5), _record("b", "spleen", "dice", 0.0, "test_empty"),
                _record("c", "spleen", "dice", 0.8),
@@ -87,7 +87,7 @@ def _png_is_not_blank(data: bytes) -> bool:
 
 
 def test_report_embeds_every_figure(tmp_path, monkeypatch):
-    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: INFO)
+    monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: INFO)
     rng = np.random.default_rng(0)
     records = [_record(f"c{i}", s, "dice", float(rng.uniform(0.5, 1))) for i in range(6) for s in ("liver", "spleen")]
     agg = aggregate(records, failed={"broken": "ReadError: x.nii.gz: no such file"})
@@ -107,7 +107,7 @@ def test_offscreen_render_shows_the_colour_scale(tmp_path):
     vtk = pytest.importorskip("vtk")
     from vtk.util.numpy_support import numpy_to_vtk
 
-    from segmetrics.render import render_surface, rendering_available
+    from segmetrics.outputs.render import render_surface, rendering_available
 
     available, reason = rendering_available()
     if not available:
@@ -135,7 +135,7 @@ def test_offscreen_render_shows_the_colour_scale(tmp_path):
 
 
 def test_report_escapes_names_and_neutralises_csv_formulas(tmp_path, monkeypatch):
-    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: INFO)
+    monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: INFO)
     script, formula, piped = "<script>alert(1)</script>", '=HYPERLINK("http://x")', "a|b *c* _d_ [e](f) `g`"
     records = [_record(case, structure, "hd", value) for case, value in (("@SUM(1)", -2.0), ("c2", -1.0))
                for structure in (script, formula, piped)]
@@ -159,7 +159,7 @@ def test_report_escapes_names_and_neutralises_csv_formulas(tmp_path, monkeypatch
 def test_report_anchors_are_unique_and_keep_unicode_names(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: INFO)
+    monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: INFO)
     agg = aggregate([_record("c1", name, "dice", 0.5) for name in ("Läsion", "Lésion")])
     titles = [f"c1 / {name} (worst dice = 0.5)" for name in ("Läsion", "Lésion", "Lésion")] + ["¿?"]
     write_report(tmp_path, agg, details=[(title, None, SimpleNamespace(extras={})) for title in titles])
@@ -173,7 +173,7 @@ def test_report_anchors_are_unique_and_keep_unicode_names(tmp_path, monkeypatch)
 
 def test_report_leads_with_the_summary_and_failures_and_ends_with_settings(tmp_path, monkeypatch):
     info = {**INFO, "hd95_mm": ("mm", "lower"), "hdp_mm": ("mm", "lower")}
-    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: info)
+    monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: info)
     records = []
     for case in ("c1", "c2", "c3"):
         for structure, dice, hd, status in (("liver", 0.9, 2.0, "ok"), ("lobe", 0.0, math.inf, "test_empty"),
@@ -205,7 +205,7 @@ def test_render_draws_the_context_surface_translucent_around_the_coloured_one(tm
     vtk = pytest.importorskip("vtk")
     from vtk.util.numpy_support import numpy_to_vtk
 
-    from segmetrics.render import render_surface, rendering_available
+    from segmetrics.outputs.render import render_surface, rendering_available
 
     available, reason = rendering_available()
     if not available:
@@ -258,7 +258,7 @@ def test_report_in_a_headless_browser_shows_the_summary_first_without_horizontal
     if browser is None:
         pytest.skip("no headless Chromium (apt-get install chromium-headless-shell)")
     info = {**INFO, "hd95_mm": ("mm", "lower")}
-    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: info)
+    monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: info)
     structures = [f"{name}_{side}" for name in ("iliopsoas", "autochthon", "kidney", "lung_lower_lobe", "femur")
                   for side in ("left", "right")]
     records = [{"case_id": f"case{c}", "structure": s, "metric": m, "value": v, "unit": info[m][0], "status": "ok"}
@@ -324,7 +324,7 @@ def saved_figures(monkeypatch):
 def test_box_plot_keeps_the_scale_of_the_defined_values_under_a_penalty(tmp_path, monkeypatch, saved_figures):
     from segmetrics.report import _box_plot
 
-    monkeypatch.setattr("segmetrics.aggregate._metric_info", lambda: INFO)
+    monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: INFO)
     records = [_record(c, "lung", "hd", v) for c, v in (("a", 2.0), ("b", 4.0), ("c", 6.0))]
     records.append(_record("d", "lung", "hd", math.inf, "test_empty"))
     agg = aggregate(records, penalty=373.13)
@@ -394,7 +394,7 @@ def test_report_module_imports_neither_jinja2_nor_pandas_until_a_report_is_built
     import subprocess
     import sys
 
-    code = ("import sys, segmetrics, segmetrics.report, segmetrics.aggregate, segmetrics.cli\n"
+    code = ("import sys, segmetrics, segmetrics.report, segmetrics.evaluation.aggregate, segmetrics.cli\n"
             "print(sorted({'jinja2', 'pandas'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

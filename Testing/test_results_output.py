@@ -13,8 +13,8 @@ from rich.console import Console
 
 import segmetrics
 from segmetrics.cli import main
-from segmetrics.geometry import LabelImage, as_label_image, foreground_outside
-from segmetrics.output import display_value, result_tables
+from segmetrics.spatial.geometry import LabelImage, as_label_image, foreground_outside
+from segmetrics.outputs.tables import display_value, result_tables
 from segmetrics.registry import Parameters
 
 #: Long structure names as in TotalSegmentator: they must never be broken in the table.
@@ -176,14 +176,14 @@ def test_api_provenance_and_resampling_notes_reach_every_format():
     reference, test = _boxes()
     moved = LabelImage(test.array, test.spacing, origin=(0.0, 0.0, 6.0), names=NAMES)  # 3 slices out of view
     result = segmetrics.compare(reference, moved, metrics="dice", resample_to="reference")
-    assert result.provenance["inputs"]["reference"] == {"in_memory": "segmetrics.geometry.LabelImage"}
+    assert result.provenance["inputs"]["reference"] == {"in_memory": "segmetrics.spatial.geometry.LabelImage"}
     warning = next(note for note in result.notes if note.startswith("warning:"))
     # test slice k lies at z = 6 + 2k mm; foreground k = 2..7 -> 10..20 mm; the reference's 10 slices of
     # 2 mm cover z in [-1, 19) mm: only k = 7 falls outside, 1 of 6 equal slices
     total, outside = foreground_outside(moved, reference)
     assert outside / total == pytest.approx(1 / 6)
     assert "16.7 %" in warning
-    from segmetrics.output import result_json
+    from segmetrics.outputs.tables import result_json
 
     assert json.loads(result_json(result))["notes"] == result.notes
 
@@ -282,8 +282,8 @@ def _write_pair(tmp_path):
 
 
 def test_compare_and_batch_give_the_same_class_mean_without_a_penalty_by_default(tmp_path):
-    from segmetrics.aggregate import OVERALL
-    from segmetrics.batch import Case, run_batch
+    from segmetrics.evaluation.aggregate import OVERALL
+    from segmetrics.evaluation.batch import Case, run_batch
     from segmetrics.report import report_batch
 
     ref_path, test_path = _write_pair(tmp_path)
@@ -306,7 +306,7 @@ def test_compare_and_batch_give_the_same_class_mean_without_a_penalty_by_default
 
 
 def test_a_penalty_is_applied_only_when_asked_for_with_a_stated_constant(tmp_path):
-    from segmetrics.aggregate import OVERALL, aggregate
+    from segmetrics.evaluation.aggregate import OVERALL, aggregate
 
     records = [{"case_id": "a", "structure": s, "metric": "hd95_mm", "value": v, "unit": "mm", "status": st}
                for s, v, st in (("liver", 2.0, "ok"), ("lobe", math.inf, "test_empty"), ("bowel", 4.0, "ok"))]
@@ -340,7 +340,7 @@ def test_frames_takes_the_reference_folder_first_or_named(tmp_path, capsys):
 
 
 def test_batch_keeps_the_resampling_notes_and_the_report_shows_them(tmp_path):
-    from segmetrics.batch import Case, read_case_log, run_batch
+    from segmetrics.evaluation.batch import Case, read_case_log, run_batch
     from segmetrics.report import report_batch
 
     reference, test = _boxes()

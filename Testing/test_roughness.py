@@ -13,10 +13,10 @@ from PIL import Image
 from vtk.util.numpy_support import vtk_to_numpy
 
 from segmetrics import compare, registry
-from segmetrics.mesh import points as mesh_points
+from segmetrics.spatial.mesh import points as mesh_points
 from segmetrics.registry import Parameters, Status, StructurePair
-from segmetrics import mesh
-from segmetrics.roughness import (ROUGHNESS_ARRAY, compute, paper_ard, radial_gaps,
+from segmetrics.spatial import mesh
+from segmetrics.metrics.roughness import (ROUGHNESS_ARRAY, compute, paper_ard, radial_gaps,
                                   paper_roughness_index, paper_surface, paper_window, surface_centre)
 
 
@@ -201,7 +201,7 @@ def test_direction_buckets_find_every_hit_of_the_exhaustive_search(ndim):
 def test_radial_gaps_kernel_refuses_a_grid_built_for_another_finest():
     """A direction grid of 2 buckets per axis (levels of 8 and 1 buckets) read as one of 3 (27 and 1):
     the same number of levels, but bucket keys past the grid."""
-    from segmetrics import _kernels
+    from segmetrics.spatial import _kernels
 
     cells = _kernels.ray_cells(np.eye(3), np.array([[0, 1, 2]]), np.zeros(3))
     grid = _kernels.direction_grid(cells[0], cells[1], 2)
@@ -214,7 +214,7 @@ def test_radial_gaps_kernel_refuses_a_grid_built_for_another_finest():
 def test_a_window_wider_than_int64_buckets_holds_the_whole_surface():
     """A window radius (mm) beyond the surface's extent holds every vertex: the same per-vertex
     roughness as an infinite radius, the area-weighted mean |zeta - mean zeta| (NumPy)."""
-    from segmetrics.roughness import local_roughness
+    from segmetrics.metrics.roughness import local_roughness
 
     mask = np.zeros((10, 10, 10), bool)
     mask[2:8, 3:7, 2:9] = True
@@ -333,7 +333,7 @@ def test_per_vertex_roughness_is_highest_on_the_spikes():
 
 @pytest.fixture
 def roughness_only(monkeypatch):
-    monkeypatch.setattr(registry, "_GROUP_MODULES", ("segmetrics.roughness",))
+    monkeypatch.setattr(registry, "_GROUP_MODULES", ("segmetrics.metrics.roughness",))
 
 
 def _check_finite(result):

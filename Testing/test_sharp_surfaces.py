@@ -10,7 +10,8 @@ them they fail as XPASS, and the mark goes.
 import numpy as np
 import pytest
 
-from segmetrics import distance, mesh
+from segmetrics.metrics import distance
+from segmetrics.spatial import mesh
 
 SPACINGS = [(1.0, 1.0, 1.0), (2.5, 0.8, 0.8)]
 

@@ -176,7 +176,7 @@ def test_bundled_constraints_hold_the_installed_numpy_and_scipy(module):
 
 
 def test_msi_level_width():
-    from segmetrics.msi import weight_function
+    from segmetrics.metrics.msi import weight_function
 
     # sigma = 10/l mm: the weight one sigma away is exp(-1/2)
     for level in (1.0, 2.0, 10.0):

@@ -12,7 +12,7 @@ slicerio = pytest.importorskip("slicerio")
 from vtk.util.numpy_support import vtk_to_numpy  # noqa: E402
 
 from segmetrics import LabelImage, compare, mrml  # noqa: E402
-from segmetrics.io import load_label_image  # noqa: E402
+from segmetrics.inputs.io import load_label_image  # noqa: E402
 from segmetrics.registry import all_groups  # noqa: E402
 
 SLICERIO_SAMPLE = Path(slicerio.__file__).parent / "data" / "Segmentation.seg.nrrd"
@@ -360,7 +360,7 @@ def triangle_outwardness(polydata):
                          ids=["z-mirrored", "sct-t2-frame"])
 def test_mirrored_direction_surface_stays_outward(scene, direction):
     """det(direction) = -1 mirrors the mesh: winding and normals must still point outward (in LPS and RAS)."""
-    from segmetrics import mesh
+    from segmetrics.spatial import mesh
 
     assert np.linalg.det(direction) == pytest.approx(-1.0)
     z, y, x = np.mgrid[:30, :32, :34]
@@ -401,7 +401,7 @@ def test_review_surfaces_are_built_on_the_given_masks_whatever_frame_the_metrics
     from types import SimpleNamespace
 
     from segmetrics import Parameters
-    from segmetrics.mesh import points, surface_mesh
+    from segmetrics.spatial.mesh import points, surface_mesh
 
     reference = np.zeros((12, 14, 16), bool)
     reference[2:10, 3:11, 4:12] = True
@@ -434,8 +434,9 @@ def test_review_surfaces_reuse_the_surfaces_compare_built(monkeypatch, direction
 
     from scipy.spatial import cKDTree
 
-    from segmetrics import Parameters, mesh
-    from segmetrics.mesh import points
+    from segmetrics import Parameters
+    from segmetrics.spatial import mesh
+    from segmetrics.spatial.mesh import points
 
     grid = np.indices((12, 16, 18)) * np.array([2.0, 1.0, 1.0])[:, None, None, None]  # mm, (z, y, x)
     reference, test = (sum((g - c) ** 2 for g, c in zip(grid, centre)) <= radius ** 2

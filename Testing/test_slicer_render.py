@@ -11,7 +11,7 @@ from PIL import Image  # noqa: E402
 
 from segmetrics import LabelImage, Parameters, mrml  # noqa: E402
 from segmetrics.registry import all_groups  # noqa: E402
-from segmetrics.render import rendering_available  # noqa: E402
+from segmetrics.outputs.render import rendering_available  # noqa: E402
 
 
 def ball_scene(reference, test):
@@ -161,7 +161,7 @@ def test_offscreen_renders_leave_no_nodes(missed_cap, tmp_path):
 @pytest.mark.parametrize("name, tolerance", [("RdBu_r", 0.005), ("RdYlGn", 0.005), ("viridis", 0.03)])
 def test_colour_maps_match_matplotlibs(name, tolerance):
     """The module's colour tables are built without matplotlib but show its maps."""
-    from segmetrics.render import colour_map_rgb
+    from segmetrics.outputs.render import colour_map_rgb
 
     expected = matplotlib.colormaps[name](np.linspace(0, 1, 256))[:, :3]
     assert np.abs(colour_map_rgb(name) - expected).max() < tolerance

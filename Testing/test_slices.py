@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from segmetrics import LabelImage, compare
-from segmetrics.io import load_pair
-from segmetrics.msi import weight_function
+from segmetrics.inputs.io import load_pair
+from segmetrics.metrics.msi import weight_function
 from segmetrics.registry import Parameters
-from segmetrics.slices import MSI_DETAIL_COLUMNS, SLICE_COLUMNS, slice_rows
+from segmetrics.outputs.slices import MSI_DETAIL_COLUMNS, SLICE_COLUMNS, slice_rows
 from test_dicom import circle, rectangle, write_rtstruct
 
 PLANES = (0.0, 3.0, 6.0)

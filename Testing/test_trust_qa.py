@@ -9,9 +9,9 @@ import SimpleITK as sitk
 from PIL import Image
 
 from segmetrics import Parameters, compare
-from segmetrics.batch import Case, run_batch
-from segmetrics.geometry import LabelImage
-from segmetrics.io import ReadError, load_label_image
+from segmetrics.evaluation.batch import Case, run_batch
+from segmetrics.spatial.geometry import LabelImage
+from segmetrics.inputs.io import ReadError, load_label_image
 from segmetrics.registry import ParameterError
 from segmetrics.report import report_batch
 
@@ -106,7 +106,7 @@ def test_python_api_accepts_a_dict_of_parameter_fields():
 def test_frames_connectivity_out_of_range_for_2d_is_one_clear_error(tmp_path, connectivity):
     """``connectivity`` beyond a 2-D frame's dimension (or not an integer) reached skimage, whose
     error does not name the option (and 1.5 / True passed without an error)."""
-    from segmetrics.frames import evaluate_folders
+    from segmetrics.evaluation.frames import evaluate_folders
 
     for side in ("pred", "gt"):
         (tmp_path / side).mkdir()

@@ -14,11 +14,11 @@ import slicerio
 from PIL import Image
 
 import segmetrics
-from segmetrics.batch import Case, run_batch
+from segmetrics.evaluation.batch import Case, run_batch
 from segmetrics.cli import main
-from segmetrics.compare import NothingToCompareError
-from segmetrics.geometry import LabelImage, distinct_values
-from segmetrics.io import InputPolicy, ReadError, apply_name_map, load_label_image, read_name_map
+from segmetrics.evaluation.compare import NothingToCompareError
+from segmetrics.spatial.geometry import LabelImage, distinct_values
+from segmetrics.inputs.io import InputPolicy, ReadError, apply_name_map, load_label_image, read_name_map
 from segmetrics.registry import ParameterError, Parameters
 
 SLICERIO_SAMPLE = os.path.join(os.path.dirname(slicerio.__file__), "data", "Segmentation.seg.nrrd")
@@ -74,7 +74,7 @@ def test_damaged_nii_gz_is_refused(tmp_path, flip_middle_byte):
 
 def test_gzipped_nifti_is_decompressed_once(tmp_path, monkeypatch):
     """The stream's CRC is checked on the voxels ITK decompressed, not by reading the file a second time."""
-    from segmetrics import validation
+    from segmetrics.inputs import validation
 
     array = (np.random.default_rng(5).random((20, 30, 40)) > 0.5).astype(np.uint8)
     path = write(array, tmp_path / "a.nii.gz")
@@ -96,8 +96,8 @@ def test_cut_nii_gz_with_a_trailer_of_the_right_length_is_refused(tmp_path):
 def test_voxel_check_accepts_an_intact_stream_read_differently(tmp_path, monkeypatch):
     """Voxels that differ from the file's bytes (e.g. converted by the reader) send the check to the
     stream itself, which is intact here: no refusal; the voxels as stored need no second read."""
-    from segmetrics import validation
-    from segmetrics.validation import VoxelCheck, check_file
+    from segmetrics.inputs import validation
+    from segmetrics.inputs.validation import VoxelCheck, check_file
 
     array = ball()
     path = write(array, tmp_path / "a.nii.gz")
@@ -243,7 +243,7 @@ def test_jpeg_mask_is_refused_unless_allowed_with_a_threshold(tmp_path, capsys):
         load_label_image(path, input_policy=InputPolicy(allow_lossy=True))
     binary = load_label_image(path, threshold=128, input_policy=InputPolicy(allow_lossy=True))
     assert binary.labels() == [1]
-    assert segmetrics.overlap.dice(binary.array > 0, truth) > 0.99
+    assert segmetrics.metrics.overlap.dice(binary.array > 0, truth) > 0.99
     assert_one_line_error(capsys, "lossy", "compare", path, path)
     assert_one_line_error(capsys, "--allow-lossy needs --threshold", "compare", path, path, "--allow-lossy")
     code, _ = run_cli(capsys, "compare", path, path, "--allow-lossy", "--threshold", "128", "--metrics", "dice")

@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from segmetrics.batch import Case, run_batch
+from segmetrics.evaluation.batch import Case, run_batch
 from segmetrics.demo import DEMO_GROUPS, write_demo_data
 from segmetrics.registry import all_groups
 

@@ -82,7 +82,9 @@ def stage_split(reference, test, rounds: int) -> str:
     """Where ``compare``'s time goes for the exact distance set of a pair: the best wall time (ms,
     of ``rounds``, steps interleaved) of each step it takes, run on their own, and the CPU time
     of the exact search per query vertex on one thread (ns)."""
-    from segmetrics import _threads, distance, geometry, io, mesh
+    from segmetrics.spatial import _threads, geometry, mesh
+    from segmetrics.metrics import distance
+    from segmetrics.inputs import io
 
     box = geometry.union_box([geometry.bounding_box(m) for m in (reference, test)])
     crops = reference[box], test[box]

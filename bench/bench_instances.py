@@ -25,8 +25,8 @@ from common import best_time  # noqa: E402
 from test_instances import coco_evaluator, perturbed_prediction  # noqa: E402
 
 from segmetrics import average_precision, instances_from_semantic  # noqa: E402  (the public API)
-from segmetrics.instances import Instances  # noqa: E402
-from segmetrics.io import load_label_image  # noqa: E402
+from segmetrics.metrics.instances import Instances  # noqa: E402
+from segmetrics.inputs.io import load_label_image  # noqa: E402
 
 AXONS = HERE.parent.parent / "shared" / "data" / "ivadomed_axondeepseg_sem" / "sub-rat3_ses-01_sample-data9_SEM_seg-axon-manual.png"
 

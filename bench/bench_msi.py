@@ -4,7 +4,7 @@ No library computes MSI, so the peer timed in the same run is DeepMind ``surface
 (the distance set of the same pair, the usual cost of a boundary metric). Printed: ``compare``
 with ``metrics="msi"`` (the group computes the slice-wise ``msi`` and the surface ``msi_3d``) on
 the arrays and on ``.nii.gz`` files, and the slice-wise part alone
-(:func:`segmetrics.msi.slice_table` on the pair's bounding box, as ``compare`` gives it), each as
+(:func:`segmetrics.metrics.msi.slice_table` on the pair's bounding box, as ``compare`` gives it), each as
 wall and CPU seconds (the machine's other load shows in the wall time) and as a ratio to the peer.
 
 Run: ``python bench/bench_msi.py``; the TotalSegmentator per-label figures are in bench_multiorgan.py.
@@ -17,8 +17,8 @@ import numpy as np
 
 import segmetrics
 from common import best_time, deepmind_distance_set, write_image
-from segmetrics import msi
-from segmetrics.geometry import bounding_box, union_box
+from segmetrics.metrics import msi
+from segmetrics.spatial.geometry import bounding_box, union_box
 from segmetrics.registry import Parameters
 
 SHAPE = (300, 512, 512)

@@ -28,7 +28,8 @@ import SimpleITK as sitk
 
 import segmetrics
 from common import best_time, deepmind_distance_set
-from segmetrics import mesh, roughness
+from segmetrics.spatial import mesh
+from segmetrics.metrics import roughness
 from segmetrics.registry import Parameters, StructurePair
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"

@@ -302,12 +302,12 @@ def deepmind(reference, test, spacing):
 # --- candidate surfaces (not in the package): patched in for ``--candidates`` ----------------------
 
 def _candidate(make_surface):
-    """A ``segmetrics.mesh.smooth_surface`` replacement whose 3-D surfaces come from
+    """A ``segmetrics.spatial.mesh.smooth_surface`` replacement whose 3-D surfaces come from
     ``make_surface(padded mask, spacing) -> (vertices (x, y, z) mm from the padded box's first voxel
     centre, triangles)``, or ``(..., weights)`` with the area (mm²) each vertex samples (0: a vertex
     of the surface but no query point, see :func:`with_surface`); 2-D masks keep the package's surface."""
-    from segmetrics import mesh
-    from segmetrics.geometry import bounding_box
+    from segmetrics.spatial import mesh
+    from segmetrics.spatial.geometry import bounding_box
 
     package = mesh.smooth_surface
 
@@ -554,7 +554,7 @@ def _triangulate(quads, points, quad_centres=False, centres_only=False):
         points = np.concatenate([points, points[quads].mean(axis=1)])
         if not centres_only:
             return points, fan[:, ::-1]
-        from segmetrics import mesh
+        from segmetrics.spatial import mesh
 
         weights = np.zeros(len(points))
         weights[centre] = mesh._triangle_areas(points, fan).reshape(4, -1).sum(axis=0)
@@ -618,7 +618,7 @@ def _dual_polygons(quads, points, fan, quad_points, sampled_fans=None):
         triangles = triangles[:, ::-1]
     if sampled_fans is None:
         return vertices, triangles
-    from segmetrics import mesh
+    from segmetrics.spatial import mesh
 
     sampled = np.concatenate([np.ones(len(quad_points), bool), sampled_fans[kept]])[triangles]
     share = mesh._triangle_areas(vertices, triangles) / sampled.sum(axis=1)
@@ -644,7 +644,7 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
     vertices of box-like edges and corners that are ``"concave"`` (the outside is box-like) or
     ``"none"`` of them."""
     from scipy import ndimage
-    from segmetrics import mesh
+    from segmetrics.spatial import mesh
 
     field = mesh._surface_field(padded, mesh.SMOOTHING_SIGMA_VOXELS).astype(float)
     if manifold:
@@ -684,7 +684,7 @@ def _projected_nets(padded, spacing, width=4, reach=0.45, manifold=False, partia
 def _adaptive_blur(padded, spacing, width=5, weight_sigma=0.7):
     """The package's clamped Gaussian field, replaced near box-like voxels (:func:`_box_like`,
     centred windows) by the mask itself (weights blurred by ``weight_sigma`` voxels), meshed at 0.5."""
-    from segmetrics import _kernels, mesh
+    from segmetrics.spatial import _kernels, mesh
 
     field = mesh._surface_field(padded, mesh.SMOOTHING_SIGMA_VOXELS)
     near = np.argwhere((field > 1e-3) & (field < 1 - 1e-3))
@@ -722,10 +722,11 @@ CANDIDATES = {
 
 
 def centroid_sampling():
-    """Replace ``segmetrics.distance.exact_surface_distances`` by one that samples each surface at
+    """Replace ``segmetrics.metrics.distance.exact_surface_distances`` by one that samples each surface at
     its triangles' centroids (weights: the triangle areas) instead of its vertices (a third of the
     areas around them); the vertices stay as samples of weight 0, so HD still sees them."""
-    from segmetrics import distance, mesh
+    from segmetrics.metrics import distance
+    from segmetrics.spatial import mesh
 
     def exact_surface_distances(reference, test, distances=None):  # the pair's vertex distances do not serve the centroids
         mesh.prepare_searches(reference, test)
@@ -748,7 +749,7 @@ def interpolated_percentiles():
     distance at the middle of its area (samples at one distance, to 1e-4 mm, pooled; sorted
     distances ``d``, pooled weights ``w``: ``d`` at ``(cumsum(w) - w / 2) / sum(w)``, linear in
     between, clamped at both ends); ``deepmind`` mode keeps the package's (DeepMind's) definition."""
-    from segmetrics import distance
+    from segmetrics.metrics import distance
 
     package = distance.percentile_distance
 
@@ -769,10 +770,10 @@ def interpolated_percentiles():
 
 
 def with_surface(make_surface, run):
-    """``run`` with ``segmetrics.mesh.smooth_surface`` replaced by a candidate while it runs, and
+    """``run`` with ``segmetrics.spatial.mesh.smooth_surface`` replaced by a candidate while it runs, and
     the pair's directed distances queried from the vertices of positive size only (the others get
     distance 0 with their size 0: no effect on any metric)."""
-    from segmetrics import mesh
+    from segmetrics.spatial import mesh
 
     def cached_distances(pair, source):
         key = ("distances", source)
@@ -827,7 +828,7 @@ def search_times(candidates, rounds=25):
     positive size, with the search grids built) on the kidney and liver sphere pairs of
     ``bench/bench_distance.py`` at (2.5, 0.8, 0.8) mm, for today's surface and each candidate
     surface, with their vertex and query counts."""
-    from segmetrics import mesh
+    from segmetrics.spatial import mesh
 
     spacing, offset = np.array([2.5, 0.8, 0.8]), np.array([3.0, 2.0, -1.5])
     makers = {"today": mesh.smooth_surface} | {name: _candidate(CANDIDATES[name]) for name in candidates}

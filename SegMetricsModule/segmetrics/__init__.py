@@ -1,29 +1,29 @@
 """SegMetrics: segmentation evaluation with geometry-aware metrics.
 
 Importable without Slicer or Qt. Arrays are in NumPy/SimpleITK array order ``(z, y, x)`` and every
-``spacing`` is in mm in that same order; see :mod:`segmetrics.geometry`.
+``spacing`` is in mm in that same order; see :mod:`segmetrics.spatial.geometry`.
 
 Importing the package needs only NumPy and SimpleITK (so the Slicer module loads before its extra
 packages are installed); the frame and instance functions below load their modules on first use.
 """
 import importlib
 
-from .compare import ComparisonResult, NothingToCompareError, StructureResult, compare
-from .geometry import GeometryMismatchError, LabelImage
+from .evaluation.compare import ComparisonResult, NothingToCompareError, StructureResult, compare
+from .spatial.geometry import GeometryMismatchError, LabelImage
 from .registry import MetricValue, ParameterError, Parameters, Status, metric_specs
-from .validation import InputPolicy, ReadError
+from .inputs.validation import InputPolicy, ReadError
+from ._version import __version__
 
-__version__ = "0.2.0"
 
 #: Public names served lazily from submodules that need scikit-image.
 _LAZY = {
-    "EdgeRules": "frames",
-    "evaluate_frames": "frames",
-    "evaluate_folders": "frames",
-    "average_precision": "instances",
-    "detection_scores": "instances",
-    "instances_from_labels": "instances",
-    "instances_from_semantic": "instances",
+    "EdgeRules": "evaluation.frames",
+    "evaluate_frames": "evaluation.frames",
+    "evaluate_folders": "evaluation.frames",
+    "average_precision": "metrics.instances",
+    "detection_scores": "metrics.instances",
+    "instances_from_labels": "metrics.instances",
+    "instances_from_semantic": "metrics.instances",
 }
 
 
@@ -34,6 +34,7 @@ def __getattr__(name):
 
 
 __all__ = [
+    "__version__",
     "compare",
     "ComparisonResult",
     "StructureResult",

@@ -9,7 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import __version__
+from ._version import __version__
 
 
 class UserError(Exception):
@@ -62,7 +62,7 @@ def _add_parameter_arguments(p) -> None:
 
 
 def _add_input_arguments(p) -> None:
-    """Overrides of the input checks (``segmetrics.io.InputPolicy``), shared by compare, frames and batch."""
+    """Overrides of the input checks (``segmetrics.inputs.io.InputPolicy``), shared by compare, frames and batch."""
     p.add_argument("--allow-lossy", action="store_true",
                    help="accept lossy JPEG masks (refused by default: compression adds grey levels); needs --threshold")
     p.add_argument("--allow-many-labels", action="store_true",
@@ -76,7 +76,7 @@ def _add_input_arguments(p) -> None:
 
 def _input_policy(args):
     """``InputPolicy`` from the ``--allow-*`` flags."""
-    from .validation import InputPolicy
+    from .inputs.validation import InputPolicy
 
     if args.allow_lossy and args.threshold is None:
         raise UserError("--allow-lossy needs --threshold (e.g. --threshold 128 for 0/255 JPEG masks)")
@@ -156,11 +156,11 @@ def _structure_progress():
 
 
 def _run_compare(args) -> int:
-    from .compare import compare
-    from .io import apply_name_map, load_pair, read_name_map
-    from .output import write_result
-    from .slices import write_slice_table
-    from .structure_names import read_synonyms
+    from .evaluation.compare import compare
+    from .inputs.io import apply_name_map, load_pair, read_name_map
+    from .outputs.tables import write_result
+    from .outputs.slices import write_slice_table
+    from .inputs.structure_names import read_synonyms
 
     policy = _input_policy(args)
     synonyms = read_synonyms(args.synonyms) if args.synonyms else None  # small files first: refused before the images
@@ -185,7 +185,7 @@ def _run_compare(args) -> int:
 
 def _input_files(**paths) -> dict:
     """Provenance of the input files given on the command line (``None`` ones left out)."""
-    from .provenance import file_info
+    from .evaluation.provenance import file_info
 
     return {name: file_info(path) for name, path in paths.items() if path is not None}
 
@@ -257,8 +257,8 @@ def _frame_folders(args) -> tuple:
 
 
 def _run_frames(args) -> int:
-    from .frames import DETECTION_IOU, EdgeRules, evaluate_folders, swapped_by_content, swapped_by_name, write_frame_result
-    from .io import read_name_map
+    from .evaluation.frames import DETECTION_IOU, EdgeRules, evaluate_folders, swapped_by_content, swapped_by_name, write_frame_result
+    from .inputs.io import read_name_map
     from .registry import ParameterError, Parameters
 
     reference_dir, test_dir = _frame_folders(args)
@@ -326,8 +326,8 @@ def _add_batch_parser(subparsers) -> None:
 def _run_batch(args) -> int:
     import importlib.util
 
-    from .batch import match_folders, read_manifest, run_batch
-    from .io import read_name_map
+    from .evaluation.batch import match_folders, read_manifest, run_batch
+    from .inputs.io import read_name_map
 
     if args.names:
         read_name_map(args.names)  # a bad name map is refused before any case runs
@@ -598,7 +598,7 @@ def main(argv=None) -> int:
     error without a traceback (set ``SEGMETRICS_TRACEBACK=1`` to see it); 130 interrupted (Ctrl-C).
     Other exceptions are programming errors and keep their traceback.
     """
-    from .validation import ReadError
+    from .inputs.validation import ReadError
 
     args = build_parser().parse_args(argv)
     args.command_line = shlex.join(["segmetrics", *(sys.argv[1:] if argv is None else argv)])

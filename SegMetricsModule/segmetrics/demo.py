@@ -93,12 +93,12 @@ def simulate_auto_contour(reference, severity: float, seed: int = 0):
 def write_demo_data(folder, n_cases: int = 3) -> list:
     """Write the reference, ``n_cases`` simulated auto-contours, names and a manifest into ``folder``.
 
-    Returns the cases (see :func:`segmetrics.batch.read_manifest`).
+    Returns the cases (see :func:`segmetrics.evaluation.batch.read_manifest`).
     """
     import SimpleITK as sitk
 
-    from .batch import read_manifest
-    from .io import load_label_image
+    from .evaluation.batch import read_manifest
+    from .inputs.io import load_label_image
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -126,7 +126,7 @@ def run_demo(output="segmetrics-demo", *, n_cases: int = 3, metrics=None, worker
     run), ``report.html``, ``report.md``, ``aggregate.csv``, ``figures/``.
     Returns ``(Aggregate, path of report.html, BatchSummary)``.
     """
-    from .batch import run_batch
+    from .evaluation.batch import run_batch
     from .registry import all_groups
     from .report import report_batch
 

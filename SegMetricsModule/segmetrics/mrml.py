@@ -19,12 +19,12 @@ import slicer
 import vtk
 from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
-from . import slices
-from .slices import slice_rows  # per-slice rows as dicts, also for SegMetrics.py
-from .compare import ComparisonResult, compare
-from .geometry import LabelImage, geometry_differences
+from .outputs import slices
+from .outputs.slices import slice_rows  # per-slice rows as dicts, also for SegMetrics.py
+from .evaluation.compare import ComparisonResult, compare
+from .spatial.geometry import LabelImage, geometry_differences
 from .registry import metric_specs
-from .render import array_style, colour_range, lookup_table
+from .outputs.render import array_style, colour_range, lookup_table
 
 #: Flip of the first two axes: maps LPS to RAS and back (it is its own inverse).
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
@@ -271,16 +271,16 @@ def _working_copy(temporary: _TemporaryNodes, node, role: str, notes: list):
             if source != PLANAR_CONTOUR:
                 raise RuntimeError(f"could not create a binary labelmap of {role} segmentation {node.GetName()!r}")
             _rasterise_planar_contours(segmentation, node.GetName())
-            source += " (rasterised by segmetrics.dicom: pixel centres inside, even-odd)"
+            source += " (rasterised by segmetrics.inputs.dicom: pixel centres inside, even-odd)"
         notes.append(f"{role} binary labelmap created from its {source.lower()} source")
     return copy
 
 
 def _rasterise_planar_contours(segmentation, name: str) -> None:
     """Give every segment of a planar-contour segmentation a binary labelmap, rasterised by
-    :func:`segmetrics.dicom.rasterise` on a grid built from its contour planes (when no
+    :func:`segmetrics.inputs.dicom.rasterise` on a grid built from its contour planes (when no
     converter, such as SlicerRT's, is installed)."""
-    from .dicom import StructureSet, contour_grid, rasterise
+    from .inputs.dicom import StructureSet, contour_grid, rasterise
 
     segments = dict(enumerate((segmentation.GetNthSegment(i) for i in range(segmentation.GetNumberOfSegments())),
                               start=1))  # label value -> segment
@@ -344,7 +344,7 @@ def contour_polydata(polygons) -> vtk.vtkPolyData:
 
 def add_segmentation_from_contours(scene, image, name: str):
     """Add a segmentation node whose source representation is planar contours (as SlicerRT makes
-    from an RT structure set), one segment per structure of a :class:`segmetrics.dicom.ContourImage`."""
+    from an RT structure set), one segment per structure of a :class:`segmetrics.inputs.dicom.ContourImage`."""
     node = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", name)
     segmentation = node.GetSegmentation()
     segmentation.SetSourceRepresentationName(PLANAR_CONTOUR)
@@ -404,7 +404,7 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
 
     ``extras["test_surface"]`` and ``extras["reference_surface"]`` become ``vtkPolyData`` of the two
     masks as given here (the reference grid's array order; index-scaled mm, see
-    :mod:`segmetrics.mesh`). The surfaces :func:`segmetrics.compare` built for the metrics are used
+    :mod:`segmetrics.spatial.mesh`). The surfaces :func:`segmetrics.compare` built for the metrics are used
     when the structure keeps them (``extras["surfaces"]``, a comparison of these same masks), with
     the polydata it made (and their arrays, e.g. ``Roughness_mm``); otherwise both masks are meshed
     here, and a test surface the metric groups made in whatever frame is kept, with its arrays, only
@@ -415,7 +415,8 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
     over-contoured (the outer level's). A pair with one empty side gets that side's surface only,
     without arrays.
     """
-    from . import mesh, msi
+    from .spatial import mesh
+    from .metrics import msi
 
     if reference_mask.ndim != 3:
         return
@@ -474,7 +475,7 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
         the MSI axis) and the review surfaces (:func:`add_review_surfaces`).
     """
     from .registry import as_parameters
-    from .validation import NothingToCompareError, check_evaluation_options
+    from .inputs.validation import NothingToCompareError, check_evaluation_options
 
     params = as_parameters(params)
     check_evaluation_options(metrics=metrics)
@@ -743,7 +744,7 @@ def mark_slice(outputs: Outputs, structure_name: str, index: int):
 
 
 def color_node(scene, colormap: str):
-    """A colour table node holding a colour map of :data:`segmetrics.render.COLOUR_MAPS` (e.g. the
+    """A colour table node holding a colour map of :data:`segmetrics.outputs.render.COLOUR_MAPS` (e.g. the
     diverging ``RdBu_r``), added once."""
     name = f"SegMetrics {colormap}"
     node = scene.GetFirstNodeByName(name)
@@ -766,7 +767,7 @@ def show_array(model_node, array_name: str, value_range=None, legend: bool = Tru
     """Colour a model, in 3-D and in the slice views, by one point array; False (and drawn in its
     plain colour) when the model lacks the array, or has been removed from the scene.
 
-    Colour map, default range rule and legend title follow :data:`segmetrics.render.ARRAY_STYLES`,
+    Colour map, default range rule and legend title follow :data:`segmetrics.outputs.render.ARRAY_STYLES`,
     as in the reports (signed distance: diverging map, range symmetric about 0; MSI: 0..1).
     ``value_range`` overrides the range (e.g. one range shared by several models); ``legend``
     shows the colour legend (3-D and slice views) or hides it.
@@ -802,7 +803,7 @@ def show_array(model_node, array_name: str, value_range=None, legend: bool = Tru
 
 def shared_range(models, array_name: str):
     """One colour range of ``array_name`` over several models (by the array's rule in
-    :data:`segmetrics.render.ARRAY_STYLES`), so that a colour means the same value on each; None
+    :data:`segmetrics.outputs.render.ARRAY_STYLES`), so that a colour means the same value on each; None
     without the array."""
     polydata = [m.GetPolyData() for m in models if _usable(m) and m.GetPolyData() is not None]
     polydata = [p for p in polydata if p.GetPointData().GetArray(array_name) is not None]
@@ -831,7 +832,7 @@ def show_outputs_array(outputs: Outputs, array_name: str) -> int:
 
 def _to_ras(polydata, grid: LabelImage):
     """Surface mesh (index-scaled mm, no origin/direction) in the scene's RAS space."""
-    from .mesh import to_physical
+    from .spatial.mesh import to_physical
 
     flip = vtk.vtkTransform()
     flip.SetMatrix(LPS_TO_RAS.ravel())

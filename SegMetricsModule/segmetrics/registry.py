@@ -72,7 +72,7 @@ class Parameters:
 
     Distances are in mm; ``msi_axis`` is an array axis index (0 = first array axis = z of a
     SimpleITK-ordered 3-D array); ``None`` picks the through-plane axis (largest spacing, see
-    :func:`segmetrics.geometry.through_plane_axis`).
+    :func:`segmetrics.spatial.geometry.through_plane_axis`).
 
     Values are checked at construction and a wrong one raises :class:`ParameterError` naming it:
     numbers must be real numbers (not text, not booleans) and finite; ``hd_percentile`` in
@@ -81,7 +81,7 @@ class Parameters:
     convention) and ``apl_tolerance_mm`` (added path length tolerance,
     default 1 mm: about one CT pixel, the voxel-level agreement of Vaassen et al. 2020) > 0;
     ``lesion_iou`` (the IoU a lesion match needs) in (0, 1]; ``lesion_size_edges_mm`` two increasing
-    diameters > 0 (lesion size bins, see :mod:`segmetrics.lesions`); ``msi_axis`` 0, 1 or 2; text fields one
+    diameters > 0 (lesion size bins, see :mod:`segmetrics.metrics.lesions`); ``msi_axis`` 0, 1 or 2; text fields one
     of :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
     """
 
@@ -171,9 +171,9 @@ class StructurePair:
     """A reference/test pair of binary masks of one structure on one grid.
 
     ``reference`` and ``test`` are boolean arrays in array-axis order; ``spacing`` is in mm in the
-    same order. ``image`` is the :class:`~segmetrics.geometry.LabelImage` the masks came from
+    same order. ``image`` is the :class:`~segmetrics.spatial.geometry.LabelImage` the masks came from
     (for physical positions); ``orientation`` is the
-    :class:`~segmetrics.orientation.Reorientation` from the user's stored array to these masks
+    :class:`~segmetrics.spatial.orientation.Reorientation` from the user's stored array to these masks
     (``None``: stored as is), for outputs that refer to the stored array (slice indices, axes);
     ``cache`` lets groups share expensive intermediates; ``extras`` collects non-scalar outputs
     (per-slice tables, VTK polydata) by name. ``contours`` is ``(reference polygons, test
@@ -212,7 +212,7 @@ def emptiness_status(reference_present: bool, test_present: bool) -> str:
 class MetricGroup:
     """Metrics computed together. ``compute(pair, params)`` returns a list of :class:`MetricValue`.
 
-    :func:`segmetrics.compare.compare` gives ``compute`` the masks within the pair's bounding box
+    :func:`segmetrics.evaluation.compare.compare` gives ``compute`` the masks within the pair's bounding box
     (values must not depend on the background around a structure), unless
     ``whole_image(params)`` says the values depend on the image's extent.
     """
@@ -229,12 +229,12 @@ class MetricGroup:
 
 _GROUPS: dict = {}
 _GROUP_MODULES = (
-    "segmetrics.overlap",
-    "segmetrics.distance",
-    "segmetrics.msi",
-    "segmetrics.roughness",
-    "segmetrics.contours",
-    "segmetrics.lesions",
+    "segmetrics.metrics.overlap",
+    "segmetrics.metrics.distance",
+    "segmetrics.metrics.msi",
+    "segmetrics.metrics.roughness",
+    "segmetrics.metrics.contours",
+    "segmetrics.metrics.lesions",
 )
 #: Metric names of the built-in groups, listed here so that the CLI's help need not import the
 #: groups' modules (vtk, numba, scikit-image); a test checks it against :func:`all_groups`.

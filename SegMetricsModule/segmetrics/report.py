@@ -23,8 +23,8 @@ import math
 import re
 from pathlib import Path
 
-from .aggregate import OVERALL, PENALISED_STATUSES, Aggregate
-from .output import csv_text, format_value, write_text
+from .evaluation.aggregate import OVERALL, PENALISED_STATUSES, Aggregate
+from .outputs.tables import csv_text, format_value, write_text
 
 #: Metrics whose worst pair is shown in detail (each once).
 DETAIL_METRICS = ("dice", "hd95_mm", "msi")
@@ -88,7 +88,7 @@ def summary_table(agg: Aggregate):
     from rich import box
     from rich.table import Table
 
-    from .output import SHORT_NAMES, display_value
+    from .outputs.tables import SHORT_NAMES, display_value
 
     table = Table(title=f"{agg.n_cases} cases, all classes ({len(agg.failed)} failed, {len(agg.misses)} misses)",
                   box=box.SIMPLE_HEAD, pad_edge=False)
@@ -165,7 +165,7 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
 
 
 def _msi_curve(rows, title: str, path: Path) -> bool:
-    """Per-slice MSI of one structure pair (``extras["msi_slices"]``: :class:`segmetrics.msi.SliceMSI` rows),
+    """Per-slice MSI of one structure pair (``extras["msi_slices"]``: :class:`segmetrics.metrics.msi.SliceMSI` rows),
     by slice index with integer ticks (bottom) and position in mm (top: the rows' ``position_mm``,
     slice x spacing for masks, the contour plane's position in patient mm for RT Structure Sets)."""
     from matplotlib.figure import Figure
@@ -199,12 +199,12 @@ def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str |
 
     The worst ``ok`` pair of each of :data:`DETAIL_METRICS` (or only of ``metric``) that was computed,
     without repeats, ``n`` at most (missed structures have no surface; the summary lists them).
-    ``cases`` are :class:`~segmetrics.batch.Case` objects; ``job`` holds ``params``, ``resample_to``
+    ``cases`` are :class:`~segmetrics.evaluation.batch.Case` objects; ``job`` holds ``params``, ``resample_to``
     and ``threshold`` as given to the batch. Returns ``[(title, reference_image, StructureResult)]``;
     empty when the ``msi`` group (per-slice MSI, coloured test surface) is not available.
     """
-    from .batch import load_case
-    from .compare import compare
+    from .evaluation.batch import load_case
+    from .evaluation.compare import compare
     from .registry import all_groups
 
     if "msi" not in all_groups():
@@ -232,7 +232,7 @@ def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str |
 
 def _detail_figures(details, figures: Path) -> tuple:
     """MSI curves and surface renders of the detailed cases; returns ``(blocks, notes)``."""
-    from .render import render_surface, rendering_available
+    from .outputs.render import render_surface, rendering_available
 
     blocks, notes = [], []
     can_render, reason = rendering_available()
@@ -247,7 +247,7 @@ def _detail_figures(details, figures: Path) -> tuple:
         surface = structure.extras.get("test_surface")
         if surface is None or not can_render:
             continue
-        from .mesh import surface_mesh, to_physical
+        from .spatial.mesh import surface_mesh, to_physical
 
         placed = to_physical(surface, reference)
         context = to_physical(surface_mesh(reference.mask(structure.reference_label), reference.spacing), reference)
@@ -329,8 +329,8 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=(
     """The report as a list of blocks, most important first: summary, failures, contents, tables,
     per-metric sections, worst cases in detail, settings and provenance; headings carry their unique
     anchor (:func:`_anchored`)."""
-    from . import __version__
-    from .provenance import utc_now
+    from ._version import __version__
+    from .evaluation.provenance import utc_now
 
     few = agg.n_cases < MIN_CASES_FOR_CI
     metrics = _shown_metrics(agg)
@@ -462,7 +462,7 @@ def _html(title: str, blocks, figures: Path) -> str:
 
 def write_aggregate_csv(agg: Aggregate, path) -> None:
     """Every aggregate row (per class and overall) as CSV; statuses as a JSON object; text cells
-    that a spreadsheet would run as formulas neutralised (:func:`segmetrics.output.safe_csv_cell`)."""
+    that a spreadsheet would run as formulas neutralised (:func:`segmetrics.outputs.tables.safe_csv_cell`)."""
     fields = ["structure", "metric", "unit", "better", "n", "n_used", "n_penalised", "n_test_empty",
               "n_reference_empty", "mean", "class_mean",
               "median", "std", "min", "max", "ci_low", "ci_high", "statuses"]
@@ -478,7 +478,7 @@ def write_report(report_dir, agg: Aggregate, *, details=(), settings=None, input
     report_dir : path
         Created if needed.
     agg : Aggregate
-        From :func:`segmetrics.aggregate.aggregate`.
+        From :func:`segmetrics.evaluation.aggregate.aggregate`.
     details : list
         From :func:`worst_details`: worst cases recomputed with their extras.
     settings : dict, optional
@@ -504,11 +504,11 @@ def report_batch(output, cases, report_dir, *, penalty="none", job=None, n_detai
                  title: str = "SegMetrics batch report"):
     """Aggregate a batch output folder and write its report; returns ``(Aggregate, html_path)``.
 
-    ``output`` is the folder given to :func:`segmetrics.batch.run_batch`, ``cases`` its cases,
+    ``output`` is the folder given to :func:`segmetrics.evaluation.batch.run_batch`, ``cases`` its cases,
     ``job`` the ``params``/``resample_to``/``threshold`` of that run (to recompute the worst cases).
     """
-    from .aggregate import aggregate
-    from .batch import read_case_log, read_results, value_from_json
+    from .evaluation.aggregate import aggregate
+    from .evaluation.batch import read_case_log, read_results, value_from_json
 
     log = read_case_log(output)
     diagonals = {cid: value_from_json(entry.get("diagonal_mm")) for cid, entry in log.items()}

@@ -381,7 +381,7 @@ def to_polydata(surface: Surface | None) -> vtkPolyData:
 
 
 def compile_kernels() -> None:
-    """Compile, or load from numba's disk cache, every kernel of :mod:`segmetrics._kernels`, on a
+    """Compile, or load from numba's disk cache, every kernel of :mod:`segmetrics.spatial._kernels`, on a
     tiny 3-D and 2-D mask. Batch runs call it before starting worker processes, which then only read the
     cache: numba's cache is not safe to write from several processes at once."""
     for shape in ((5, 6, 6), (6, 6)):
@@ -398,7 +398,7 @@ def compile_kernels() -> None:
 
 def kernel_cache_missing() -> bool:
     """Whether numba's disk cache (``__pycache__``, the user's cache folder or ``NUMBA_CACHE_DIR``)
-    lacks a kernel of :mod:`segmetrics._kernels` or holds it for an older source, i.e. whether
+    lacks a kernel of :mod:`segmetrics.spatial._kernels` or holds it for an older source, i.e. whether
     using them would compile (first use after install or after an update). Kernels inlined into
     others have no cache of their own and are not counted."""
     from numba.core.registry import CPUDispatcher
@@ -433,13 +433,13 @@ def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) ->
 
 def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     """Buckets of surface points for :func:`nearest_points`: ``(bucket size in mm, ...)`` of
-    :func:`segmetrics._kernels.vertex_grid`, sized to hold about
-    :data:`~segmetrics._kernels.VERTICES_PER_BUCKET` points on a flat patch of a surface whose
+    :func:`segmetrics.spatial._kernels.vertex_grid`, sized to hold about
+    :data:`~segmetrics.spatial._kernels.VERTICES_PER_BUCKET` points on a flat patch of a surface whose
     points carry ``sizes`` (mm² each; mm for 2-D contours), and larger when the points are so
     spread out (a few specks far apart, points on a line or a plane) that there would be more
     than about :data:`MAX_BUCKETS_PER_POINT` buckets per point. Any points work: none (one
     empty bucket), a single one, all on a line or a plane, sizes of 0. ValueError for points
-    that are not finite or beyond :data:`segmetrics._kernels.MAX_COORDINATE_MM` (1e150 mm)."""
+    that are not finite or beyond :data:`segmetrics.spatial._kernels.MAX_COORDINATE_MM` (1e150 mm)."""
     surface_dimensions = points.shape[1] - 1  # sizes are areas (3-D) or lengths (2-D)
     points = _three_components(points)
     _require_within_reach(points, "point_grid: the points")
@@ -599,7 +599,7 @@ def cached_distances_both_ways(pair) -> tuple:
 
 def _require_within_reach(points: np.ndarray, what: str) -> None:
     """ValueError (starting with ``what``) unless every coordinate (mm) is finite and within
-    :data:`segmetrics._kernels.MAX_COORDINATE_MM`, where the searches' squared distances stay finite."""
+    :data:`segmetrics.spatial._kernels.MAX_COORDINATE_MM`, where the searches' squared distances stay finite."""
     if not np.all(np.abs(points) <= _kernels.MAX_COORDINATE_MM):  # also NaN
         raise ValueError(f"{what} must be finite and within {_kernels.MAX_COORDINATE_MM:g} mm")
 
@@ -619,7 +619,7 @@ def _dot(u, v):
 
 def _feature_normals(cells, feature, surface: Surface):
     """Pseudo-normal (see :func:`distances_to_surface`) of the closest feature (code of
-    :mod:`segmetrics._kernels`) of each triangle, shape (k, 3)."""
+    :mod:`segmetrics.spatial._kernels`) of each triangle, shape (k, 3)."""
     normals = surface.face_normals[cells]
     corner = feature < 3
     normals[corner] = surface.vertex_normals[surface.cells[cells[corner], feature[corner]]]
@@ -697,7 +697,7 @@ def to_physical(polydata: vtkPolyData, label_image) -> vtkPolyData:
 
     ``p_physical = origin + direction @ p`` where ``p`` is the index-scaled ``(x, y, z)`` point
     of a 3-D :class:`Surface` or :func:`surface_mesh`, and ``origin``/``direction`` come from ``label_image``
-    (a :class:`~segmetrics.geometry.LabelImage`). Point data (e.g. ``MSI``) are kept; normals
+    (a :class:`~segmetrics.spatial.geometry.LabelImage`). Point data (e.g. ``MSI``) are kept; normals
     are rotated. A mirroring direction (negative determinant) would turn the triangles' winding
     inwards while the ``Normals`` stay outward (renderers then light the surface from inside, i.e.
     black), so the triangles are then re-wound: winding and normals both stay outward.

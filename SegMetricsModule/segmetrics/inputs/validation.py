@@ -1,6 +1,6 @@
 """The checks every input passes before its voxels are trusted; one layer for all entry points.
 
-:mod:`segmetrics.io` calls these for every file and in-memory input, so that ``compare``, batch
+:mod:`segmetrics.inputs.io` calls these for every file and in-memory input, so that ``compare``, batch
 runs, frame folders and the Slicer logic refuse the same things with the same one-line
 :class:`ReadError`:
 
@@ -21,7 +21,7 @@ runs, frame folders and the Slicer logic refuse the same things with the same on
   input is read.
 
 :class:`InputPolicy` holds the explicit overrides. Spacing and direction rules themselves live in
-:func:`segmetrics.geometry.check_spacing` / :func:`~segmetrics.geometry.check_placement`.
+:func:`segmetrics.spatial.geometry.check_spacing` / :func:`~segmetrics.spatial.geometry.check_placement`.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .geometry import DIRECTION_TOLERANCE, LabelImage, check_spacing
+from ..spatial.geometry import DIRECTION_TOLERANCE, LabelImage, check_spacing
 
 #: More distinct non-zero values than this in a label map suggests an intensity image.
 MAX_LABELS = 500
@@ -283,7 +283,7 @@ def _dicom_class(path: str, version: tuple) -> tuple:
 
 def _check_dicom(path: Path) -> None:
     """Refuse DICOM objects that are neither images nor structures (RT Dose/Plan, SR, ...); RT
-    Structure Sets and Segmentations are read by :mod:`segmetrics.dicom`."""
+    Structure Sets and Segmentations are read by :mod:`segmetrics.inputs.dicom`."""
     from pydicom.uid import RTStructureSetStorage, SegmentationStorage
 
     sop_class, modality = dicom_class(path)
@@ -783,7 +783,7 @@ def check_threshold_separates(binary: np.ndarray, values: np.ndarray, threshold,
 def check_spacing_numbers(spacing, source: str) -> None:
     """Refuse a ``spacing`` argument that is not a sequence of real numbers (mm, array order): text
     (``"125"`` would be read digit by digit), booleans, ``None`` or a single number. Their values
-    are checked by :func:`segmetrics.geometry.check_spacing`."""
+    are checked by :func:`segmetrics.spatial.geometry.check_spacing`."""
     if isinstance(spacing, (str, bytes)) or not isinstance(spacing, Iterable) or not all(
             isinstance(s, numbers.Real) and not isinstance(s, bool) for s in spacing):
         raise ReadError(f"{source}: spacing must be voxel sizes in mm, one number per array axis (e.g. (2.5, 0.8, "
@@ -839,7 +839,7 @@ def check_evaluation_options(*, metrics=None, labels=None, threshold=None, resam
     :func:`check_labels`, :func:`check_threshold`, a ``resample_to`` or ``image`` path that does not
     exist, a contour resolution that is not a positive number of mm, an ``input_policy`` that is not
     an :class:`InputPolicy`. Raises ``ValueError`` (:class:`ReadError` for paths) in one line."""
-    from .registry import resolve_selection
+    from ..registry import resolve_selection
 
     check_threshold(threshold)
     check_labels(labels)
@@ -855,4 +855,4 @@ def check_evaluation_options(*, metrics=None, labels=None, threshold=None, resam
     if contour_resolution_mm is not None:
         check_contour_resolution(contour_resolution_mm)
     if input_policy is not None and not isinstance(input_policy, InputPolicy):
-        raise ValueError(f"input_policy must be segmetrics.io.InputPolicy, got {input_policy!r}")
+        raise ValueError(f"input_policy must be segmetrics.inputs.io.InputPolicy, got {input_policy!r}")

@@ -6,13 +6,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .geometry import (LabelImage, check_same_geometry, foreground_outside_note, geometry_differences,
+from ..spatial.geometry import (LabelImage, check_same_geometry, foreground_outside_note, geometry_differences,
                        resample_nearest, union_box)
-from .orientation import Reorientation, canonical
-from .registry import (MetricValue, Parameters, Status, StructurePair, all_groups, as_parameters,
+from ..spatial.orientation import Reorientation, canonical
+from ..registry import (MetricValue, Parameters, Status, StructurePair, all_groups, as_parameters,
                        resolve_selection)
-from .structure_names import match_names
-from .validation import NothingToCompareError, check_evaluation_options
+from ..inputs.structure_names import match_names
+from ..inputs.validation import NothingToCompareError, check_evaluation_options
 
 
 @dataclass
@@ -51,9 +51,9 @@ class StructureResult:
 class PairSurfaces:
     """The 3-D surfaces the metric groups measured a structure pair on (``extras["surfaces"]``).
 
-    ``reference`` and ``test`` are :class:`segmetrics.mesh.Surface` (``None`` for an empty mask) in
+    ``reference`` and ``test`` are :class:`segmetrics.spatial.mesh.Surface` (``None`` for an empty mask) in
     the groups' working frame: the canonical orientation of the pair's bounding box, mapped to the
-    stored array by ``orientation`` (a :class:`~segmetrics.orientation.Reorientation`), with
+    stored array by ``orientation`` (a :class:`~segmetrics.spatial.orientation.Reorientation`), with
     ``spacing`` the working image's voxel size (mm, its array order). Distances between them are
     those of the stored masks; their vertices are in the order of the polydata in ``extras``.
     """
@@ -65,8 +65,8 @@ class PairSurfaces:
 
     def polydata(self, which: str):
         """``vtkPolyData`` of the ``"reference"`` or ``"test"`` surface in the stored image's
-        index-scaled frame (:meth:`~segmetrics.orientation.Reorientation.polydata_to_stored`)."""
-        from .mesh import to_polydata
+        index-scaled frame (:meth:`~segmetrics.spatial.orientation.Reorientation.polydata_to_stored`)."""
+        from ..spatial.mesh import to_polydata
 
         return self.orientation.polydata_to_stored(to_polydata(getattr(self, which)), self.spacing)
 
@@ -74,7 +74,7 @@ class PairSurfaces:
 @dataclass
 class ComparisonResult:
     """Per-structure results; ``notes`` says how the inputs were prepared (e.g. resampling);
-    ``params`` are the :class:`Parameters` used; ``provenance`` (see :mod:`segmetrics.provenance`)
+    ``params`` are the :class:`Parameters` used; ``provenance`` (see :mod:`segmetrics.evaluation.provenance`)
     names the software version, time, inputs, reference grid and settings."""
 
     structures: list
@@ -171,7 +171,7 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
     Structures are paired by name (a label without a name is named by its value, so unnamed
     label maps pair by value; when only one image names its structures, the other's labels take
     the names of the same values), named structures also ignoring case and separators and by
-    ``synonyms`` (:mod:`segmetrics.structure_names`); structures left unpaired are listed in a note
+    ``synonyms`` (:mod:`segmetrics.inputs.structure_names`); structures left unpaired are listed in a note
     and compared with an empty mask. Two single-structure masks with different foreground values
     (e.g. 0/255 vs 0/1 pictures) are paired as one structure, with a note. ``labels`` selects
     structures by name or label value; an unknown name raises ``ValueError``.
@@ -309,24 +309,24 @@ def compare(
     resample_to : {None, "reference"} or path
         ``"reference"`` resamples the test onto the reference grid (nearest neighbour); a path to
         a DICOM image series folder (or an image file) resamples both onto its grid; otherwise a
-        grid mismatch raises :class:`~segmetrics.geometry.GeometryMismatchError`.
+        grid mismatch raises :class:`~segmetrics.spatial.geometry.GeometryMismatchError`.
     threshold : float, optional
         Binarise both inputs at ``value >= threshold`` (probability maps); default: integer labels.
     progress : callable, optional
         Called as ``progress(done, total, structure_name)`` after each structure.
-    input_policy : segmetrics.io.InputPolicy, optional
-        Overrides of the input checks of :mod:`segmetrics.validation` (lossy pictures, many
+    input_policy : segmetrics.inputs.io.InputPolicy, optional
+        Overrides of the input checks of :mod:`segmetrics.inputs.validation` (lossy pictures, many
         labels, external data files); by default inputs that cannot be trusted are refused with
-        :class:`segmetrics.io.ReadError`.
+        :class:`segmetrics.inputs.io.ReadError`.
     synonyms : dict, optional
-        ``{normalised synonym: canonical name}`` (:func:`segmetrics.structure_names.read_synonyms`)
+        ``{normalised synonym: canonical name}`` (:func:`segmetrics.inputs.structure_names.read_synonyms`)
         for pairing differently named structures.
     image : path, optional
         DICOM series folder (or image file) whose grid RT Structure Sets are rasterised on; see
-        :func:`segmetrics.io.load_pair` for the default grids.
+        :func:`segmetrics.inputs.io.load_pair` for the default grids.
     contour_resolution_mm : float, optional
         Pixel size of a grid built from contour planes (default
-        :data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
+        :data:`segmetrics.inputs.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
     keep_surfaces : bool
         Keep each structure's 3-D surfaces in ``extras["surfaces"]`` (:class:`PairSurfaces`), e.g.
         for the Slicer review; off by default, so that results of many structures stay small.
@@ -335,12 +335,12 @@ def compare(
     were given, and ``ValueError`` for parameters that do not fit the images (e.g. ``msi_axis``).
 
     The values do not depend on how the grid is stored: both images are measured in one canonical
-    storage orientation (:mod:`segmetrics.orientation`), each structure pair within the bounding
+    storage orientation (:mod:`segmetrics.spatial.orientation`), each structure pair within the bounding
     box of its voxels (labels and boxes are found in one pass per image), while everything that
     refers to the array (``msi_axis``, per-slice MSI rows, surface polydata in ``extras``) stays in
     the stored array's indices and index-scaled frame.
     """
-    from .io import load_pair
+    from ..inputs.io import load_pair
     from .provenance import describe_input, grid_info, provenance
 
     params = as_parameters(params)
@@ -357,7 +357,7 @@ def compare(
             notes += foreground_outside_note(test, reference)
         test = resample_nearest(test, reference)
     elif resample_to is not None:  # an image (e.g. a DICOM series folder) whose grid both go onto
-        from .dicom import read_image_grid
+        from ..inputs.dicom import read_image_grid
 
         grid = read_image_grid(resample_to, input_policy)
         notes.append(f"reference and test resampled onto the grid of {resample_to} (nearest neighbour)")
@@ -391,7 +391,7 @@ def compare(
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]
         extras = view.surfaces_to_stored(pair.extras, grid.spacing)
-        if keep_surfaces and pair.reference.ndim == 3 and ("surface", "test") in pair.cache:  # built by segmetrics.mesh.cached_surface
+        if keep_surfaces and pair.reference.ndim == 3 and ("surface", "test") in pair.cache:  # built by segmetrics.spatial.mesh.cached_surface
             kept = [pair.cache[("surface", side)] for side in ("reference", "test")]  # without their search structures:
             kept = [None if surface is None else replace(surface) for surface in kept]  # results hold less memory
             extras["surfaces"] = PairSurfaces(*kept, view, grid.spacing)

@@ -2,11 +2,11 @@
 
 When both inputs are RT Structure Sets, their closed planar polygons (patient mm) are measured
 themselves, without rasterising. For masks the contours are those of slice-wise MSI: marching
-squares boundaries (:func:`segmetrics.mesh.contours_2d`) of each slice along the MSI slice axis
-(:func:`segmetrics.msi.pair_slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Polygons
-are grouped by plane (:func:`segmetrics.msi.compared_planes`, shared with the polygon MSI; planes
-closer than :data:`segmetrics.dicom.PLANE_TOLERANCE_MM` are one); each side's contour on a plane is
-the boundary of its even-odd region (:func:`segmetrics.dicom.even_odd_region`, as rasterised: a
+squares boundaries (:func:`segmetrics.spatial.mesh.contours_2d`) of each slice along the MSI slice axis
+(:func:`segmetrics.metrics.msi.pair_slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Polygons
+are grouped by plane (:func:`segmetrics.metrics.msi.compared_planes`, shared with the polygon MSI; planes
+closer than :data:`segmetrics.inputs.dicom.PLANE_TOLERANCE_MM` are one); each side's contour on a plane is
+the boundary of its even-odd region (:func:`segmetrics.inputs.dicom.even_odd_region`, as rasterised: a
 contour given twice is none, a keyhole's channel and an out-and-back spur are not drawn), measured
 in the plane with shapely:
 
@@ -28,7 +28,7 @@ The per-plane rows go to ``extras["contour_slices"]`` (the stored array axis the
 index, as in the per-slice MSI rows; for polygons the grid slice the plane was rasterised on),
 ``position_mm`` (masks: slice × spacing; polygons: position along the plane normal, patient mm),
 ``dice`` (the slice's Dice: pixel counts, or exact areas of the even-odd filled polygons),
-contour lengths, ``apl_mm``, ``hd_mm`` and ``mean_distance_mm``; :mod:`segmetrics.slices` joins
+contour lengths, ``apl_mm``, ``hd_mm`` and ``mean_distance_mm``; :mod:`segmetrics.outputs.slices` joins
 them with the per-slice MSI rows.
 Rasterised, the same polygons give the same values within one pixel (tested): the mask boundary
 runs half-way between pixel centres, within a pixel of the polygon.
@@ -39,17 +39,17 @@ import math
 
 import numpy as np
 
-from . import _kernels
-from .mesh import contours_2d
+from ..spatial import _kernels
+from ..spatial.mesh import contours_2d
 from .msi import MAX_SEGMENT_PIECES, compared_planes, pair_slice_axis
-from .orientation import Reorientation
-from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
+from ..spatial.orientation import Reorientation
+from ..registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
                        register_group, undefined)
 
 #: Distance between the boundary samples of the contour distances of polygons (mm); mask
 #: boundaries are sampled every tenth of a pixel or this often, whichever is less often, but at
 #: least every half pixel (pixels of 1e-3 mm), and with at most
-#: :data:`segmetrics.msi.MAX_SEGMENT_PIECES` samples along the longer side of a pixel (pixels far
+#: :data:`segmetrics.metrics.msi.MAX_SEGMENT_PIECES` samples along the longer side of a pixel (pixels far
 #: longer than wide: a 1e-4 x 1e6 mm pixel asked for 1e11 samples per slice).
 SAMPLE_STEP_MM = 0.1
 
@@ -82,7 +82,7 @@ def boundary(rings):
 
 
 def polygon_dice(reference, test) -> float:
-    """Dice of two sides' filled contours on one plane (:func:`segmetrics.dicom.even_odd_region`, exact
+    """Dice of two sides' filled contours on one plane (:func:`segmetrics.inputs.dicom.even_odd_region`, exact
     areas, mm²); NaN when both are empty."""
     total = reference.area + test.area
     return 2 * reference.intersection(test).area / total if total > 0 else math.nan
@@ -116,7 +116,7 @@ def boundary_distances(first, second, step_mm: float = SAMPLE_STEP_MM) -> tuple:
     """``(distances, weights)`` of both directions pooled: distance (mm) from each sample of one
     boundary to the nearest sample of the other (off by at most ``step_mm`` / 2 from the distance
     to the boundary itself), and the boundary length (mm) each sample stands for. The nearest
-    samples are found by :func:`segmetrics._kernels.nearest_between` (exact, as a KD-tree finds them)."""
+    samples are found by :func:`segmetrics.spatial._kernels.nearest_between` (exact, as a KD-tree finds them)."""
     (first_points, first_weights), (second_points, second_weights) = (boundary_samples(b, step_mm)
                                                                       for b in (first, second))
     forward, back = _kernels.nearest_between(first_points, second_points)[:2]
@@ -126,7 +126,7 @@ def boundary_distances(first, second, step_mm: float = SAMPLE_STEP_MM) -> tuple:
 def mask_slices(reference, test, spacing, axis: int):
     """Per slice of two masks along array ``axis`` holding either: ``(slice index, reference rings,
     test rings, Dice)``, rings ``(N, 2)`` in in-plane (row, column) mm (marching squares,
-    :func:`segmetrics.mesh.contours_2d`). A 2-D pair is one slice."""
+    :func:`segmetrics.spatial.mesh.contours_2d`). A 2-D pair is one slice."""
     reference, test, spacing = np.asarray(reference, bool), np.asarray(test, bool), np.asarray(spacing, float)
     if reference.ndim == 2:
         reference, test, spacing, axis = reference[None], test[None], np.r_[1.0, spacing], 0

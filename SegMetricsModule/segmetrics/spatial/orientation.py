@@ -5,7 +5,7 @@ the matching direction matrix): a viewer shows them identically, but meshing (ma
 triangulations, rounding of blurs) and slice-wise metrics see different arrays. :func:`canonical`
 chooses, from the direction matrix alone, the reversal and order of the array axes that bring the
 direction closest to the identity; every storage of one physical grid gives the same choice, so
-the metrics of :func:`segmetrics.compare.compare` see the same array and agree to rounding.
+the metrics of :func:`segmetrics.evaluation.compare.compare` see the same array and agree to rounding.
 
 Arrays are in NumPy/SimpleITK order ``(z, y, x)`` (2-D ``(row, col)``); ``direction`` is ITK's
 row-major matrix whose column ``j`` is the physical direction of ITK index axis ``j``, i.e. of
@@ -29,7 +29,7 @@ DIRECTION_DECIMALS = 6
 #: (contiguous) axis moves: about 6 times faster than one copy of a 512 × 512 × 200 mask with z
 #: and x swapped.
 COPY_BLOCK = 32
-#: Keys of a structure pair's ``extras`` holding surface polydata in index-scaled mm (:mod:`segmetrics.mesh`).
+#: Keys of a structure pair's ``extras`` holding surface polydata in index-scaled mm (:mod:`segmetrics.spatial.mesh`).
 SURFACE_EXTRAS = ("test_surface", "reference_surface")
 
 
@@ -154,8 +154,8 @@ class Reorientation:
 
     def polydata_to_stored(self, polydata, canonical_spacing):
         """A 3-D surface polydata in the canonical image's index-scaled frame (mm, ITK ``(x, y, z)``
-        order, see :mod:`segmetrics.mesh`) moved into the stored image's index-scaled frame, so
-        that :func:`segmetrics.mesh.to_physical` with the stored image places it. Point order and
+        order, see :mod:`segmetrics.spatial.mesh`) moved into the stored image's index-scaled frame, so
+        that :func:`segmetrics.spatial.mesh.to_physical` with the stored image places it. Point order and
         point data are kept; ``Normals`` are mapped; triangles are re-wound when the mapping
         mirrors, so that they stay outward. A new polydata, or ``polydata`` itself when nothing moves."""
         from vtkmodules.util.numpy_support import numpy_to_vtk, vtk_to_numpy

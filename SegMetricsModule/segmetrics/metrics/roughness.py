@@ -20,9 +20,9 @@ import math
 import numpy as np
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
-from . import _kernels, mesh
-from ._threads import in_threads
-from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group
+from ..spatial import _kernels, mesh
+from ..spatial._threads import in_threads
+from ..registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group
 
 # ---------------------------------------------------------------------------------------------
 # Paper convention (index units)
@@ -163,12 +163,12 @@ def local_roughness(surface: mesh.Surface, radius: float) -> np.ndarray:
     vertex ``j`` holds every vertex within ``radius`` (mm, Euclidean) of it, itself included;
     both means over the window are weighted by the vertices' areas (lengths in 2-D). This is the
     paper's per-window term ``(1/N) Σ |ζ_i - mean ζ|`` with one window per vertex. The windows
-    are scanned in the buckets of the surface's vertex grid (:attr:`segmetrics.mesh.Surface.vertex_grid`,
-    :func:`segmetrics._kernels.window_deviations`, in threads).
+    are scanned in the buckets of the surface's vertex grid (:attr:`segmetrics.spatial.mesh.Surface.vertex_grid`,
+    :func:`segmetrics.spatial._kernels.window_deviations`, in threads).
 
     Parameters
     ----------
-    surface : segmetrics.mesh.Surface
+    surface : segmetrics.spatial.mesh.Surface
         Vertices (mm) with their areas (mm²) or lengths (mm, 2-D) as weights.
     radius : float
         Window radius in mm.
@@ -197,14 +197,14 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
     directions, 2 for cells wider than a chord of 1, where the cap may no longer contain the cell)
     of the cell's mean direction. The cells are filed by these caps in buckets of directions, on
     levels of bucket sizes a factor 2 apart so that wide cells (close to the centre) do not widen
-    the search for all the others (:func:`segmetrics._kernels.direction_grid`); each ray tests the
-    cells of its buckets (:func:`segmetrics._kernels.radial_gaps`, in threads; Möller–Trumbore
-    with the cells prepared by :func:`segmetrics._kernels.ray_cells`).
+    the search for all the others (:func:`segmetrics.spatial._kernels.direction_grid`); each ray tests the
+    cells of its buckets (:func:`segmetrics.spatial._kernels.radial_gaps`, in threads; Möller–Trumbore
+    with the cells prepared by :func:`segmetrics.spatial._kernels.ray_cells`).
 
     Parameters
     ----------
     points : ndarray, shape (k, ndim)
-        Points in mm (any axis order shared by all arguments, e.g. a :class:`segmetrics.mesh.Surface` frame).
+        Points in mm (any axis order shared by all arguments, e.g. a :class:`segmetrics.spatial.mesh.Surface` frame).
     centre : ndarray, shape (ndim,)
         Origin of the rays (mm).
     other_vertices, other_cells : ndarray
@@ -229,7 +229,7 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
 def _direction_buckets(reach: np.ndarray) -> int:
     """Buckets per axis of the finest level of :func:`radial_gaps`' direction buckets (over the
     cube ``[-1, 1]**3``): buckets :data:`DIRECTION_BUCKET_REACHES` median cap radii wide, as a
-    power of 2 of at most :data:`segmetrics._kernels.MAX_DIRECTION_BUCKETS`."""
+    power of 2 of at most :data:`segmetrics.spatial._kernels.MAX_DIRECTION_BUCKETS`."""
     if len(reach) == 0:
         return 1
     wanted = 2.0 / (DIRECTION_BUCKET_REACHES * float(np.median(reach)))
@@ -241,7 +241,7 @@ def roughness_index(surface: mesh.Surface, radius: float) -> tuple:
 
     Parameters
     ----------
-    surface : segmetrics.mesh.Surface
+    surface : segmetrics.spatial.mesh.Surface
         3-D surface or 2-D contours, in mm.
     radius : float
         Window radius in mm.
@@ -294,7 +294,7 @@ ROUGHNESS_ARRAY = "Roughness_mm"
 def _default_values(pair: StructurePair, window_mm: float | None):
     """RI of each side, ARD, unit and parameters in the default (mm) convention.
 
-    The surfaces are the pair's shared ones (:func:`segmetrics.mesh.cached_surface`); in 3-D the
+    The surfaces are the pair's shared ones (:func:`segmetrics.spatial.mesh.cached_surface`); in 3-D the
     per-vertex ``Roughness_mm`` goes on the polydata views of the existing surfaces,
     ``pair.extras["test_surface"]`` and ``pair.extras["reference_surface"]`` (also
     ``pair.cache["reference_surface"]``).

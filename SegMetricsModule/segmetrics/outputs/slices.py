@@ -1,8 +1,8 @@
 """The per-slice table of a compared structure: one row per slice (or contour plane) holding either
 side, joining what the ``msi`` and ``contours`` groups measured on that slice.
 
-Rows come from the structure's ``extras["msi_slices"]`` (:class:`segmetrics.msi.SliceMSI`) and
-``extras["contour_slices"]`` (:mod:`segmetrics.contours`), matched by slice index and position, or
+Rows come from the structure's ``extras["msi_slices"]`` (:class:`segmetrics.metrics.msi.SliceMSI`) and
+``extras["contour_slices"]`` (:mod:`segmetrics.metrics.contours`), matched by slice index and position, or
 by slice index alone when both cut the same axis but place a slice differently (two RT Structure
 Sets with the ``fda`` or pixel MSI, measured on the rasterised masks: the row keeps the contour
 plane's position);
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from .output import csv_text, write_text
+from .tables import csv_text, write_text
 
 #: ``position_mm`` in the table is rounded to this many decimals (1e-6 mm): slice index x spacing
 #: carries float noise (3 x 0.7 mm = 2.0999999999999996) far below any voxel size.
@@ -35,14 +35,14 @@ SLICE_COLUMNS = {
     "test_length_mm": ("mm", "test contour length in the slice (contours group)"),
     "status": ("", "ok, test_empty, reference_empty (or multiple_objects for fda MSI)"),
 }
-#: Columns of the per-slice MSI rows kept after :data:`SLICE_COLUMNS` (see :class:`segmetrics.msi.SliceMSI`).
+#: Columns of the per-slice MSI rows kept after :data:`SLICE_COLUMNS` (see :class:`segmetrics.metrics.msi.SliceMSI`).
 MSI_DETAIL_COLUMNS = ("weight", "reference_contours", "test_contours", "reference_objects", "test_objects",
                       "unpaired_reference", "unpaired_test")
 
 
 def slice_rows(structure) -> list:
     """The per-slice rows (dicts with :data:`SLICE_COLUMNS` then :data:`MSI_DETAIL_COLUMNS`) of a
-    :class:`segmetrics.compare.StructureResult`, in slice order; empty when neither group ran."""
+    :class:`segmetrics.evaluation.compare.StructureResult`, in slice order; empty when neither group ran."""
     rows: dict = {}
     sources: dict = {}  # key -> the sources already merged into that row
     msi = next((v for v in structure.values if v.metric == "msi"), None)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .registry import MetricGroup, MetricSpec, MetricValue, StructurePair, emptiness_status, register_group
+from ..registry import MetricGroup, MetricSpec, MetricValue, StructurePair, emptiness_status, register_group
 
 
 @dataclass(frozen=True)

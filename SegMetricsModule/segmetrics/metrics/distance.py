@@ -12,12 +12,12 @@ Masks are NumPy arrays in array order ``(z, y, x)`` (3-D) or ``(row, col)`` (2-D
 Surface modes
 -------------
 ``"exact"`` (default)
-    The structure's sub-voxel surface of :mod:`segmetrics.mesh` (a clamped Gaussian blur of one
+    The structure's sub-voxel surface of :mod:`segmetrics.spatial.mesh` (a clamped Gaussian blur of one
     voxel, meshed at its 0.5 level; the same surface the MSI and roughness groups use): it
     converges to the continuous boundary as the voxels shrink, and specks and thin tubes keep a
     surface half a voxel out from their voxel centres (one-voxel sheets stay thin slabs). The
     surface elements are the mesh vertices with their area (length) weights; a vertex's
-    distance to the other surface is :func:`segmetrics.mesh.distances_to_surface` (exact
+    distance to the other surface is :func:`segmetrics.spatial.mesh.distances_to_surface` (exact
     point-to-triangle, point-to-segment in 2-D, around the other mesh's nearest vertex).
 ``"deepmind"``
     Reproduces DeepMind's ``surface-distance`` package: surface elements sit on the grid of voxel
@@ -34,9 +34,9 @@ from functools import lru_cache
 import numpy as np
 from skimage import measure
 
-from . import _kernels, mesh
-from ._threads import thread_pool
-from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, StructurePair, register_group
+from ..spatial import _kernels, mesh
+from ..spatial._threads import thread_pool
+from ..registry import MetricGroup, MetricSpec, MetricValue, Parameters, StructurePair, register_group
 
 SURFACE_MODES = ("exact", "deepmind")
 PERCENTILE_VARIANTS = ("max_of_directed", "pooled", "mean_of_directed")
@@ -97,11 +97,11 @@ def surface_distances(reference, test, spacing, mode: str = "exact") -> SurfaceD
 
 
 def exact_surface_distances(reference: mesh.Surface | None, test: mesh.Surface | None, distances=None) -> SurfaceDistances:
-    """``exact``-mode :class:`SurfaceDistances` between two surfaces of :mod:`segmetrics.mesh` (``None`` = empty mask).
+    """``exact``-mode :class:`SurfaceDistances` between two surfaces of :mod:`segmetrics.spatial.mesh` (``None`` = empty mask).
 
     ``distances(source)``, when given, returns the distances (mm) from the vertices of ``source``
-    (one of the two surfaces) to the other (e.g. :func:`segmetrics.mesh.cached_distances` of a
-    pair); default :func:`segmetrics.mesh.distances_both_ways` (both searches at once).
+    (one of the two surfaces) to the other (e.g. :func:`segmetrics.spatial.mesh.cached_distances` of a
+    pair); default :func:`segmetrics.spatial.mesh.distances_both_ways` (both searches at once).
     """
     if reference is None or test is None:
         directed = [(np.zeros(0), np.zeros(0)) if source is None else (np.full(len(source.sizes), np.inf), source.sizes)
@@ -125,8 +125,8 @@ def _sorted_by_distance(directed: list, mode: str) -> SurfaceDistances:
 def cached_surface_distances(pair: StructurePair, mode: str) -> SurfaceDistances:
     """:func:`surface_distances` of a structure pair, kept in ``pair.cache[("surface_distances", mode)]``.
 
-    ``exact`` mode measures on the pair's shared surfaces (:func:`segmetrics.mesh.cached_surface`)
-    with their shared directed distances (:func:`segmetrics.mesh.cached_distances`).
+    ``exact`` mode measures on the pair's shared surfaces (:func:`segmetrics.spatial.mesh.cached_surface`)
+    with their shared directed distances (:func:`segmetrics.spatial.mesh.cached_distances`).
     """
     key = ("surface_distances", mode)
     if key not in pair.cache:

@@ -43,7 +43,7 @@ def describe_input(source) -> dict:
 
 
 def grid_info(image) -> dict:
-    """The voxel grid of a :class:`~segmetrics.geometry.LabelImage`: shape and spacing in array order
+    """The voxel grid of a :class:`~segmetrics.spatial.geometry.LabelImage`: shape and spacing in array order
     ``(z, y, x)`` (mm), origin (mm) and direction in ITK (x, y, z) order."""
     return {"shape_zyx": list(image.array.shape), "spacing_mm_zyx": list(image.spacing),
             "origin_mm_xyz": list(image.origin), "direction_xyz": list(image.direction)}
@@ -60,7 +60,7 @@ def provenance(inputs: dict | None = None, settings: dict | None = None, command
     """The provenance block: ``software``, ``version``, ``created_utc``, ``command`` (the command line
     when run from the CLI, else ``None``), ``python``, ``platform``, ``inputs`` (name -> :func:`describe_input`
     result), ``settings`` (dataclasses made dicts) and any ``extra`` entries."""
-    from . import __version__
+    from .._version import __version__
 
     return {
         "software": "segmetrics",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .registry import Status
+from ..registry import Status
 
 #: Structure name of the rows that pool every class and subject.
 OVERALL = "(all classes)"
@@ -25,7 +25,7 @@ PENALISED_STATUSES = (Status.TEST_EMPTY, Status.REFERENCE_EMPTY)
 
 def _metric_info() -> dict:
     """``{metric: (unit, better)}`` from the registry."""
-    from .registry import metric_specs
+    from ..registry import metric_specs
 
     return {name: (spec.unit, spec.better) for name, spec in metric_specs().items()}
 
@@ -169,7 +169,7 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
     Parameters
     ----------
     records : list of dict
-        From :func:`segmetrics.batch.read_results` (values as floats, NaN/inf kept).
+        From :func:`segmetrics.evaluation.batch.read_results` (values as floats, NaN/inf kept).
     penalty, diagonals
         Empty-mask policy, see :func:`apply_penalty` (default ``"none"``: statistics over the defined
         values, misses counted); it is applied here only.

@@ -1,10 +1,10 @@
 """Read label maps and masks with their geometry: NRRD, NIfTI, MHA/MHD, ``.seg.nrrd``, PNG/JPEG,
-DICOM RT Structure Sets and DICOM SEG (:mod:`segmetrics.dicom`).
+DICOM RT Structure Sets and DICOM SEG (:mod:`segmetrics.inputs.dicom`).
 
-Everything returns a :class:`~segmetrics.geometry.LabelImage` (array in ``(z, y, x)`` order,
+Everything returns a :class:`~segmetrics.spatial.geometry.LabelImage` (array in ``(z, y, x)`` order,
 spacing in mm in the same order). 2-D pictures (PNG, BMP, TIFF) carry no spacing and get
 1 mm pixels, i.e. results are in pixel units. Every input passes the checks of
-:mod:`segmetrics.validation` (refusals are one-line :class:`ReadError`); :class:`InputPolicy`
+:mod:`segmetrics.inputs.validation` (refusals are one-line :class:`ReadError`); :class:`InputPolicy`
 holds the explicit overrides (lossy JPEG masks, many labels, external data files, files
 that state no voxel size).
 """
@@ -17,8 +17,8 @@ import numpy as np
 import SimpleITK as sitk
 
 from . import dicom
-from ._threads import thread_pool
-from .geometry import LabelImage, as_label_image, distinct_values
+from ..spatial._threads import thread_pool
+from ..spatial.geometry import LabelImage, as_label_image, distinct_values
 from .validation import (InputPolicy, ReadError, VoxelCheck, check_evaluation_options, check_file, check_label_map, check_picture,
                          check_spacing_numbers, check_structure_names, check_threshold, check_threshold_separates,
                          check_unique_names)
@@ -48,7 +48,7 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
         How messages name an in-memory input (e.g. ``"reference"``); default ``"array"``.
 
     Raises :class:`ReadError` (a ``ValueError``) for files and label maps that cannot be trusted:
-    see :mod:`segmetrics.validation`.
+    see :mod:`segmetrics.inputs.validation`.
     """
     policy = input_policy or InputPolicy()
     check_threshold(threshold)
@@ -78,10 +78,10 @@ def load_label_image(source, spacing=None, threshold: float | None = None, *,
 def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold: float | None = None) -> LabelImage:
     """Read one file into a :class:`LabelImage` (labels unchanged; see :func:`load_label_image`).
 
-    The file-level checks of :func:`segmetrics.validation.check_file` run first (DICOM class,
+    The file-level checks of :func:`segmetrics.inputs.validation.check_file` run first (DICOM class,
     external data files, header spacing, compressed-stream integrity; the checksum of compressed
     NIfTI, NRRD and MetaImage data is checked on the voxels as read, so that it is decompressed once). An RT Structure Set is
-    rasterised on its own contour grid (:func:`segmetrics.dicom.contour_grid`; see
+    rasterised on its own contour grid (:func:`segmetrics.inputs.dicom.contour_grid`; see
     :func:`load_pair` for other grids); ``threshold`` binarises a FRACTIONAL DICOM SEG (default 0.5).
     """
     path = Path(path)
@@ -123,7 +123,7 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
     rasterised on one shared grid: the image series ``image`` (a DICOM folder or an image file)
     when given, else the other input's grid (an RTSTRUCT against a label map), else a grid built
     from the contour planes of both structure sets with ``contour_resolution_mm`` pixels (default
-    :data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`)."""
+    :data:`segmetrics.inputs.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`)."""
     check_evaluation_options(threshold=threshold, image=image, contour_resolution_mm=contour_resolution_mm,
                              input_policy=input_policy)
     sources = {"reference": reference, "test": test}
@@ -156,7 +156,7 @@ def apply_name_map(image: LabelImage, names: dict) -> None:
     without contours, an empty SEG segment), from a ``{label value: name}`` map (others stay unnamed).
 
     Raises :class:`ReadError` when names would merge structures (see
-    :func:`segmetrics.validation.check_structure_names`).
+    :func:`segmetrics.inputs.validation.check_structure_names`).
     """
     image.names = {label: names[label] for label in sorted({*image.labels(), *image.names}) if label in names}
     check_structure_names(image, "name map")
@@ -275,7 +275,7 @@ def _check_segment(path: Path, name: str, layer: int, value: int, declared: list
 
 def _read_seg_nrrd(path: Path, voxel_check: VoxelCheck | None = None) -> LabelImage:
     """A Slicer ``.seg.nrrd``: segment names kept; label values kept for single-layer files.
-    ``voxel_check`` (from :func:`~segmetrics.validation.check_file`) is verified on the voxels as read.
+    ``voxel_check`` (from :func:`~segmetrics.inputs.validation.check_file`) is verified on the voxels as read.
 
     Segments of a multi-layer file are numbered 1..N in file order (their label values repeat
     across layers); a segment overlapping an earlier one is kept in ``segment_masks``.

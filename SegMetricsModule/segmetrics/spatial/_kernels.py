@@ -1,13 +1,13 @@
-"""Compiled kernels of :mod:`segmetrics.mesh`: the blur and clamp of the surface field, triangle areas,
-and for :func:`segmetrics.mesh.distances_to_surface` the nearest vertex of a surface to each
+"""Compiled kernels of :mod:`segmetrics.spatial.mesh`: the blur and clamp of the surface field, triangle areas,
+and for :func:`segmetrics.spatial.mesh.distances_to_surface` the nearest vertex of a surface to each
 query point (a grid of buckets) and the closest point by a walk over the surface's cells; and of
-the slice contours (:func:`segmetrics.mesh.contours_2d`, slice-wise MSI, the contours group):
+the slice contours (:func:`segmetrics.spatial.mesh.contours_2d`, slice-wise MSI, the contours group):
 marching squares, nearest points between two 2-D point sets, the inside test.
 
 Points are 3-component rows in mm (2-D contours padded with a zero third component); cells are
 triangles (3 vertex indices) or segments (2). The kernels are compiled with numba (cached on disk
-after the first call) and release the GIL; :func:`segmetrics._threads.in_threads` runs one on the
-query points on the package's threads (:mod:`segmetrics._threads`).
+after the first call) and release the GIL; :func:`segmetrics.spatial._threads.in_threads` runs one on the
+query points on the package's threads (:mod:`segmetrics.spatial._threads`).
 
 numba does not check array bounds, so every index a kernel follows is in range by construction,
 for any input: a query's bucket is clamped to the grid, index inputs (cell corners, nearest
@@ -855,7 +855,7 @@ def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, fir
 
 
 def compile_roughness_kernels() -> None:
-    """Compile, or load from numba's disk cache, the kernels of :mod:`segmetrics.roughness`
+    """Compile, or load from numba's disk cache, the kernels of :mod:`segmetrics.metrics.roughness`
     (:func:`ray_cells`, :func:`direction_grid`, :func:`radial_gaps`, :func:`window_deviations`)
     on one triangle (the argument types are those of every call)."""
     corners = np.eye(3)
@@ -867,7 +867,7 @@ def compile_roughness_kernels() -> None:
 # --- 2-D slice contours and slice-wise MSI ----------------------------------------------------
 #
 # Marching squares on a label image, nearest-point distances between two point sets and the
-# even-odd inside test, for :func:`segmetrics.mesh.contours_2d` and :mod:`segmetrics.msi`. Each
+# even-odd inside test, for :func:`segmetrics.spatial.mesh.contours_2d` and :mod:`segmetrics.metrics.msi`. Each
 # gives bit for bit what the NumPy / scikit-image / SciPy code it replaces gives (the same
 # arithmetic in the same order), so the metrics do not move.
 

@@ -7,7 +7,7 @@ the case finishes. ``cases.jsonl`` logs one line per finished attempt (``ok`` or
 the error message, its record count and a fingerprint of its inputs and settings).
 
 Durability: a case that kills its process (segmentation fault, out-of-memory kill) is logged
-``failed`` with the signal and the run goes on (:mod:`segmetrics.workers`). Re-running the same
+``failed`` with the signal and the run goes on (:mod:`segmetrics.evaluation.workers`). Re-running the same
 command skips the cases logged ``ok`` whose records are all present and whose input files (path,
 size, times, inode: :func:`_fingerprint`) and settings are
 unchanged; every other case is (re)done. Result files are
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .output import RECORD_FIELDS, csv_row, json_record, json_value, record_row, records_to_csv
-from .registry import Parameters, as_parameters
+from ..outputs.tables import RECORD_FIELDS, csv_row, json_record, json_value, record_row, records_to_csv
+from ..registry import Parameters, as_parameters
 from .workers import WorkerDied, run_isolated
 
 #: Columns of ``results.csv`` (the compare record fields, prefixed with the case id).
@@ -180,9 +180,9 @@ def load_case(case: Case, threshold: float | None = None, input_policy=None):
     """Read a case's reference and test label images (names from ``case.names`` if given).
 
     ``threshold`` binarises both (``value >= threshold``), e.g. 0.5 for probability maps;
-    ``input_policy`` (:class:`segmetrics.io.InputPolicy`) overrides the input checks.
+    ``input_policy`` (:class:`segmetrics.inputs.io.InputPolicy`) overrides the input checks.
     """
-    from .io import apply_name_map, load_pair, read_name_map
+    from ..inputs.io import apply_name_map, load_pair, read_name_map
 
     # RT structure sets: rasterised on the other input's grid, or both on one contour grid
     reference, test = load_pair(case.reference, case.test, threshold=threshold, input_policy=input_policy)
@@ -222,7 +222,7 @@ def _limit_threads(workers: int) -> None:
     import SimpleITK as sitk
     import vtk
 
-    from . import _threads
+    from ..spatial import _threads
 
     threads = max(1, (os.cpu_count() or 1) // max(workers, 1))
     sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
@@ -232,8 +232,8 @@ def _limit_threads(workers: int) -> None:
 
 def _compile_before_workers() -> None:
     """Compile the kernels in this process before local workers start, so that they only read
-    numba's disk cache (:func:`segmetrics.mesh.compile_kernels`)."""
-    from . import mesh
+    numba's disk cache (:func:`segmetrics.spatial.mesh.compile_kernels`)."""
+    from ..spatial import mesh
 
     mesh.compile_kernels()
 
@@ -300,7 +300,7 @@ def _json_line(payload: dict) -> str:
 
 
 def value_from_json(value) -> float:
-    """Inverse of :func:`segmetrics.output.json_value`: ``None`` → NaN, ``"inf"`` → inf."""
+    """Inverse of :func:`segmetrics.outputs.tables.json_value`: ``None`` → NaN, ``"inf"`` → inf."""
     return math.nan if value is None else float(value)
 
 
@@ -450,12 +450,12 @@ def _check_settings(output: Path, settings: dict) -> None:
 
 def _fingerprint(case: Case, settings: dict) -> str:
     """Hash of the run settings and of each input file's absolute path and version
-    (:func:`segmetrics.validation.file_version`: size, times, inode, device).
+    (:func:`segmetrics.inputs.validation.file_version`: size, times, inode, device).
 
     A resumed case whose fingerprint changed is redone. For a header-only image (``.mhd``,
     ``.nhdr``) only the header file is checked.
     """
-    from .validation import file_version
+    from ..inputs.validation import file_version
 
     files = []
     for path in (case.reference, case.test, case.names):
@@ -562,10 +562,10 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
         Show a progress bar (cases done, rate, time left) on standard error.
     unmatched : dict, optional
         Files without a partner from :func:`match_folders`, passed through to the summary.
-    input_policy : segmetrics.io.InputPolicy, optional
+    input_policy : segmetrics.inputs.io.InputPolicy, optional
         Overrides of the input checks (stored in ``run.json``); invalid options (``threshold``,
         ``params``, ``metrics``, ``labels``, ``resample_to``: see
-        :func:`segmetrics.validation.check_evaluation_options`) are refused before any case runs.
+        :func:`segmetrics.inputs.validation.check_evaluation_options`) are refused before any case runs.
     evaluate : callable, optional
         ``evaluate(case, **job) -> CaseOutcome`` in place of :func:`evaluate_case`, with ``job``
         the keyword arguments ``metrics, params, resample_to, labels, threshold, input_policy``; it
@@ -573,8 +573,8 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
 
     Raises :class:`BatchError` when ``output`` is a file or holds a run with other settings.
     """
-    from .io import InputPolicy
-    from .validation import check_evaluation_options
+    from ..inputs.io import InputPolicy
+    from ..inputs.validation import check_evaluation_options
 
     check_evaluation_options(metrics=metrics, labels=labels, threshold=threshold, resample_to=resample_to,
                              input_policy=input_policy)

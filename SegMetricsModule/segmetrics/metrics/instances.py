@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from skimage.measure import label as connected_components
 
-from .registry import MetricValue, Status, emptiness_status
+from ..registry import MetricValue, Status, emptiness_status
 
 #: The ten COCO IoU thresholds 0.50, 0.55, ..., 0.95 (same floats as pycocotools).
 IOU_THRESHOLDS = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)

@@ -2,7 +2,7 @@
 
 Each connected component of the reference mask is one reference lesion, each component of the
 test mask one detected lesion (full connectivity: 26-neighbours in 3-D ``(z, y, x)``, 8 in 2-D).
-Matching is the greedy one of :func:`segmetrics.instances.detection_scores`: detections in raster
+Matching is the greedy one of :func:`segmetrics.metrics.instances.detection_scores`: detections in raster
 order each take the unmatched reference lesion with the highest IoU >= ``Parameters.lesion_iou``
 (default 0.5). IoUs are voxel-count ratios, so spacing plays no role in the matching.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .instances import SIZE_BINS, detection_scores, instances_from_semantic
-from .registry import MetricGroup, MetricSpec, MetricValue, Parameters, StructurePair, register_group
+from ..registry import MetricGroup, MetricSpec, MetricValue, Parameters, StructurePair, register_group
 
 LESION_METRICS = (
     MetricSpec("lesion_f1", "1", "higher", "lesion-wise F1 2TP/(2TP+FP+FN), components matched at IoU >= lesion_iou"),

@@ -19,7 +19,7 @@ Outputs stored on the :class:`~segmetrics.registry.StructurePair`:
     list of :class:`SliceMSI` (one per slice holding either structure; for two RT Structure Sets
     one per contour plane, :func:`polygon_slice_table`), see there.
 ``pair.extras["test_surface"]``
-    the test ``vtkPolyData`` (via :func:`segmetrics.mesh.cached_test_surface`) with point-data
+    the test ``vtkPolyData`` (via :func:`segmetrics.spatial.mesh.cached_test_surface`) with point-data
     arrays ``SignedDistance_mm`` (signed BLD, negative inside the reference; ``SignedDistance_px``
     with ``units="pixel"``) and ``MSI`` (per-vertex weight).
 """
@@ -35,11 +35,11 @@ from scipy.spatial import cKDTree
 from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
-from . import _kernels, mesh
-from .dicom import even_odd_region, nearest_slice, rings_by_plane
-from .geometry import through_plane_axis
-from .orientation import Reorientation
-from .registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
+from ..spatial import _kernels, mesh
+from ..inputs.dicom import even_odd_region, nearest_slice, rings_by_plane
+from ..spatial.geometry import through_plane_axis
+from ..spatial.orientation import Reorientation
+from ..registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
                        register_group, undefined)
 
 #: Contours are subdivided to at most this fraction of the smallest pixel size before distances
@@ -51,7 +51,7 @@ SUBDIVISION = 0.25
 #: of a slice stay bounded (a 1e4 x 1e-4 mm pixel asked for 4e8 points per segment: MemoryError).
 MAX_SEGMENT_PIECES = 256
 #: Polygon segments (RT Structure Sets) are subdivided to at most this length (mm): SUBDIVISION of
-#: the 1 mm pixel of a contour grid (:data:`segmetrics.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
+#: the 1 mm pixel of a contour grid (:data:`segmetrics.inputs.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
 POLYGON_SEGMENT_MM = 0.25
 #: Number of worst slices listed in the ``msi`` value's params.
 WORST_SLICES = 5
@@ -88,7 +88,7 @@ def bidirectional_local_distance(test_points, reference_points, test_to_referenc
         Same for the reference points; BMaxD(p) is the largest of these among the reference
         points whose nearest test point is p.
     test_tree : scipy.spatial.cKDTree, optional
-        KD-tree of ``test_points`` when one exists (e.g. :attr:`segmetrics.mesh.Surface.tree`).
+        KD-tree of ``test_points`` when one exists (e.g. :attr:`segmetrics.spatial.mesh.Surface.tree`).
 
     Returns
     -------
@@ -291,7 +291,7 @@ def _score_objects(ref_objects, test_objects, overlap, sizes_ref, sizes_test, il
 
 
 def polygon_objects(region, max_segment_mm: float = POLYGON_SEGMENT_MM) -> tuple:
-    """``(objects, regions)`` of one side's :func:`~segmetrics.dicom.even_odd_region` on one plane (in-plane mm): one
+    """``(objects, regions)`` of one side's :func:`~segmetrics.inputs.dicom.even_odd_region` on one plane (in-plane mm): one
     object per connected region (shapely ``Polygon``) with its outer and hole contours subdivided
     to at most ``max_segment_mm``."""
     import shapely
@@ -305,7 +305,7 @@ def polygon_objects(region, max_segment_mm: float = POLYGON_SEGMENT_MM) -> tuple
 
 def polygon_slice(reference_region, test_region, il: float = 1.0, ol: float = 1.0, align: str = "none") -> tuple:
     """``(msi, weight, counts, status)`` of one plane of two sides' filled contours
-    (:func:`~segmetrics.dicom.even_odd_region`, in-plane mm), as :func:`slice_table` scores the slice of two masks,
+    (:func:`~segmetrics.inputs.dicom.even_odd_region`, in-plane mm), as :func:`slice_table` scores the slice of two masks,
     with exact areas instead of pixel counts: objects paired by the same rule (IoU and centroid
     distance), BLD between the subdivided polygons, even-odd inside test against the reference
     polygons."""
@@ -319,7 +319,7 @@ def polygon_slice(reference_region, test_region, il: float = 1.0, ol: float = 1.
 
 
 def contour_planes(pair: StructurePair) -> tuple:
-    """:func:`segmetrics.dicom.rings_by_plane` of a pair's polygons (``pair.contours``), found once
+    """:func:`segmetrics.inputs.dicom.rings_by_plane` of a pair's polygons (``pair.contours``), found once
     per pair and shared by the groups (``pair.cache["contour_planes"]``)."""
     if "contour_planes" not in pair.cache:
         pair.cache["contour_planes"] = rings_by_plane(*pair.contours)
@@ -327,7 +327,7 @@ def contour_planes(pair: StructurePair) -> tuple:
 
 
 def contour_regions(pair: StructurePair) -> list:
-    """Per plane of :func:`contour_planes`, in its order, ``(reference, test)`` :func:`~segmetrics.dicom.even_odd_region`
+    """Per plane of :func:`contour_planes`, in its order, ``(reference, test)`` :func:`~segmetrics.inputs.dicom.even_odd_region`
     (found once per pair, ``pair.cache["contour_regions"]``)."""
     if "contour_regions" not in pair.cache:
         pair.cache["contour_regions"] = [tuple(even_odd_region(rings) for rings in sides)
@@ -339,7 +339,7 @@ def plane_slices(pair: StructurePair, planes, normal) -> tuple:
     """``(stored axis, stored slice indices)``: the array axis of the user's stored grid (the one
     the pair's polygons were rasterised on) normal to the contour planes, and the slice along it
     that holds each plane (``planes``: positions in mm along the unit vector ``normal``, patient
-    LPS), as :func:`segmetrics.dicom.rasterise` assigns them (nearest slice); ``None`` for a plane
+    LPS), as :func:`segmetrics.inputs.dicom.rasterise` assigns them (nearest slice); ``None`` for a plane
     beyond the stored grid (e.g. an ``--image`` series shorter than the contours), which the
     rasteriser leaves out too."""
     image, orientation = pair.image, pair.orientation or Reorientation.identity(pair.reference.shape)
@@ -512,7 +512,7 @@ def pair_slice_axis(pair: StructurePair, params: Parameters) -> int:
 
 def slice_axis(spacing, params: Parameters, direction=None) -> int:
     """The array axis cut into MSI slices: ``params.msi_axis``, or when ``None`` the through-plane
-    axis (:func:`segmetrics.geometry.through_plane_axis`, axial on isotropic data given a ``direction``)."""
+    axis (:func:`segmetrics.spatial.geometry.through_plane_axis`, axial on isotropic data given a ``direction``)."""
     return through_plane_axis(spacing, direction) if params.msi_axis is None else params.msi_axis % len(spacing)
 
 
@@ -591,18 +591,18 @@ def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.
     FMinD is the distance from a test vertex to the reference surface and its sign says
     inside/outside; BMaxD(p) is the largest distance to the test surface among reference
     vertices whose nearest test vertex is p. Both distances are
-    :func:`segmetrics.mesh.distances_to_surface` (exact point-to-triangle, as the distance group).
+    :func:`segmetrics.spatial.mesh.distances_to_surface` (exact point-to-triangle, as the distance group).
 
     Parameters
     ----------
-    test_surface, reference_surface : segmetrics.mesh.Surface or vtkPolyData
+    test_surface, reference_surface : segmetrics.spatial.mesh.Surface or vtkPolyData
         Closed, outward-oriented triangle surfaces in one frame (mm), e.g. the pair's
-        :func:`segmetrics.mesh.cached_surface`.
+        :func:`segmetrics.spatial.mesh.cached_surface`.
     il, ol : float
         Severity levels inside / outside the reference.
     reference_to_test : ndarray (M,), optional
         The distances (mm) from the reference vertices to the test surface when already known
-        (e.g. :func:`segmetrics.mesh.cached_distances`); default: computed here.
+        (e.g. :func:`segmetrics.spatial.mesh.cached_distances`); default: computed here.
 
     Returns
     -------

@@ -172,7 +172,7 @@ def sorted_structures(result, metric: str | None) -> list:
     """The structures of ``result``, worst first by ``metric`` (its registry ``better`` direction)."""
     if metric is None:
         return list(result.structures)
-    from .registry import metric_specs
+    from ..registry import metric_specs
 
     specs = metric_specs()
     if metric not in specs:
@@ -241,7 +241,7 @@ def _table(result, structures, metrics, voxel_mm, show_status: bool):
     from rich.table import Table
     from rich.text import Text  # names as plain text: "[red]" in a name is not rich markup
 
-    from .registry import metric_specs
+    from ..registry import metric_specs
 
     specs = metric_specs()
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
@@ -312,7 +312,7 @@ def result_json(result) -> str:
 
 def result_csv(result, layout: str = "long") -> str:
     """CSV text: ``long`` (one row per structure and metric, :data:`RECORD_FIELDS`) or ``wide`` (one row
-    per structure, a column per metric, see :meth:`~segmetrics.compare.ComparisonResult.wide_rows`)."""
+    per structure, a column per metric, see :meth:`~segmetrics.evaluation.compare.ComparisonResult.wide_rows`)."""
     if layout == "wide":
         fields = ["structure", "reference_label", "test_label", "status", *result.metrics()]
         return csv_text(result.wide_rows(), fields)
@@ -326,7 +326,7 @@ def sidecar_path(path) -> Path:
 
 def write_result(result, fmt: str = "table", path=None, *, layout: str = "long", sort: str | None = None,
                  wide: bool = False) -> None:
-    """Write a :class:`~segmetrics.compare.ComparisonResult` to ``path`` or standard output.
+    """Write a :class:`~segmetrics.evaluation.compare.ComparisonResult` to ``path`` or standard output.
 
     ``fmt``: ``table`` (see :func:`result_tables`; ``sort`` and ``wide`` apply), ``json`` (with the
     provenance and notes), ``csv`` (``layout`` long or wide; written to a file, the provenance and notes

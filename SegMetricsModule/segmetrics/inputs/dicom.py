@@ -1,6 +1,6 @@
 """DICOM RT Structure Sets (RTSTRUCT) and DICOM Segmentations (SEG) as label images.
 
-Both readers return a :class:`~segmetrics.geometry.LabelImage` (array ``(z, y, x)``, spacing in
+Both readers return a :class:`~segmetrics.spatial.geometry.LabelImage` (array ``(z, y, x)``, spacing in
 mm in that order, ITK origin and direction in patient LPS mm); structures that overlap another
 one (a body outline around the organs, overlapping SEG segments) are kept in ``segment_masks``.
 
@@ -32,7 +32,7 @@ RT Structure Set (read with pydicom)
       :data:`DEFAULT_CONTOUR_RESOLUTION_MM`.
 
 The polygons themselves stay available as ``image.contours`` (:class:`ContourImage`) for the
-contour-level metrics of :mod:`segmetrics.contours` and the polygon MSI of :mod:`segmetrics.msi`.
+contour-level metrics of :mod:`segmetrics.metrics.contours` and the polygon MSI of :mod:`segmetrics.metrics.msi`.
 
 Frame of reference: a structure set is refused (:func:`check_frames_of_reference`) when its
 FrameOfReferenceUID is not that of the image series it is rasterised on, of the other DICOM input
@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .geometry import GEOMETRY_TOLERANCE, LabelImage, check_spacing
+from ..spatial.geometry import GEOMETRY_TOLERANCE, LabelImage, check_spacing
 from .validation import (InputPolicy, ReadError, check_contour_resolution, check_file, check_threshold_separates,
                          check_unique_names, dicom_class, header_floats, looks_like_dicom)
 
@@ -115,7 +115,7 @@ def dicom_kind(path) -> str | None:
         if not looks_like_dicom(path):
             return None
         sop_class, _modality = dicom_class(path)
-    except Exception:  # unreadable: segmetrics.validation reports it in one line
+    except Exception:  # unreadable: segmetrics.inputs.validation reports it in one line
         return None
     return {RTStructureSetStorage: "rtstruct", SegmentationStorage: "seg"}.get(sop_class)
 
@@ -506,7 +506,7 @@ def even_odd_region(rings):
 def read_image_grid(path, input_policy: InputPolicy | None = None) -> LabelImage:
     """The grid of an image: a DICOM series folder (sorted by position with SimpleITK's
     ``ImageSeriesReader``; the folder must hold one image series) or any image file (checked by
-    :func:`segmetrics.validation.check_file` with ``input_policy``)."""
+    :func:`segmetrics.inputs.validation.check_file` with ``input_policy``)."""
     return read_image_series(path, input_policy)[0]
 
 
@@ -592,7 +592,7 @@ def check_no_file_left_out(folder: Path, in_series: set) -> None:
 
 def check_slice_headers(path, reader) -> None:
     """Refuse a DICOM series (``reader`` as in :func:`check_even_slices`) whose slices disagree on
-    their pixel spacing or orientation by more than :data:`~segmetrics.geometry.GEOMETRY_TOLERANCE`
+    their pixel spacing or orientation by more than :data:`~segmetrics.spatial.geometry.GEOMETRY_TOLERANCE`
     (relative and absolute: values written with other rounding agree), or whose pixel spacing is not
     a valid voxel size: ITK takes the first slice's values for all, and replaces an invalid spacing
     by 1 mm."""
@@ -687,7 +687,7 @@ def _label_image(masks: dict, names: dict, source: str, spacing, origin, directi
     along array axis ``slice_axis`` (only the slices that hold the structure are touched). A mask
     overlapping an earlier one is kept whole in ``segment_masks``. Every name is kept, so empty
     structures stay listed; the names are checked by the reader (RTSTRUCT) or by
-    :func:`segmetrics.io.load_label_image` (SEG), not here again."""
+    :func:`segmetrics.inputs.io.load_label_image` (SEG), not here again."""
 
     def along(volume):  # a view of volume with the slices first
         return np.moveaxis(volume, slice_axis, 0)

@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .geometry import geometry_differences
-from .registry import MetricValue, Parameters, Status, emptiness_status, positive_number
-from .validation import InputPolicy, NothingToCompareError, check_class_ids, check_evaluation_options
+from ..spatial.geometry import geometry_differences
+from ..registry import MetricValue, Parameters, Status, emptiness_status, positive_number
+from ..inputs.validation import InputPolicy, NothingToCompareError, check_class_ids, check_evaluation_options
 
 #: File endings read as frames (longest first so ``.nii.gz`` wins over ``.gz``).
 FRAME_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".mha", ".mhd", ".png", ".npy", ".tif", ".tiff", ".bmp")
@@ -98,7 +98,7 @@ class FrameResult:
 
     ``intersection``, ``predicted`` and ``reference`` are ``(n_frames, n_classes)`` pixel counts;
     ``pixels`` is the pixel count of each frame. ``instances`` / ``detection`` hold the optional
-    instance AP (:class:`~segmetrics.instances.APResult`) and detection counts.
+    instance AP (:class:`~segmetrics.metrics.instances.APResult`) and detection counts.
     """
 
     frame_names: list
@@ -241,7 +241,7 @@ def evaluate_frames(predictions, ground_truths, classes=None, rules: EdgeRules |
     predictions, ground_truths : sequences of ndarray
         Paired label maps of class ids, 2-D ``(row, col)`` frames or 3-D ``(z, y, x)`` volumes;
         each pair must have one shape. Counts are in pixels/voxels (spacing plays no role). Each
-        frame passes the label-map checks of files (:func:`segmetrics.validation.check_label_map`):
+        frame passes the label-map checks of files (:func:`segmetrics.inputs.validation.check_label_map`):
         probability maps, NaN, negative or intensity-like values are refused (:class:`ReadError`).
     classes : dict or iterable of int, optional
         ``{class id: name}`` or class ids to score; default every non-zero label found. Label 0
@@ -267,8 +267,8 @@ def evaluate_frames(predictions, ground_truths, classes=None, rules: EdgeRules |
 
 def _label_frame(frame, name: str) -> np.ndarray:
     """An in-memory frame as integer labels, after the label-map checks files pass (a probability
-    map, NaN, negative or intensity-like values are refused; :mod:`segmetrics.validation`)."""
-    from .io import load_label_image
+    map, NaN, negative or intensity-like values are refused; :mod:`segmetrics.inputs.validation`)."""
+    from ..inputs.io import load_label_image
 
     frame = np.asarray(frame)
     return load_label_image(frame, spacing=(1.0,) * frame.ndim, name=name).array
@@ -388,11 +388,11 @@ def swapped_by_content(reference_dir, test_dir) -> str | None:
 
 
 def read_frame(path, labels: bool = True, threshold: float | None = None, input_policy=None) -> np.ndarray:
-    """Array of a frame file (``.npy`` via NumPy, images via :mod:`segmetrics.io`), array-axis order.
+    """Array of a frame file (``.npy`` via NumPy, images via :mod:`segmetrics.inputs.io`), array-axis order.
 
     ``threshold`` binarises (``value >= threshold`` -> 1) probability maps; ``labels=False`` returns
     the values unchanged (probability or score maps). Label frames pass the input checks of
-    :mod:`segmetrics.validation` with ``input_policy`` (:class:`segmetrics.io.InputPolicy`).
+    :mod:`segmetrics.inputs.validation` with ``input_policy`` (:class:`segmetrics.inputs.io.InputPolicy`).
     """
     path = Path(path)
     if labels:
@@ -401,9 +401,9 @@ def read_frame(path, labels: bool = True, threshold: float | None = None, input_
 
 
 def read_label_frame(path, threshold: float | None = None, input_policy=None):
-    """A label frame as a :class:`~segmetrics.geometry.LabelImage` (array and spacing in mm; ``.npy``
+    """A label frame as a :class:`~segmetrics.spatial.geometry.LabelImage` (array and spacing in mm; ``.npy``
     frames have 1 mm pixels, i.e. pixel units), checked as in :func:`read_frame`."""
-    from .io import load_label_image
+    from ..inputs.io import load_label_image
 
     path = Path(path)
     if path.suffix.lower() != ".npy":
@@ -416,7 +416,7 @@ def read_label_frame(path, threshold: float | None = None, input_policy=None):
 def _load_npy(path: Path) -> np.ndarray:
     """The array of a ``.npy`` frame; a file cut short, damaged or holding Python objects is refused
     in one line naming it (NumPy's messages do not)."""
-    from .io import ReadError
+    from ..inputs.io import ReadError
 
     try:
         return np.load(path, allow_pickle=False)
@@ -478,15 +478,15 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
         takes the class covering most of it in the frame. Default: connected components.
     threshold : float, optional
         Binarise every frame at this value (``>=`` -> class 1), e.g. 0.5 for probability maps.
-    input_policy : segmetrics.io.InputPolicy, optional
+    input_policy : segmetrics.inputs.io.InputPolicy, optional
         Overrides of the input checks (lossy pictures, many labels, external data files);
         instance maps may always hold many labels.
     size_edges_mm : (float, float), optional
         Equivalent diameters (mm; pixels for PNG and ``.npy`` frames, whose pixels count as 1 mm)
         between small, medium and large instances: the detection counts are also given per size
-        (:data:`segmetrics.instances.SIZE_BINS`); default and checks as ``Parameters.lesion_size_edges_mm``.
+        (:data:`segmetrics.metrics.instances.SIZE_BINS`); default and checks as ``Parameters.lesion_size_edges_mm``.
     """
-    from .instances import IOU_THRESHOLDS, accumulate_ap, count_detections, image_matches
+    from ..metrics.instances import IOU_THRESHOLDS, accumulate_ap, count_detections, image_matches
 
     check_evaluation_options(threshold=threshold, input_policy=input_policy)
     check_class_ids(classes)
@@ -536,11 +536,11 @@ def evaluate_folders(prediction_dir, ground_truth_dir, classes=None, rules: Edge
 
 def check_frame_grid(name, what: str, path, image, reference_path, reference_image) -> None:
     """Refuse ``image`` (read from ``path``: the prediction, an instance or a score map of frame
-    ``name``, a :class:`~segmetrics.geometry.LabelImage`) when its grid is not that of the frame's
+    ``name``, a :class:`~segmetrics.spatial.geometry.LabelImage`) when its grid is not that of the frame's
     ground truth: frames are compared voxel by voxel, so another storage of the same grid (flipped,
     transposed) or another spacing or origin would pair other voxels. With a file without geometry
     on either side (``.npy``, pictures such as PNG: 1 mm pixels at 0) only the shapes are compared."""
-    from .io import PICTURE_SUFFIXES
+    from ..inputs.io import PICTURE_SUFFIXES
 
     differences = geometry_differences(reference_image, image)
     if {Path(path).suffix.lower(), Path(reference_path).suffix.lower()} & {".npy", *PICTURE_SUFFIXES}:
@@ -553,7 +553,7 @@ def check_frame_grid(name, what: str, path, image, reference_path, reference_ima
 def _frame_instances(name, prediction, ground_truth, class_ids, connectivity, instance_dirs, policy):
     """Ground-truth and predicted instances of one frame (components, or instance label maps, which
     may hold any number of instances, on the grid of the frame's ``ground_truth``: ``(path, LabelImage)``)."""
-    from .instances import instances_from_labels, instances_from_semantic
+    from ..metrics.instances import instances_from_labels, instances_from_semantic
 
     reference = ground_truth[1].array
     if instance_dirs is None:
@@ -573,7 +573,7 @@ def _frame_instances(name, prediction, ground_truth, class_ids, connectivity, in
 def _score_source(scores, names, policy):
     """A function ``(frame name, Instances, ground truth) -> scored Instances`` for the chosen score
     source; ``ground truth`` is ``(path, LabelImage)`` of the frame, whose grid a score map must have."""
-    from .instances import scores_from_mapping, scores_from_probability
+    from ..metrics.instances import scores_from_mapping, scores_from_probability
 
     if scores is None:
         return lambda name, instances, ground_truth: instances
@@ -596,10 +596,10 @@ def _score_source(scores, names, policy):
 
 
 def _score_map(path: Path, policy):
-    """A score (probability) map of a frame as a :class:`~segmetrics.geometry.LabelImage`, values
+    """A score (probability) map of a frame as a :class:`~segmetrics.spatial.geometry.LabelImage`, values
     unchanged (``.npy``: 1 mm pixels)."""
-    from .geometry import LabelImage
-    from .io import ReadError, read_label_image
+    from ..spatial.geometry import LabelImage
+    from ..inputs.io import ReadError, read_label_image
 
     if path.suffix.lower() == ".npy":
         array = _load_npy(path)
@@ -620,7 +620,7 @@ def result_json(result: FrameResult) -> dict:
     """JSON-ready dict: the summary values by name (``challenge_iou``, ``isi_iou``, ``mciou``,
     ``mdice``, ``pooled_iou`` and, with instances, ``map50``, ``map95``, ``map50_95``, detection scores), the edge
     rules, the summary and per-class records, the per-frame records and the notes."""
-    from .output import json_record, json_value
+    from ..outputs.tables import json_record, json_value
 
     return {
         **{name: json_value(v.value) for name, v in result.summary().items()},
@@ -637,7 +637,7 @@ def write_frame_result(result: FrameResult, fmt: str = "table", path=None) -> No
     import io
     import sys
 
-    from .output import RECORD_FIELDS, format_value, records_to_csv, write_text
+    from ..outputs.tables import RECORD_FIELDS, format_value, records_to_csv, write_text
 
     if fmt == "json":
         text = json.dumps(result_json(result), indent=2, default=str)
