@@ -21,3 +21,13 @@ def numba_installed() -> bool:
 def use_numba() -> bool:
     """Whether the compiled kernels run: numba is installed and ``SEGMETRICS_ACCELERATOR`` is not ``off``."""
     return os.environ.get(ENVIRONMENT_VARIABLE, "auto").strip().lower() != "off" and numba_installed()
+
+
+def kernels(bundled):
+    """The module whose functions run the kernels: :mod:`segmetrics.spatial._kernels` (numba) when
+    :func:`use_numba`, else ``bundled``, a module of the same functions (same arguments, same values to
+    1e-9 relative) built on numpy, scipy and VTK only."""
+    if use_numba():
+        from . import _kernels
+        return _kernels
+    return bundled
