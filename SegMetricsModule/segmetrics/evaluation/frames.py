@@ -13,7 +13,8 @@ G = ground-truth pixels of c (pixel/voxel counts, no spacing needed)::
 - **mcIoU** / **mDice**: per class, mean over the frames where the class is in either; then mean
   over the classes with at least one such frame.
 - **pooled IoU** (ISINet's printed "mIoU"): per class, Σ|P ∩ G| / Σ|P ∪ G| over all frames; then
-  mean over the classes present in at least one frame. No edge rule applies to it.
+  mean over the classes. A class absent from every frame follows ``absent_class`` as in mcIoU: left
+  out (``"ignore"``), or scored 1 (``"one"``) or 0 (``"zero"``) and kept in the mean.
 
 Edge rules (:class:`EdgeRules`, defaults = ISINet):
 
@@ -114,7 +115,9 @@ class FrameResult:
     detection: object = None
 
     def _scores(self, numerator, denominator):
-        present = self.predicted + self.reference > 0
+        """``numerator / denominator`` where the class is present (denominator > 0: the union or the
+        pixel sum), else the ``absent_class`` score."""
+        present = denominator > 0
         absent = {"one": 1.0, "zero": 0.0}.get(self.rules.absent_class, np.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(present, numerator / denominator, absent)
@@ -159,10 +162,10 @@ class FrameResult:
 
     @property
     def class_pooled_iou(self) -> np.ndarray:
-        """Per class: Σ|P ∩ G| / Σ|P ∪ G| over all frames (ISINet's pooled IoU; NaN when never present)."""
+        """Per class: Σ|P ∩ G| / Σ|P ∪ G| over all frames (ISINet's pooled IoU); a class present in no
+        frame scores as an absent class (NaN, or 1 / 0 under ``absent_class="one"`` / ``"zero"``)."""
         union = (self.predicted + self.reference - self.intersection).sum(axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.intersection.sum(axis=0) / union
+        return self._scores(self.intersection.sum(axis=0), union)
 
     def summary(self) -> dict:
         """``{name: MetricValue}`` for challenge_iou, isi_iou, mciou, mdice, pooled_iou (and map50, map95,
