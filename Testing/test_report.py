@@ -201,6 +201,22 @@ def test_report_leads_with_the_summary_and_failures_and_ends_with_settings(tmp_p
     assert row["n_used"] == 8 and row["mean"] == pytest.approx((2.0 * 3 + 5.0 * 2 + 3.0 * 2 + 87.0) / 8)
 
 
+def test_report_counts_every_case_of_the_run(tmp_path, monkeypatch):
+    # An 11-case manifest: 7 evaluated, 3 failed, 1 not run (a run stopped early): the report says 11.
+    monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: INFO)
+    records = [_record(f"c{i}", "liver", "dice", 0.9) for i in range(7)]
+    failed = {f"c{i}": "ReadError: broken" for i in range(7, 10)}
+    agg = aggregate(records, failed=failed, case_ids=[f"c{i}" for i in range(11)])
+    assert (agg.n_listed, agg.n_cases) == (11, 7)
+    assert agg.case_count() == "11 cases (7 evaluated, 3 failed, 1 not run)"
+    write_report(tmp_path, agg)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "11 cases (7 evaluated, 3 failed, 1 not run)" in markdown.split("## Summary")[0]
+    summary = markdown.split("## Summary")[1].split("##")[0]
+    assert "11 cases (7 evaluated, 3 failed, 1 not run); the statistics are over the 7 evaluated cases" in summary
+    assert aggregate(records, failed=failed).case_count() == "10 cases (7 evaluated, 3 failed)"
+
+
 def test_render_draws_the_context_surface_translucent_around_the_coloured_one(tmp_path):
     vtk = pytest.importorskip("vtk")
     from vtk.util.numpy_support import numpy_to_vtk

@@ -336,7 +336,10 @@ def _run_batch(args) -> int:
     elif not args.test_dir:
         raise UserError("--reference-dir needs --test-dir")
     else:
-        cases, unmatched = match_folders(args.reference_dir, args.test_dir, args.names)
+        cases, unmatched, skipped = match_folders(args.reference_dir, args.test_dir, args.names)
+        for side, files in skipped.items():
+            if files:
+                print(f"skipped {len(files)} {side} file(s) that are not images: {', '.join(files)}", file=sys.stderr)
     for side, files in unmatched.items():
         if files:
             print(f"unmatched {side} files ({len(files)}): {', '.join(files)}", file=sys.stderr)

@@ -90,7 +90,7 @@ def summary_table(agg: Aggregate):
 
     from .outputs.tables import SHORT_NAMES, display_value
 
-    table = Table(title=f"{agg.n_cases} cases, all classes ({len(agg.failed)} failed, {len(agg.misses)} misses)",
+    table = Table(title=f"{agg.case_count()}, all classes, {len(agg.misses)} misses",
                   box=box.SIMPLE_HEAD, pad_edge=False)
     header = ("metric", "used/n", "mean", "class mean", "median", "95% CI", "misses")
     rows = []
@@ -334,10 +334,11 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=(
 
     few = agg.n_cases < MIN_CASES_FOR_CI
     metrics = _shown_metrics(agg)
-    blocks = [("p", f"segmetrics {__version__} · report written {utc_now()} · {agg.n_cases} cases, "
-                    f"{len(agg.failed)} failed, {len(agg.misses)} misses"),
+    blocks = [("p", f"segmetrics {__version__} · report written {utc_now()} · {agg.case_count()}, "
+                    f"{len(agg.misses)} misses"),
               ("h", 2, "Summary"),
-              ("ul", [f"{agg.n_cases} cases evaluated; {len(agg.failed)} failed (listed below, not in the statistics).",
+              ("ul", [f"{agg.case_count()}; the statistics are over the {agg.n_cases} evaluated cases"
+                      + (" (failed cases listed below)." if agg.failed else "."),
                       f"{len(agg.misses)} misses (a structure in only one of reference and test): "
                       + (", ".join(f"{m['case_id']} / {m['structure']} ({m['status']})" for m in agg.misses[:20])
                          + (" ..." if len(agg.misses) > 20 else "") if agg.misses else "none") + ".",
@@ -514,7 +515,8 @@ def report_batch(output, cases, report_dir, *, penalty="none", job=None, n_detai
     diagonals = {cid: value_from_json(entry.get("diagonal_mm")) for cid, entry in log.items()}
     failed = {c.case_id: log[c.case_id]["error"] for c in cases
               if c.case_id in log and log[c.case_id]["status"] != "ok"}
-    agg = aggregate(read_results(output), penalty=penalty, diagonals=diagonals, failed=failed)
+    agg = aggregate(read_results(output), penalty=penalty, diagonals=diagonals, failed=failed,
+                    case_ids=[case.case_id for case in cases])
     details = worst_details(agg, cases, job or {}, n=n_details)
     settings_path = Path(output) / "run.json"
     settings = json.loads(settings_path.read_text()) if settings_path.is_file() else None

@@ -41,8 +41,9 @@ from .workers import WorkerDied, run_isolated
 
 #: Columns of ``results.csv`` (the compare record fields, prefixed with the case id).
 BATCH_FIELDS = ("case_id",) + RECORD_FIELDS
-#: Suffixes stripped from file names to form case ids when two folders are matched.
-IMAGE_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd", ".png", ".tif", ".tiff")
+#: Suffixes of the files a folder run reads as cases, stripped from file names to form case ids.
+IMAGE_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd", ".dcm", ".dicom", ".png", ".jpg",
+                  ".jpeg", ".bmp", ".tif", ".tiff")
 #: Records of finished cases that are not among the current run's cases (kept for a later run).
 OTHER_CASES = "other_cases.jsonl"
 #: Suffix of the temporary files that replace result files atomically.
@@ -158,21 +159,47 @@ def case_id_from_filename(name: str) -> str:
     return name[: len(name) - len(suffix)] if suffix else name
 
 
+def is_image_file(path: Path) -> bool:
+    """Whether a folder run reads ``path`` as a case: a name ending in one of :data:`IMAGE_SUFFIXES`,
+    or a DICOM file by its content (DICOM files often have no suffix). Other files (``index.csv``,
+    notes, JSON) are not images."""
+    from ..inputs.validation import looks_like_dicom
+
+    if path.name.lower().endswith(IMAGE_SUFFIXES):
+        return True
+    try:
+        return looks_like_dicom(path)
+    except OSError:  # unreadable: not taken as a case
+        return False
+
+
 def match_folders(reference_dir, test_dir, names=None):
-    """Pair the files of two folders by case id (file name without image suffix).
+    """Pair the image files of two folders by case id (file name without image suffix).
 
-    Returns ``(cases, unmatched)`` where ``unmatched`` is ``{"reference": [...], "test": [...]}``
-    listing files that have no partner in the other folder.
+    Returns ``(cases, unmatched, skipped)``: ``unmatched`` is ``{"reference": [...], "test": [...]}``
+    listing image files without a partner in the other folder, ``skipped`` the same for the files
+    that are not images (:func:`is_image_file`: ``index.csv``, notes), which are never run as cases.
+    Hidden files are ignored. Raises :class:`BatchError` when the two folders are one (every case
+    would compare a file with itself).
     """
-    def index(folder):
-        files = sorted(p for p in Path(folder).iterdir() if p.is_file() and not p.name.startswith("."))
-        return {case_id_from_filename(p.name): p for p in files}
-
-    refs, tests = index(reference_dir), index(test_dir)
+    folders = {"reference": Path(reference_dir), "test": Path(test_dir)}
+    for side, folder in folders.items():
+        if not folder.is_dir():
+            raise BatchError(f"--{side}-dir {folder}: not a folder")
+    if os.path.samefile(folders["reference"], folders["test"]):
+        raise BatchError(f"the reference and test folders are the same folder ({folders['reference']}): every case "
+                         "would compare a file with itself; give the test segmentations' folder")
+    images, skipped = {}, {}
+    for side, folder in folders.items():
+        files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+        readable = {p: is_image_file(p) for p in files}
+        images[side] = {case_id_from_filename(p.name): p for p in files if readable[p]}
+        skipped[side] = [p.name for p in files if not readable[p]]
+    refs, tests = images["reference"], images["test"]
     cases = [Case(cid, str(refs[cid]), str(tests[cid]), names) for cid in sorted(refs.keys() & tests.keys())]
     unmatched = {"reference": sorted(refs[c].name for c in refs.keys() - tests.keys()),
                  "test": sorted(tests[c].name for c in tests.keys() - refs.keys())}
-    return cases, unmatched
+    return cases, unmatched, skipped
 
 
 # ------------------------------------------------------------------------------------ one case
