@@ -352,8 +352,10 @@ def _run_batch(args) -> int:
     labels = _labels(args)
     job = {"metrics": args.metrics, "params": params, "resample_to": args.resample_to, "threshold": args.threshold,
            "input_policy": _input_policy(args)}
+    sources = {"manifest": args.manifest} if args.manifest else {
+        "reference_dir": args.reference_dir, "test_dir": args.test_dir, "names": args.names}
     summary = run_batch(cases, args.output, labels=labels, workers=args.workers, scheduler=args.scheduler,
-                        progress=not args.no_progress, unmatched=unmatched, **job)
+                        progress=not args.no_progress, unmatched=unmatched, inputs=sources, **job)
     evaluated = [case_id for case_id in summary.computed if case_id not in summary.failed]
     print(f"{len(summary.cases)} cases: {len(evaluated)} evaluated now, {len(summary.skipped)} already done, "
           f"{len(summary.failed)} failed; results in {summary.output}")

@@ -325,6 +325,18 @@ def _case_table(agg: Aggregate) -> tuple:
     return ["case", "structure", "status", *metrics], rows
 
 
+def _source_lines(settings) -> list:
+    """Lines naming the run's sources with their SHA-256 (a manifest, a name map; folders by path) and
+    where each case's input digests are, from the ``provenance`` of ``run.json``."""
+    provenance = (settings or {}).get("provenance", {})
+    lines = [f"Input {name}: {info['path']}" + (f" (SHA-256 {info['sha256']})" if "sha256" in info else "")
+             if isinstance(info, dict) and "path" in info else f"Input {name}: {info}"
+             for name, info in provenance.get("inputs", {}).items()]
+    if provenance.get("case_digests"):
+        lines.append(f"SHA-256 of every case's input files: {provenance['case_digests']}.")
+    return lines
+
+
 def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=()) -> list:
     """The report as a list of blocks, most important first: summary, failures, contents, tables,
     per-metric sections, worst cases in detail, settings and provenance; headings carry their unique
@@ -390,6 +402,7 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=(
                      "structures are listed in the summary.")]
     blocks += [("p", note) for note in render_notes] + detail_blocks
     blocks.append(("h", 2, "Settings and provenance"))
+    blocks += [("p", line) for line in _source_lines(settings)]
     if settings:
         blocks.append(("details", "run settings and provenance (run.json)",
                        [("pre", json.dumps(settings, indent=1, sort_keys=True, default=str))]))
