@@ -83,6 +83,20 @@ def test_unknown_metric_is_a_clear_error(label_pair):
         segmetrics.compare(ref_path, test_path, metrics="dcie")
 
 
+def test_lesion_detection_is_out_of_the_default_metrics_and_one_option_away(label_pair, tmp_path):
+    from segmetrics.registry import BUILTIN_METRIC_NAMES, resolve_selection
+
+    assert "lesions" not in resolve_selection(None) and "lesions" in resolve_selection("all")
+    assert set(resolve_selection(None)) == set(BUILTIN_METRIC_NAMES) - {"lesions"}
+    ref_path, test_path, _, _ = label_pair
+    out = tmp_path / "out.json"
+    assert main(["compare", str(ref_path), str(test_path), "--format", "json", "-o", str(out)]) == 0
+    metrics = {r["metric"] for r in json.loads(out.read_text())["records"]}
+    assert "dice" in metrics and "msi" in metrics and not any(m.startswith("lesion_") for m in metrics)
+    assert main(["compare", str(ref_path), str(test_path), "--metrics", "lesions", "--format", "json", "-o", str(out)]) == 0
+    assert {r["metric"] for r in json.loads(out.read_text())["records"]} == set(BUILTIN_METRIC_NAMES["lesions"])
+
+
 def test_cli_json_records(label_pair, tmp_path, capsys):
     ref_path, test_path, _, _ = label_pair
     out = tmp_path / "out.json"

@@ -119,7 +119,8 @@ def _add_compare_parser(subparsers) -> None:
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
     p.add_argument("--threshold", type=float, help="binarise both inputs at value >= THRESHOLD (probability maps)")
     p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"}')
-    p.add_argument("--metrics", default="all", help="comma-separated metric or group names (default: all)")
+    p.add_argument("--metrics", help="comma-separated metric or group names, or all (default: every group but "
+                                      "lesions, which --metrics lesions adds)")
     _add_parameter_arguments(p)
     _add_input_arguments(p)
     p.add_argument("--slices", "--msi-slices", metavar="CSV", dest="slices",
@@ -306,7 +307,8 @@ def _add_batch_parser(subparsers) -> None:
     p.add_argument("--names", metavar="JSON", help='label value -> name map for folder mode, e.g. {"1": "liver"}')
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder of the results (resumed if present)")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
-    p.add_argument("--metrics", default="all", help="comma-separated metric or group names (default: all)")
+    p.add_argument("--metrics", help="comma-separated metric or group names, or all (default: every group but "
+                                      "lesions, which --metrics lesions adds)")
     _add_parameter_arguments(p)
     p.add_argument("--resample-to", choices=["reference"], help="resample tests onto the reference grid (nearest)")
     p.add_argument("--threshold", type=float, help="binarise every input at value >= THRESHOLD (probability maps)")
@@ -507,7 +509,7 @@ def check_options(args) -> None:
             raise UserError(f"--slices {args.slices}: the per-slice table comes from the msi and contours groups, "
                             f"and --metrics {args.metrics} selects neither; add msi or contours to --metrics")
         if getattr(args, "sort", None) and not any(args.sort in names for names in selection.values()):
-            raise UserError(f"--sort {args.sort}: not among the selected metrics ({args.metrics}); "
+            raise UserError(f"--sort {args.sort}: not among the selected metrics ({args.metrics or 'the default set'}); "
                             "give a metric name such as dice or hd95_mm")
 
 

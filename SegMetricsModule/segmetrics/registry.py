@@ -250,6 +250,9 @@ BUILTIN_METRIC_NAMES = {
                 *(f"lesion_{kind}_{size}" for size in ("small", "medium", "large")
                   for kind in ("recall", "tp", "fn", "fp"))),
 }
+#: Groups left out of the default selection (computed when named, e.g. ``--metrics lesions``, or with
+#: ``"all"``): lesion-wise detection counts components, which means nothing on organ atlases.
+OPT_IN_GROUPS = ("lesions",)
 #: Short names accepted on input besides the exact metric names; ``NAME`` also matches ``NAME_mm``.
 ALIASES = {"ri": ("ri_reference_mm", "ri_test_mm")}
 
@@ -278,11 +281,13 @@ def metric_specs() -> dict:
 def resolve_selection(selection=None) -> dict:
     """Map a user's metric/group names to ``{group_name: set(metric names)}``.
 
-    ``None`` or ``"all"`` selects every group; a group name selects all its metrics.
-    Raises ``ValueError`` naming unknown metrics.
+    ``None`` selects the default groups (every group but :data:`OPT_IN_GROUPS`), ``"all"`` every
+    group; a group name selects all its metrics. Raises ``ValueError`` naming unknown metrics.
     """
     groups = all_groups()
-    if selection is None or selection == "all" or selection == ["all"]:
+    if selection is None:
+        return {name: {m.name for m in g.metrics} for name, g in groups.items() if name not in OPT_IN_GROUPS}
+    if selection == "all" or selection == ["all"]:
         return {name: {m.name for m in g.metrics} for name, g in groups.items()}
     if isinstance(selection, str):
         selection = [s.strip() for s in selection.split(",") if s.strip()]
