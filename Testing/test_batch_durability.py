@@ -308,6 +308,7 @@ def test_provenance_names_the_manifest_and_every_case_input_digest(tmp_path):
         assert inputs["reference"]["sha256"] == sha256(case.reference)
         assert inputs["test"]["sha256"] == sha256(case.test)
         assert inputs["test"]["size_bytes"] == os.path.getsize(case.test)
+        assert log[case.case_id]["voxel_mm"] == pytest.approx(0.8)  # the smallest spacing bounds the display
     report = (tmp_path / "report" / "report.md").read_text().split("## Settings and provenance")[1]
     assert f"SHA-256 {sha256(manifest)}" in report and "cases.jsonl" in report
 

@@ -417,6 +417,20 @@ def test_report_module_imports_neither_jinja2_nor_pandas_until_a_report_is_built
     assert done.stdout.strip() == "[]"
 
 
+def test_terminal_summary_never_shows_distances_finer_than_a_hundredth_of_a_voxel():
+    from rich.console import Console
+
+    from segmetrics.report import summary_table
+
+    records = [{"case_id": f"c{i}", "structure": "liver", "metric": "hd95_mm", "value": 0.000247, "unit": "mm",
+                "status": "ok"} for i in range(3)]
+    for voxel_mm, shown in ((1.0, "0.00"), (10.0, "0.0")):  # 1/100 voxel: 0.01 mm, then 0.1 mm
+        console = Console(width=120, record=True)
+        console.print(summary_table(aggregate(records, voxel_mm=voxel_mm)))
+        row = next(line for line in console.export_text().splitlines() if line.lstrip().startswith("HD95"))
+        assert row.split()[2:5] == [shown] * 3 and "0.000247" not in row
+
+
 def test_terminal_summary_at_80_columns_shortens_names_never_numbers_or_misses():
     from rich.console import Console
 

@@ -83,8 +83,9 @@ def summary_rows(agg: Aggregate) -> tuple:
 
 def summary_table(agg: Aggregate):
     """The overall table as a :class:`rich.table.Table` (for the terminal; short metric names and
-    values rounded for display as in ``segmetrics compare``). On a narrow terminal only the metric
-    names are shortened (with an ellipsis), never a number or the misses."""
+    values rounded for display as in ``segmetrics compare``, distances never finer than 1/100 of the
+    cases' smallest voxel, ``agg.voxel_mm``). On a narrow terminal only the metric names are
+    shortened (with an ellipsis), never a number or the misses."""
     from rich import box
     from rich.table import Table
 
@@ -96,7 +97,7 @@ def summary_table(agg: Aggregate):
     rows = []
     for r in agg.rows:
         if r["structure"] == OVERALL and r["metric"] in _shown_metrics(agg):
-            value = functools.partial(display_value, unit=r["unit"])
+            value = functools.partial(display_value, unit=r["unit"], voxel_mm=agg.voxel_mm)
             ci = "–" if math.isnan(r["ci_low"]) else f"{value(r['ci_low'])}–{value(r['ci_high'])}"
             rows.append((SHORT_NAMES.get(r["metric"], r["metric"]), f"{r['n_used']}/{r['n']}", value(r["mean"]),
                          value(r["class_mean"]), value(r["median"]), ci, _misses(r)))
@@ -113,7 +114,10 @@ def print_summary(agg: Aggregate, html_path) -> None:
     """Print the overall table and the report path to the terminal."""
     from rich.console import Console
 
+    from .outputs.tables import rounding_note
+
     Console().print(summary_table(agg))
+    print(f"{rounding_note(agg.voxel_mm)}; the report and aggregate.csv keep more digits")
     print(agg.penalty)
     print(f"report: {Path(html_path).resolve()}")
 
@@ -528,8 +532,10 @@ def report_batch(output, cases, report_dir, *, penalty="none", job=None, n_detai
     diagonals = {cid: value_from_json(entry.get("diagonal_mm")) for cid, entry in log.items()}
     failed = {c.case_id: log[c.case_id]["error"] for c in cases
               if c.case_id in log and log[c.case_id]["status"] != "ok"}
+    voxels = [value_from_json(entry.get("voxel_mm")) for entry in log.values()]
+    voxels = [voxel for voxel in voxels if math.isfinite(voxel)]
     agg = aggregate(read_results(output), penalty=penalty, diagonals=diagonals, failed=failed,
-                    case_ids=[case.case_id for case in cases])
+                    case_ids=[case.case_id for case in cases], voxel_mm=min(voxels, default=None))
     details = worst_details(agg, cases, job or {}, n=n_details)
     settings_path = Path(output) / "run.json"
     settings = json.loads(settings_path.read_text()) if settings_path.is_file() else None

@@ -125,7 +125,8 @@ class Aggregate:
     ``records``: the input records after the penalty (see :func:`apply_penalty`).
     ``misses``: ``[{"case_id", "structure", "status"}]`` of every case × structure with exactly one
     empty mask. ``n_cases`` counts the cases with records (evaluated), ``n_listed`` every case of
-    the run: evaluated, failed and not run.
+    the run: evaluated, failed and not run. ``voxel_mm`` is the smallest voxel size of the cases
+    (mm; None when unknown), which bounds the precision of the distances displayed.
     """
 
     rows: list
@@ -137,6 +138,7 @@ class Aggregate:
     records: list = field(default_factory=list)
     misses: list = field(default_factory=list)
     n_listed: int = 0
+    voxel_mm: float | None = None
 
     def case_count(self) -> str:
         """Every case of the run and what became of it: ``11 cases (8 evaluated, 3 failed)``."""
@@ -173,7 +175,7 @@ def _statistics(frame, keys, better: dict, options) -> list:
 
 
 def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boot=2000, seed=0,
-              n_worst=3, failed=None, case_ids=None) -> Aggregate:
+              n_worst=3, failed=None, case_ids=None, voxel_mm=None) -> Aggregate:
     """Summarise batch records per class and overall (see :func:`summarize`), grouped with pandas.
 
     Parameters
@@ -192,6 +194,8 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
     case_ids : iterable of str, optional
         Every case of the run (a manifest's rows), so that reports count them all; default the
         cases with records and the failed ones.
+    voxel_mm : float, optional
+        The smallest voxel size of the cases in mm (display rounding of distances).
     """
     import pandas as pd
 
@@ -220,4 +224,4 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
     failed = dict(failed or {})
     listed = set(frame["case_id"]) | set(failed) | set(case_ids or ())
     return Aggregate(per_class + overall, worst, describe_penalty(penalty), confidence, int(frame["case_id"].nunique()),
-                     failed, records, misses, len(listed))
+                     failed, records, misses, len(listed), voxel_mm)

@@ -77,7 +77,8 @@ class CaseOutcome:
     """What evaluating one case produced: its records, or the error that stopped it.
 
     ``diagonal_mm`` is the length of the reference image's diagonal (mm), used by the
-    ``diagonal`` empty-mask penalty at aggregation; ``notes`` are the comparison's notes
+    ``diagonal`` empty-mask penalty at aggregation; ``voxel_mm`` its smallest voxel size (mm), which
+    bounds the precision distances are displayed with; ``notes`` are the comparison's notes
     (resampling, foreground discarded by it), kept in ``cases.jsonl`` and shown in the report;
     ``inputs`` maps ``reference``, ``test`` (and ``names``) to the
     :func:`~segmetrics.evaluation.provenance.file_info` (path, size, SHA-256) of the bytes read
@@ -89,6 +90,7 @@ class CaseOutcome:
     records: list = field(default_factory=list)
     error: str = ""
     diagonal_mm: float = math.nan
+    voxel_mm: float = math.nan
     seconds: float = 0.0
     notes: list = field(default_factory=list)
     inputs: dict = field(default_factory=dict)
@@ -265,8 +267,8 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
         return CaseOutcome(case.case_id, "failed", error=message, seconds=time.perf_counter() - start, inputs=inputs)
     diagonal = float(np.linalg.norm(np.asarray(reference.array.shape) * np.asarray(reference.spacing)))
     records = [{"case_id": case.case_id, **r} for r in result.records()]
-    return CaseOutcome(case.case_id, "ok", records, diagonal_mm=diagonal, seconds=time.perf_counter() - start,
-                       notes=list(result.notes), inputs=inputs)
+    return CaseOutcome(case.case_id, "ok", records, diagonal_mm=diagonal, voxel_mm=float(min(reference.spacing)),
+                       seconds=time.perf_counter() - start, notes=list(result.notes), inputs=inputs)
 
 
 def _file_version(path) -> tuple | None:
@@ -464,7 +466,7 @@ class _ResultWriter:
             self.jsonl.write(_json_line(json_record(record)))
         self._sync(self.csv, self.jsonl)
         entry = {k: v for k, v in asdict(outcome).items() if k != "records"}
-        entry["diagonal_mm"] = json_value(entry["diagonal_mm"])
+        entry["diagonal_mm"], entry["voxel_mm"] = json_value(entry["diagonal_mm"]), json_value(entry["voxel_mm"])
         entry["n_records"] = len(outcome.records)
         entry["fingerprint"] = fingerprint
         self.log.write(_json_line(entry))

@@ -151,6 +151,15 @@ def display_decimals(value: float, unit: str, voxel_mm: float | None = None) -> 
     return max(0, decimals)
 
 
+def rounding_note(voxel_mm: float | None) -> str:
+    """How terminal tables round (:func:`display_decimals`), for a line under them; ``voxel_mm`` is the
+    smallest voxel size in mm (None: unknown)."""
+    step = f", distances not finer than {DISTANCE_STEP_VOXELS:g} voxel ({voxel_mm * DISTANCE_STEP_VOXELS:.2g} mm)" \
+        if voxel_mm else ""
+    return f"rounded for display: ratios to {RATIO_DECIMALS} decimals, other values to {DISPLAY_DIGITS} " \
+           f"significant digits{step}"
+
+
 def display_value(value, unit: str = "", voxel_mm: float | None = None) -> str:
     """``value`` rounded for the terminal (see :func:`display_decimals`); NaN shown as ``–``."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -226,10 +235,7 @@ def _footer(result, hidden: list, voxel_mm) -> list:
     if hidden:
         lines.append(f"{len(hidden)} more metrics not shown ({', '.join(hidden)}): --wide shows all, "
                      "--metrics chooses, files (--format csv/json) hold every value")
-    step = f", distances not finer than {DISTANCE_STEP_VOXELS:g} voxel ({voxel_mm * DISTANCE_STEP_VOXELS:.2g} mm)" \
-        if voxel_mm else ""
-    lines.append(f"rounded for display: ratios to {RATIO_DECIMALS} decimals, other values to {DISPLAY_DIGITS} "
-                 f"significant digits{step}; 'mean' is over the structures with a finite value; files keep "
+    lines.append(f"{rounding_note(voxel_mm)}; 'mean' is over the structures with a finite value; files keep "
                  "full precision")
     lines += [note if note.startswith("warning:") else f"note: {note}" for note in result.notes]
     return lines
