@@ -111,6 +111,20 @@ def test_cli_json_records(label_pair, tmp_path, capsys):
     assert dice_1["value"] == pytest.approx(2 * 180 / 432) and dice_1["status"] == "ok"
 
 
+@pytest.mark.parametrize("fmt", ["csv", "wide-csv", "json"])
+def test_sort_orders_the_files_too(label_pair, tmp_path, fmt):
+    # Dice: label 1 0.833, labels 2 (missed) and 3 (test only) 0: worst first is 2, 3, then 1.
+    ref_path, test_path, _, _ = label_pair
+    out = tmp_path / "out.txt"
+    assert main(["compare", str(ref_path), str(test_path), "--metrics", "dice,jaccard", "--format", fmt,
+                 "--sort", "dice", "-o", str(out)]) == 0
+    if fmt == "json":
+        rows = json.loads(out.read_text())["records"]
+    else:
+        rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert list(dict.fromkeys(row["structure"] for row in rows)) == ["2", "3", "1"]
+
+
 def test_cli_table_and_csv(label_pair, capsys):
     ref_path, test_path, _, _ = label_pair
     assert main(["compare", str(ref_path), str(test_path), "--metrics", "dice"]) == 0

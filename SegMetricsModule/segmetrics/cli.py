@@ -133,7 +133,7 @@ def _add_compare_parser(subparsers) -> None:
                         "to FILE.provenance.json), wide-csv (= csv --layout wide) or json (with provenance)")
     p.add_argument("--layout", default="long", choices=["long", "wide"],
                    help="csv layout: long (a row per structure and metric, default) or wide (a row per structure)")
-    p.add_argument("--sort", metavar="METRIC", help="table rows worst first by METRIC (e.g. dice, hd95_mm)")
+    p.add_argument("--sort", metavar="METRIC", help="structures worst first by METRIC (e.g. dice, hd95_mm), in every format")
     p.add_argument("--wide", action="store_true",
                    help="table: every metric, in several tables that fit the terminal (default: the main metrics "
                         "that fit)")

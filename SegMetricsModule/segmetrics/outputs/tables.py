@@ -9,6 +9,7 @@ would run as a formula (a structure or case named ``=HYPERLINK(...)``) gets a le
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io as _io
 import json
 import math
@@ -334,10 +335,13 @@ def write_result(result, fmt: str = "table", path=None, *, layout: str = "long",
                  wide: bool = False) -> None:
     """Write a :class:`~segmetrics.evaluation.compare.ComparisonResult` to ``path`` or standard output.
 
-    ``fmt``: ``table`` (see :func:`result_tables`; ``sort`` and ``wide`` apply), ``json`` (with the
+    ``fmt``: ``table`` (see :func:`result_tables`; ``wide`` applies), ``json`` (with the
     provenance and notes), ``csv`` (``layout`` long or wide; written to a file, the provenance and notes
-    go to a sidecar :func:`sidecar_path`). Notes (resampling, warnings) are also printed on standard error.
+    go to a sidecar :func:`sidecar_path`). ``sort`` orders the structures worst first in every format
+    (:func:`sorted_structures`). Notes (resampling, warnings) are also printed on standard error.
     """
+    if sort is not None and fmt != "table":
+        result = dataclasses.replace(result, structures=sorted_structures(result, sort))
     if fmt == "table":
         from rich.console import Console
 
