@@ -136,6 +136,20 @@ def test_cli_absent_class_zero_and_pooled_iou(tmp_path, capsys):
     assert "pooled_iou" in capsys.readouterr().out
 
 
+def test_frames_table_has_the_style_and_precision_of_compare(tmp_path):
+    # ISI-IoU 1.25/3 = 0.41667 and mDice (1/3 + 1/2)/2 = 0.41667: ratios to 3 decimals, as compare shows Dice.
+    from segmetrics.evaluation.frames import write_frame_result
+
+    out = tmp_path / "table.txt"
+    write_frame_result(run(), "table", out)
+    text = out.read_text()
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.strip()}
+    assert rows["isi_iou"] == ["0.417", "ok"] and rows["mdice"] == ["0.417", "ok"]
+    assert rows["iou"] == ["0.250", "0.500"] and rows["n_frames_test"] == ["count", "2", "2"]
+    assert "0.4167" not in text and "┃" not in text and "─" in text  # compare's rule under the header, no frame
+    assert "ratios to 3 decimals" in text
+
+
 def test_unknown_rule_is_rejected():
     with pytest.raises(ValueError, match="absent_class"):
         EdgeRules(absent_class="half")

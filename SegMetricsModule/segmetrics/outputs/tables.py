@@ -242,16 +242,23 @@ def _footer(result, hidden: list, voxel_mm) -> list:
     return lines
 
 
-def _table(result, structures, metrics, voxel_mm, show_status: bool):
-    """One rich table: a row per structure, a column per metric, a last row of means."""
+def terminal_table():
+    """An empty :class:`rich.table.Table` in the style of every terminal table of the package (a rule
+    under the header, no frame, no outer padding)."""
     from rich import box
     from rich.table import Table
+
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+
+
+def _table(result, structures, metrics, voxel_mm, show_status: bool):
+    """One rich table: a row per structure, a column per metric, a last row of means."""
     from rich.text import Text  # names as plain text: "[red]" in a name is not rich markup
 
     from ..registry import metric_specs
 
     specs = metric_specs()
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table = terminal_table()
     table.add_column("structure", no_wrap=True)
     if show_status:
         table.add_column("status", no_wrap=True)
