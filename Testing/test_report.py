@@ -217,6 +217,24 @@ def test_report_counts_every_case_of_the_run(tmp_path, monkeypatch):
     assert aggregate(records, failed=failed).case_count() == "10 cases (7 evaluated, 3 failed)"
 
 
+def test_worst_case_headings_agree_with_the_summary(monkeypatch):
+    # c1 / liver is the worst pair by Dice and by MSI: one heading names both values, as the summary does
+    # (before, the MSI heading moved on to the next pair: "worst msi = 0.9283" beside a summary's 0.5223).
+    from segmetrics.report import _worst_structures, worst_pairs
+
+    info = {"dice": ("1", "higher"), "msi": ("1", "higher"), "hd95_mm": ("mm", "lower")}
+    monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: info)
+    values = {("c1", "liver"): (0.5, 0.5223, 3.0), ("c2", "liver"): (0.9, 0.9283, 9.0), ("c3", "liver"): (0.95, 0.97, 1.0)}
+    records = [{"case_id": case, "structure": structure, "metric": metric, "value": value, "unit": info[metric][0],
+                "status": "ok"} for (case, structure), row in values.items()
+               for metric, value in zip(("dice", "msi", "hd95_mm"), row)]
+    agg = aggregate(records)
+    headings = [heading for _, heading in worst_pairs(agg)]
+    assert headings == ["c1 / liver (worst dice = 0.5, worst msi = 0.5223)", "c2 / liver (worst hd95_mm = 9)"]
+    summary = {row[0][1]: (row[3], row[4]) for row in _worst_structures(agg)[1]}
+    assert summary == {"dice": ("c1 / liver", "0.5"), "hd95_mm": ("c2 / liver", "9"), "msi": ("c1 / liver", "0.5223")}
+
+
 def test_render_draws_the_context_surface_translucent_around_the_coloured_one(tmp_path):
     vtk = pytest.importorskip("vtk")
     from vtk.util.numpy_support import numpy_to_vtk
