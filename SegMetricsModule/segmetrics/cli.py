@@ -34,6 +34,11 @@ PARAMETER_FLAGS = {
 }
 
 
+#: ``--msi-preset`` choices (the levels are ``segmetrics.registry.MSI_PRESETS``, not imported for the help).
+MSI_PRESET_HELP = {"default": "il 1, ol 1 (σ 10 mm inside and outside; the MSI paper and FDA MISS-tool default)",
+                   "tight": "il 1, ol 10 (σ 10 mm inside, 1 mm outside; the MSI paper's clinical example)"}
+
+
 def _add_parameter_arguments(p) -> None:
     """Metric-parameter flags shared by ``compare`` and ``batch`` (defaults: ``segmetrics.Parameters``)."""
     p.add_argument("--params", metavar="JSON", help="metric parameters as a JSON object given inline "
@@ -45,8 +50,12 @@ def _add_parameter_arguments(p) -> None:
     p.add_argument("--nsd-tolerance", type=float, metavar="MM", help="NSD tolerance in mm (default 2)")
     p.add_argument("--surface-mode", choices=["exact", "deepmind"],
                    help="surface elements: exact sub-voxel mesh (default) or DeepMind surfels")
-    p.add_argument("--msi-il", type=float, help="MSI penalty level inside the reference (default 1)")
+    p.add_argument("--msi-il", type=float, help="MSI penalty level inside the reference, Gaussian width "
+                                                 "σ = 10/level mm (default 1)")
     p.add_argument("--msi-ol", type=float, help="MSI penalty level outside the reference (default 1)")
+    p.add_argument("--msi-preset", choices=list(MSI_PRESET_HELP),
+                   help="named MSI levels instead of --msi-il/--msi-ol: " + "; ".join(
+                       f"{name}: {text}" for name, text in MSI_PRESET_HELP.items()))
     p.add_argument("--msi-axis", type=int,
                    help="array axis of the MSI slices, 0 = z of (z, y, x) (default: the axis with the largest spacing)")
     p.add_argument("--msi-convention", choices=["default", "fda"],
@@ -89,7 +98,7 @@ def _parameters(args):
     import json
     from dataclasses import fields
 
-    from .registry import Parameters
+    from .registry import MSI_PRESETS, Parameters
 
     values = {}
     if args.params:
@@ -101,6 +110,11 @@ def _parameters(args):
         known = {f.name for f in fields(Parameters)}
         if not isinstance(values, dict) or set(values) - known:
             raise UserError(f"--params {args.params}: expected a JSON object with keys among {', '.join(sorted(known))}")
+    if args.msi_preset:
+        if args.msi_il is not None or args.msi_ol is not None:
+            raise UserError(f"--msi-preset {args.msi_preset} sets the MSI levels: leave out --msi-il and --msi-ol, "
+                            "or the preset")
+        values.update(zip(("msi_il", "msi_ol"), MSI_PRESETS[args.msi_preset]))
     values.update({field: getattr(args, flag) for flag, field in PARAMETER_FLAGS.items() if getattr(args, flag) is not None})
     return Parameters(**values)
 

@@ -73,10 +73,23 @@ def _stat_cells(row: dict) -> list:
             _statuses(row)]
 
 
+def _sigma(agg: Aggregate, metric: str, compact: bool = False) -> str:
+    """The σ of an MSI metric's weights in this batch (:func:`segmetrics.outputs.tables.sigma_of`), else ``""``."""
+    from .outputs.tables import sigma_of
+
+    return sigma_of(metric, (r.get("params") for r in agg.records if r["metric"] == metric), compact)
+
+
+def _labelled(agg: Aggregate, metric: str) -> str:
+    """The metric's name, with the σ of its weights for MSI: ``msi (σ 10 mm)``."""
+    sigma = _sigma(agg, metric)
+    return f"{metric} ({sigma})" if sigma else metric
+
+
 def summary_rows(agg: Aggregate) -> tuple:
     """Header and rows of the overall table: one row per metric (all classes and subjects)."""
     header = ["metric", "unit", "class-balanced mean", *STAT_HEADER]
-    rows = [[_link(r["metric"]), r["unit"], format_value(r["class_mean"]), *_stat_cells(r)]
+    rows = [[_link(_labelled(agg, r["metric"]), slug(r["metric"])), r["unit"], format_value(r["class_mean"]), *_stat_cells(r)]
             for r in agg.rows if r["structure"] == OVERALL and r["metric"] in _shown_metrics(agg)]
     return header, rows
 
@@ -99,7 +112,8 @@ def summary_table(agg: Aggregate):
         if r["structure"] == OVERALL and r["metric"] in _shown_metrics(agg):
             value = functools.partial(display_value, unit=r["unit"], voxel_mm=agg.voxel_mm)
             ci = "–" if math.isnan(r["ci_low"]) else f"{value(r['ci_low'])}–{value(r['ci_high'])}"
-            rows.append((SHORT_NAMES.get(r["metric"], r["metric"]), f"{r['n_used']}/{r['n']}", value(r["mean"]),
+            name = " ".join(filter(None, (SHORT_NAMES.get(r["metric"], r["metric"]), _sigma(agg, r["metric"], True))))
+            rows.append((name, f"{r['n_used']}/{r['n']}", value(r["mean"]),
                          value(r["class_mean"]), value(r["median"]), ci, _misses(r)))
     for column, name in enumerate(header):
         width = None if name == "metric" else max(len(cell) for cell in (name, *(row[column] for row in rows)))
@@ -160,7 +174,7 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
             ax.annotate(f"✕ {missed} missed", (1.01, row), xycoords=("axes fraction", "data"), color="crimson",
                         fontsize=8, va="center")
     ax.invert_yaxis()
-    ax.set_xlabel(f"{metric} ({unit})" if unit else metric)
+    ax.set_xlabel(" ".join(filter(None, (metric, f"({unit})" if unit else "", _sigma(agg, metric)))))
     ax.set_title(f"{metric} per class ({agg.n_cases} cases; triangle = mean; misses counted at right)", fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -211,14 +225,16 @@ def worst_record(agg: Aggregate, metric: str):
 def worst_pairs(agg: Aggregate, metrics=DETAIL_METRICS) -> list:
     """The worst ``ok`` case × structure pair of each of ``metrics`` that was computed (the pair the
     summary names), as ``[(record, heading)]`` in the order of ``metrics``; a pair worst by several
-    metrics comes once, its heading naming each: ``c2 / bowel (worst dice = 0.5223, worst msi = 0.4)``."""
+    metrics comes once, its heading naming each (and the σ of MSI weights):
+    ``c2 / bowel (worst dice = 0.5223, worst msi = 0.4 (σ 10 mm))``."""
     found = {}
     for name in metrics:
         pick = worst_record(agg, name) if name in agg.metrics() else None
         if pick is None:
             continue
+        sigma = _sigma(agg, name)
         found.setdefault((pick["case_id"], pick["structure"]), (pick, []))[1].append(
-            f"worst {name} = {format_value(pick['raw_value'])}")
+            f"worst {name} = {format_value(pick['raw_value'])}" + (f" ({sigma})" if sigma else ""))
     return [(record, f"{record['case_id']} / {record['structure']} ({', '.join(worst)})")
             for record, worst in found.values()]
 
@@ -321,7 +337,7 @@ def _worst_structures(agg: Aggregate) -> tuple:
             continue
         worst_class = (min if better == "higher" else max)(classes, key=lambda r: r["mean"])
         worst = worst_record(agg, metric)
-        rows.append([_link(metric), worst_class["structure"], format_value(worst_class["mean"]),
+        rows.append([_link(_labelled(agg, metric), slug(metric)), worst_class["structure"], format_value(worst_class["mean"]),
                      f"{worst['case_id']} / {worst['structure']}" if worst else "–",
                      format_value(worst["raw_value"]) if worst else "–", _misses(overall)])
     return header, rows
@@ -338,7 +354,7 @@ def _case_table(agg: Aggregate) -> tuple:
         entry[r["metric"]] = r["raw_value"]
     rows = [[case, structure, entry["status"], *(format_value(entry[m]) if m in entry else "" for m in metrics)]
             for (case, structure), entry in cells.items()]
-    return ["case", "structure", "status", *metrics], rows
+    return ["case", "structure", "status", *(_labelled(agg, m) for m in metrics)], rows
 
 
 def _source_lines(settings) -> list:
@@ -401,6 +417,9 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=(
         blocks.append(("h", 2, metric))
         if metric in MSI_GUIDANCE:
             blocks.append(("p", MSI_GUIDANCE[metric]))
+        if _sigma(agg, metric):
+            blocks.append(("p", f"Weights: Gaussians of width {_sigma(agg, metric)} (σ = 10 / penalty level, inside "
+                                "and outside the reference); a larger σ forgives larger distances."))
         rows = [r for r in agg.rows if r["metric"] == metric and r["structure"] != OVERALL]
         blocks.append(("table", ["class", *STAT_HEADER], [[r["structure"], *_stat_cells(r)] for r in rows]))
         if _box_plot(agg, metric, figures / f"box_{metric}.png"):

@@ -134,6 +134,31 @@ SHORT_NAMES = {
 }
 
 
+#: Metrics whose values depend on the MSI levels: their σ is shown beside them (:func:`msi_sigma`).
+MSI_METRICS = ("msi", "msi_3d")
+
+
+def msi_sigma(params: dict, compact: bool = False) -> str:
+    """The Gaussian widths σ = 10 / level of an MSI value's weights, from the value's ``params``
+    (``il``, ``ol``, ``units``): ``σ 10 mm`` when the inside and outside levels agree, else
+    ``σ 10 mm inside / 1 mm outside``; pixel units say ``px``. ``compact`` (table headings):
+    ``σ10mm``, ``σ10|1mm`` (inside|outside)."""
+    unit = "px" if params.get("units") == "pixel" else "mm"
+    inside, outside = (f"{10 / float(params[level]):.3g}" for level in ("il", "ol"))
+    if compact:
+        return f"σ{inside}{unit}" if inside == outside else f"σ{inside}|{outside}{unit}"
+    return f"σ {inside} {unit}" if inside == outside else f"σ {inside} {unit} inside / {outside} {unit} outside"
+
+
+def sigma_of(metric: str, params_of_values, compact: bool = False) -> str:
+    """:func:`msi_sigma` of ``metric`` from the first of ``params_of_values`` (the ``params`` of its
+    values) that holds the levels; ``""`` for a metric that has no σ or values without levels."""
+    if metric not in MSI_METRICS:
+        return ""
+    params = next((p for p in params_of_values if isinstance(p, dict) and "il" in p), None)
+    return msi_sigma(params, compact) if params else ""
+
+
 def display_decimals(value: float, unit: str, voxel_mm: float | None = None) -> int:
     """Decimals shown for ``value`` in the terminal table (display only; files keep full precision).
 
@@ -215,7 +240,9 @@ def _header(result, voxel_mm) -> str:
         parts += [f"surface mode {params.surface_mode}",
                   f"HD{params.hd_percentile:g} {params.hd_percentile_variant}",
                   f"NSD tolerance {params.nsd_tolerance_mm:g} mm",
-                  f"MSI il {params.msi_il:g} / ol {params.msi_ol:g} ({params.msi_convention})"]
+                  f"MSI il {params.msi_il:g} / ol {params.msi_ol:g} ({params.msi_convention}): "
+                  + msi_sigma({"il": params.msi_il, "ol": params.msi_ol,
+                               "units": "pixel" if params.msi_convention == "fda" else params.msi_units})]
     grid = result.provenance.get("grid")
     if grid:
         shape = "×".join(map(str, grid["shape_zyx"]))
@@ -233,6 +260,9 @@ def _footer(result, hidden: list, voxel_mm) -> list:
         names = [s.structure for s in result.structures if status in s.status.split(", ")]
         if names:
             lines.append(f"{status}: {len(names)} {meaning}: {', '.join(names)}")
+    if set(MSI_METRICS) & set(result.metrics()):
+        lines.append("σ beside MSI: the width of its Gaussian weights, 10 / level (inside|outside the reference); "
+                     "a larger σ forgives larger distances")
     if hidden:
         lines.append(f"{len(hidden)} more metrics not shown ({', '.join(hidden)}): --wide shows all, "
                      "--metrics chooses, files (--format csv/json) hold every value")
@@ -263,7 +293,8 @@ def _table(result, structures, metrics, voxel_mm, show_status: bool):
     if show_status:
         table.add_column("status", no_wrap=True)
     for metric in metrics:
-        table.add_column(SHORT_NAMES.get(metric, metric), justify="right", no_wrap=True)
+        sigma = sigma_of(metric, (v.params for s in structures for v in s.values if v.metric == metric), compact=True)
+        table.add_column(" ".join(filter(None, (SHORT_NAMES.get(metric, metric), sigma))), justify="right", no_wrap=True)
     for structure in structures:
         values = {v.metric: v.value for v in structure.values}
         cells = [display_value(values.get(m), specs[m].unit if m in specs else "", voxel_mm) for m in metrics]
