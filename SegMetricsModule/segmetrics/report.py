@@ -212,31 +212,46 @@ def _msi_curve(rows, title: str, path: Path) -> bool:
     return True
 
 
-def worst_record(agg: Aggregate, metric: str):
-    """The worst record of ``metric`` with both structures present (status ``ok``, finite value), the
-    first of equals in record order; None when there is none or the metric has no worse direction."""
+def ranked_records(agg: Aggregate, metric: str) -> list:
+    """The records of ``metric`` with both structures present (status ``ok``, finite value), worst
+    first (equals in record order); empty when the metric has no worse direction."""
     better = agg.row(OVERALL, metric)["better"]
+    if better not in ("higher", "lower"):
+        return []
     defined = [r for r in agg.records if r["metric"] == metric and r["status"] == "ok" and math.isfinite(r["raw_value"])]
-    if better not in ("higher", "lower") or not defined:
-        return None
-    return (min if better == "higher" else max)(defined, key=lambda r: r["raw_value"])
+    return sorted(defined, key=lambda r: r["raw_value"], reverse=better == "lower")
+
+
+def _worst_label(agg: Aggregate, metric: str, rank: int, record) -> str:
+    """``worst msi = 0.4 (σ 10 mm)``, or ``2nd-worst ...`` for ``rank`` 1 (0 = the worst)."""
+    ordinal = {0: "", 1: "2nd-", 2: "3rd-"}.get(rank, f"{rank + 1}th-")
+    sigma = _sigma(agg, metric)
+    return f"{ordinal}worst {metric} = {format_value(record['raw_value'])}" + (f" ({sigma})" if sigma else "")
 
 
 def worst_pairs(agg: Aggregate, metrics=DETAIL_METRICS) -> list:
-    """The worst ``ok`` case × structure pair of each of ``metrics`` that was computed (the pair the
-    summary names), as ``[(record, heading)]`` in the order of ``metrics``; a pair worst by several
-    metrics comes once, its heading naming each (and the σ of MSI weights):
-    ``c2 / bowel (worst dice = 0.5223, worst msi = 0.4 (σ 10 mm))``."""
+    """Case × structure pairs to show in detail, as ``[(record, heading)]``: for each of ``metrics``
+    that was computed, its worst pair with both structures present (the pair the summary names). A
+    pair worst by several metrics comes once, its heading naming each value (and the σ of MSI
+    weights); the metric that found its worst pair taken adds its worst pair not yet shown, named by
+    rank: ``c2 / bowel (worst dice = 0.5223, worst msi = 0.4 (σ 10 mm))``, ``c1 / bowel (2nd-worst
+    msi = 0.6 (σ 10 mm))``."""
+    def pair(record) -> tuple:
+        return record["case_id"], record["structure"]
+
     found = {}
     for name in metrics:
-        pick = worst_record(agg, name) if name in agg.metrics() else None
-        if pick is None:
+        ranked = ranked_records(agg, name) if name in agg.metrics() else []
+        if not ranked:
             continue
-        sigma = _sigma(agg, name)
-        found.setdefault((pick["case_id"], pick["structure"]), (pick, []))[1].append(
-            f"worst {name} = {format_value(pick['raw_value'])}" + (f" ({sigma})" if sigma else ""))
-    return [(record, f"{record['case_id']} / {record['structure']} ({', '.join(worst)})")
-            for record, worst in found.values()]
+        repeated = pair(ranked[0]) in found
+        found.setdefault(pair(ranked[0]), (ranked[0], []))[1].append(_worst_label(agg, name, 0, ranked[0]))
+        if repeated:
+            rank, record = next(((k, r) for k, r in enumerate(ranked) if pair(r) not in found), (0, None))
+            if record is not None:
+                found[pair(record)] = (record, [_worst_label(agg, name, rank, record)])
+    return [(record, f"{record['case_id']} / {record['structure']} ({', '.join(labels)})")
+            for record, labels in found.values()]
 
 
 def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str | None = None) -> list:
@@ -336,7 +351,7 @@ def _worst_structures(agg: Aggregate) -> tuple:
         if not classes or better not in ("higher", "lower"):
             continue
         worst_class = (min if better == "higher" else max)(classes, key=lambda r: r["mean"])
-        worst = worst_record(agg, metric)
+        worst = next(iter(ranked_records(agg, metric)), None)
         rows.append([_link(_labelled(agg, metric), slug(metric)), worst_class["structure"], format_value(worst_class["mean"]),
                      f"{worst['case_id']} / {worst['structure']}" if worst else "–",
                      format_value(worst["raw_value"]) if worst else "–", _misses(overall)])
@@ -433,8 +448,9 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=(
         render_notes = ["No per-slice MSI curves or surface renders: they need the msi metric group and a case "
                         "with both structures present."]
     blocks.append(("h", 2, "Worst cases in detail"))
-    blocks += [("p", "The worst pair by each of Dice, HD95 and MSI with both structures present; missed "
-                     "structures are listed in the summary.")]
+    blocks += [("p", "The worst pair by each of Dice, HD95 and MSI with both structures present (the pairs the "
+                     "summary names; a pair worst by several metrics is shown once, with the next pair of the "
+                     "metric that found it taken); missed structures are listed in the summary.")]
     blocks += [("p", note) for note in render_notes] + detail_blocks
     blocks.append(("h", 2, "Settings and provenance"))
     blocks += [("p", line) for line in _source_lines(settings)]

@@ -199,7 +199,7 @@ def match_folders(reference_dir, test_dir, names=None):
     folders = {"reference": Path(reference_dir), "test": Path(test_dir)}
     for side, folder in folders.items():
         if not folder.is_dir():
-            raise BatchError(f"--{side}-dir {folder}: not a folder")
+            raise BatchError(f"the {side} folder {folder} is not a folder")
     if os.path.samefile(folders["reference"], folders["test"]):
         raise BatchError(f"the reference and test folders are the same folder ({folders['reference']}): every case "
                          "would compare a file with itself; give the test segmentations' folder")
@@ -507,8 +507,8 @@ def _check_settings(output: Path, settings: dict, inputs: dict) -> None:
         if stored != settings:
             raise BatchError(f"{output} holds a batch run with other settings ({path}); "
                              "use another output folder or delete that one")
-    document = {**settings, "provenance": provenance(inputs, command=shlex.join(sys.argv),
-                                                     case_digests=f"{(output / CASE_LOG).resolve()} (field inputs of each case)")}
+    case_digests = f"{(output / CASE_LOG).resolve()} (field inputs of each case)"
+    document = {**settings, "provenance": provenance(inputs, command=shlex.join(sys.argv), case_digests=case_digests)}
     _write_atomic(path, lambda handle: handle.write(json.dumps(document, indent=2, sort_keys=True, default=str)))
 
 
