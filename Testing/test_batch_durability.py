@@ -290,6 +290,8 @@ def test_provenance_names_the_manifest_and_every_case_input_digest(tmp_path):
     import hashlib
     import json
 
+    for package in ("rich", "pandas", "jinja2", "matplotlib"):  # the terminal summary and the report
+        pytest.importorskip(package)
     cases = _cases(tmp_path / "data", 2)
     manifest = _write_manifest(tmp_path / "manifest.csv", cases)
     argv = ["batch", "--manifest", str(manifest), "-o", str(tmp_path / "out"), "--metrics", "dice", "--no-progress",

@@ -140,6 +140,7 @@ def test_frames_table_has_the_style_and_precision_of_compare(tmp_path):
     # ISI-IoU 1.25/3 = 0.41667 and mDice (1/3 + 1/2)/2 = 0.41667: ratios to 3 decimals, as compare shows Dice.
     from segmetrics.evaluation.frames import write_frame_result
 
+    pytest.importorskip("rich")
     out = tmp_path / "table.txt"
     write_frame_result(run(), "table", out)
     text = out.read_text()

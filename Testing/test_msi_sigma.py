@@ -47,6 +47,7 @@ def test_tight_preset_is_the_msi_papers_clinical_example():
 
 
 def test_cli_preset_sets_the_levels_and_every_output_shows_sigma(shifted_box, tmp_path, capsys):
+    pytest.importorskip("rich")  # the terminal table
     reference, test = shifted_box
     out = tmp_path / "out.json"
     assert main(["compare", reference, test, "--metrics", "msi", "--msi-preset", "tight", "--format", "json",
@@ -71,6 +72,8 @@ def test_cli_preset_sets_the_levels_and_every_output_shows_sigma(shifted_box, tm
 
 
 def test_batch_report_and_terminal_summary_show_sigma(shifted_box, tmp_path, capsys):
+    for package in ("rich", "pandas", "jinja2", "matplotlib"):  # the terminal summary and the report
+        pytest.importorskip(package)
     reference, test = shifted_box
     manifest = tmp_path / "manifest.csv"
     manifest.write_text(f"case_id,reference,test\na,{reference},{test}\n")

@@ -203,6 +203,8 @@ def test_report_leads_with_the_summary_and_failures_and_ends_with_settings(tmp_p
 
 def test_report_counts_every_case_of_the_run(tmp_path, monkeypatch):
     # An 11-case manifest: 7 evaluated, 3 failed, 1 not run (a run stopped early): the report says 11.
+    for package in ("pandas", "jinja2", "matplotlib"):
+        pytest.importorskip(package)
     monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: INFO)
     records = [_record(f"c{i}", "liver", "dice", 0.9) for i in range(7)]
     failed = {f"c{i}": "ReadError: broken" for i in range(7, 10)}
@@ -222,6 +224,7 @@ def test_worst_case_headings_agree_with_the_summary(monkeypatch):
     # (before, the MSI heading moved on to the next pair: "worst msi = 0.9283" beside a summary's 0.5223).
     from segmetrics.report import _worst_structures, worst_pairs
 
+    pytest.importorskip("pandas")
     info = {"dice": ("1", "higher"), "msi": ("1", "higher"), "hd95_mm": ("mm", "lower")}
     monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: info)
     values = {("c1", "liver"): (0.5, 0.5223, 3.0), ("c2", "liver"): (0.9, 0.9283, 9.0), ("c3", "liver"): (0.95, 0.97, 1.0)}
@@ -437,6 +440,8 @@ def test_report_module_imports_neither_jinja2_nor_pandas_until_a_report_is_built
 
 
 def test_terminal_summary_never_shows_distances_finer_than_a_hundredth_of_a_voxel():
+    pytest.importorskip("pandas")
+    pytest.importorskip("rich")
     from rich.console import Console
 
     from segmetrics.report import summary_table
