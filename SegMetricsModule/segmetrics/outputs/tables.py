@@ -164,8 +164,9 @@ def display_decimals(value: float, unit: str, voxel_mm: float | None = None) -> 
 
     Ratios (unit ``"1"``): :data:`RATIO_DECIMALS`. Whole counts (unit ``"count"``): none. Other
     units (and means of counts): :data:`DISPLAY_DIGITS` significant digits; distances (mm) never
-    finer than :data:`DISTANCE_STEP_VOXELS` of the smallest voxel size
-    ``voxel_mm`` (0.01 mm at 1 mm voxels, so HD95 0.000108 mm on a 3 mm grid shows as 0.00).
+    finer than :data:`DISTANCE_STEP_VOXELS` of the smallest voxel size ``voxel_mm``: the last
+    decimal shown is the finest power of ten not below that step (0.01 mm at 1 mm voxels; 0.1 mm
+    at 3 mm voxels, whose step is 0.03 mm, so HD95 0.000108 mm there shows as 0.0).
     """
     if unit == "1":
         return RATIO_DECIMALS
@@ -173,7 +174,8 @@ def display_decimals(value: float, unit: str, voxel_mm: float | None = None) -> 
         return 0
     decimals = DISPLAY_DIGITS - 1 - math.floor(math.log10(abs(value))) if value else 0
     if unit == "mm" and voxel_mm:
-        decimals = min(decimals, round(math.log10(1 / (voxel_mm * DISTANCE_STEP_VOXELS))))
+        # 1e-9: a step of exactly a power of ten (0.1 mm voxels: 0.001 mm) is not lost to float rounding
+        decimals = min(decimals, math.floor(math.log10(1 / (voxel_mm * DISTANCE_STEP_VOXELS)) + 1e-9))
     return max(0, decimals)
 
 
