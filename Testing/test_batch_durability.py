@@ -284,3 +284,48 @@ def test_resume_redoes_a_case_whose_input_was_rewritten_with_the_same_size_and_t
     assert summary.computed == ["c1"] and summary.skipped == []
     (dice,) = [r["value"] for r in read_results(tmp_path / "out") if r["metric"] == "dice"]
     assert dice == 1.0
+
+
+def test_provenance_names_the_manifest_and_every_case_input_digest(tmp_path):
+    import hashlib
+    import json
+
+    for package in ("rich", "pandas", "jinja2", "matplotlib"):  # the terminal summary and the report
+        pytest.importorskip(package)
+    cases = _cases(tmp_path / "data", 2)
+    manifest = _write_manifest(tmp_path / "manifest.csv", cases)
+    argv = ["batch", "--manifest", str(manifest), "-o", str(tmp_path / "out"), "--metrics", "dice", "--no-progress",
+            "--report", str(tmp_path / "report")]
+    assert main(argv) == 0
+
+    def sha256(path):
+        return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["provenance"]["inputs"]["manifest"]["sha256"] == sha256(manifest)
+    assert run["provenance"]["case_digests"].startswith(str((tmp_path / "out" / "cases.jsonl").resolve()))
+    log = read_case_log(tmp_path / "out")
+    for case in cases:
+        inputs = log[case.case_id]["inputs"]
+        assert inputs["reference"]["sha256"] == sha256(case.reference)
+        assert inputs["test"]["sha256"] == sha256(case.test)
+        assert inputs["test"]["size_bytes"] == os.path.getsize(case.test)
+        assert log[case.case_id]["voxel_mm"] == pytest.approx(0.8)  # the smallest spacing bounds the display
+    report = (tmp_path / "report" / "report.md").read_text().split("## Settings and provenance")[1]
+    assert f"SHA-256 {sha256(manifest)}" in report and "cases.jsonl" in report
+
+
+def test_a_file_rewritten_while_its_case_is_read_fails_the_case(tmp_path, monkeypatch):
+    import segmetrics.evaluation.batch as batch
+
+    (case,) = _cases(tmp_path / "data", 1)
+    real = batch.load_case
+
+    def load_then_rewrite(*arguments):
+        images = real(*arguments)
+        _ball(case.test, (6, 7, 7), 3)  # another version of the test while the case was being read
+        return images
+
+    monkeypatch.setattr(batch, "load_case", load_then_rewrite)
+    summary = run_batch([case], tmp_path / "out", metrics=METRICS, workers=0, progress=False)
+    assert "changed while the case was read" in summary.failed[case.case_id]

@@ -83,6 +83,20 @@ def test_unknown_metric_is_a_clear_error(label_pair):
         segmetrics.compare(ref_path, test_path, metrics="dcie")
 
 
+def test_lesion_detection_is_out_of_the_default_metrics_and_one_option_away(label_pair, tmp_path):
+    from segmetrics.registry import BUILTIN_METRIC_NAMES, resolve_selection
+
+    assert "lesions" not in resolve_selection(None) and "lesions" in resolve_selection("all")
+    assert set(resolve_selection(None)) == set(BUILTIN_METRIC_NAMES) - {"lesions"}
+    ref_path, test_path, _, _ = label_pair
+    out = tmp_path / "out.json"
+    assert main(["compare", str(ref_path), str(test_path), "--format", "json", "-o", str(out)]) == 0
+    metrics = {r["metric"] for r in json.loads(out.read_text())["records"]}
+    assert "dice" in metrics and "msi" in metrics and not any(m.startswith("lesion_") for m in metrics)
+    assert main(["compare", str(ref_path), str(test_path), "--metrics", "lesions", "--format", "json", "-o", str(out)]) == 0
+    assert {r["metric"] for r in json.loads(out.read_text())["records"]} == set(BUILTIN_METRIC_NAMES["lesions"])
+
+
 def test_cli_json_records(label_pair, tmp_path, capsys):
     ref_path, test_path, _, _ = label_pair
     out = tmp_path / "out.json"
@@ -95,6 +109,20 @@ def test_cli_json_records(label_pair, tmp_path, capsys):
     }
     dice_1 = next(r for r in records if r["structure"] == "1" and r["metric"] == "dice")
     assert dice_1["value"] == pytest.approx(2 * 180 / 432) and dice_1["status"] == "ok"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "wide-csv", "json"])
+def test_sort_orders_the_files_too(label_pair, tmp_path, fmt):
+    # Dice: label 1 0.833, labels 2 (missed) and 3 (test only) 0: worst first is 2, 3, then 1.
+    ref_path, test_path, _, _ = label_pair
+    out = tmp_path / "out.txt"
+    assert main(["compare", str(ref_path), str(test_path), "--metrics", "dice,jaccard", "--format", fmt,
+                 "--sort", "dice", "-o", str(out)]) == 0
+    if fmt == "json":
+        rows = json.loads(out.read_text())["records"]
+    else:
+        rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert list(dict.fromkeys(row["structure"] for row in rows)) == ["2", "3", "1"]
 
 
 def test_cli_table_and_csv(label_pair, capsys):

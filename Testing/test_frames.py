@@ -98,15 +98,25 @@ def test_absent_class_scores_zero_and_averages_every_listed_class():
 
 def test_pooled_iou_sums_intersections_and_unions_over_the_set():
     # Class 1: intersections A 2, C 0; unions A 4, C 3 -> 2/7. Class 2: intersections D 2; unions A 1, D 2 -> 2/3.
-    # Class 3 never appears: NaN, left out of the mean. The edge rules do not change it.
-    for rules in (EdgeRules(), EdgeRules(absent_class="zero")):
-        r = run(rules, classes={**NAMES, 3: "ND"})
-        np.testing.assert_allclose(r.class_pooled_iou, [2 / 7, 2 / 3, np.nan])
-        s = r.summary()["pooled_iou"]
-        assert s.value == pytest.approx((2 / 7 + 2 / 3) / 2) and s.params["n_classes_used"] == 2
+    # Class 3 never appears: NaN and left out of the mean by default.
+    r = run(classes={**NAMES, 3: "ND"})
+    np.testing.assert_allclose(r.class_pooled_iou, [2 / 7, 2 / 3, np.nan])
+    s = r.summary()["pooled_iou"]
+    assert s.value == pytest.approx((2 / 7 + 2 / 3) / 2) and s.params["n_classes_used"] == 2
     records = {(x["structure"], x["metric"]): x["value"] for x in r.records()}
     assert records[("LAV", "pooled_iou")] == pytest.approx(2 / 7)
     assert records[("all classes", "pooled_iou")] == pytest.approx(10 / 21)
+
+
+@pytest.mark.parametrize("rule, score", [("zero", 0.0), ("one", 1.0)])
+def test_pooled_iou_of_a_class_absent_from_every_frame_follows_the_absent_class_rule(rule, score):
+    # MISAW-Seg recipe (absent_class="zero"): the never-present class 3 scores 0 and stays in the mean,
+    # as it does in mcIoU; "one" scores it 1.
+    r = run(EdgeRules(absent_class=rule), classes={**NAMES, 3: "ND"})
+    np.testing.assert_allclose(r.class_pooled_iou, [2 / 7, 2 / 3, score])
+    s = r.summary()["pooled_iou"]
+    assert s.value == pytest.approx((2 / 7 + 2 / 3 + score) / 3) and s.params["n_classes_used"] == 3
+    assert r.summary()["mciou"].params["n_classes_used"] == 3
 
 
 def test_cli_absent_class_zero_and_pooled_iou(tmp_path, capsys):
@@ -124,6 +134,21 @@ def test_cli_absent_class_zero_and_pooled_iou(tmp_path, capsys):
         pytest.approx([2 / 3])
     assert main(["frames", str(gt_dir), str(pred_dir)]) == 0
     assert "pooled_iou" in capsys.readouterr().out
+
+
+def test_frames_table_has_the_style_and_precision_of_compare(tmp_path):
+    # ISI-IoU 1.25/3 = 0.41667 and mDice (1/3 + 1/2)/2 = 0.41667: ratios to 3 decimals, as compare shows Dice.
+    from segmetrics.evaluation.frames import write_frame_result
+
+    pytest.importorskip("rich")
+    out = tmp_path / "table.txt"
+    write_frame_result(run(), "table", out)
+    text = out.read_text()
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.strip()}
+    assert rows["isi_iou"] == ["0.417", "ok"] and rows["mdice"] == ["0.417", "ok"]
+    assert rows["iou"] == ["0.250", "0.500"] and rows["n_frames_test"] == ["count", "2", "2"]
+    assert "0.4167" not in text and "┃" not in text and "─" in text  # compare's rule under the header, no frame
+    assert "ratios to 3 decimals" in text
 
 
 def test_unknown_rule_is_rejected():

@@ -488,7 +488,7 @@ def test_platipy_grid_mismatch_is_named_and_resampling_reproduces_the_crop(data_
     code, out, err = _cli(["compare", auto, manual, "--metrics", "dice"], capsys)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert "size differs" in err and "(512, 512, 110)" in err and "(266, 204, 100)" in err
+    assert "size differs: reference (110, 512, 512) vs test (100, 204, 266) voxels (z, y, x)" in err  # as tables
     assert "origin differs" in err and "spacing differs" not in err
     assert "--resample-to reference" in err
     # Independent truth: the manual grid is an integer-offset crop of the auto grid.
@@ -508,7 +508,7 @@ def test_platipy_grid_mismatch_is_named_and_resampling_reproduces_the_crop(data_
     assert any("resampled" in note for note in result.notes)
 
 
-def test_spacing_mismatch_is_named_in_xyz_order(data_dir, tmp_path, capsys):
+def test_spacing_mismatch_is_named_in_zyx_order_as_tables(data_dir, tmp_path, capsys):
     image, _, _ = _read(data_dir / SCT_T2S)
     altered = sitk.Image(image)
     altered.SetSpacing((0.5, 0.5, 7.0))
@@ -516,8 +516,8 @@ def test_spacing_mismatch_is_named_in_xyz_order(data_dir, tmp_path, capsys):
     sitk.WriteImage(altered, str(path))
     code, _, err = _cli(["compare", data_dir / SCT_T2S, path, "--metrics", "dice"], capsys)
     assert code == 2
-    reference_xyz = [round(v, 6) for v in image.GetSpacing()]  # 7.499999 in this NIfTI header
-    assert f"spacing differs: reference {reference_xyz} vs test [0.5, 0.5, 7.0]" in err
+    reference_zyx = [round(v, 6) for v in image.GetSpacing()[::-1]]  # 7.499999 in this NIfTI header
+    assert f"spacing differs: reference {reference_zyx} vs test [7.0, 0.5, 0.5] mm (z, y, x)" in err
     assert "size differs" not in err
 
 

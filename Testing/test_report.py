@@ -201,6 +201,44 @@ def test_report_leads_with_the_summary_and_failures_and_ends_with_settings(tmp_p
     assert row["n_used"] == 8 and row["mean"] == pytest.approx((2.0 * 3 + 5.0 * 2 + 3.0 * 2 + 87.0) / 8)
 
 
+def test_report_counts_every_case_of_the_run(tmp_path, monkeypatch):
+    # An 11-case manifest: 7 evaluated, 3 failed, 1 not run (a run stopped early): the report says 11.
+    for package in ("pandas", "jinja2", "matplotlib"):
+        pytest.importorskip(package)
+    monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: INFO)
+    records = [_record(f"c{i}", "liver", "dice", 0.9) for i in range(7)]
+    failed = {f"c{i}": "ReadError: broken" for i in range(7, 10)}
+    agg = aggregate(records, failed=failed, case_ids=[f"c{i}" for i in range(11)])
+    assert (agg.n_listed, agg.n_cases) == (11, 7)
+    assert agg.case_count() == "11 cases (7 evaluated, 3 failed, 1 not run)"
+    write_report(tmp_path, agg)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "11 cases (7 evaluated, 3 failed, 1 not run)" in markdown.split("## Summary")[0]
+    summary = markdown.split("## Summary")[1].split("##")[0]
+    assert "11 cases (7 evaluated, 3 failed, 1 not run); the statistics are over the 7 evaluated cases" in summary
+    assert aggregate(records, failed=failed).case_count() == "10 cases (7 evaluated, 3 failed)"
+
+
+def test_worst_case_headings_agree_with_the_summary(monkeypatch):
+    # c1 / liver is the worst pair by Dice and by MSI: one heading names both values, as the summary does
+    # (before, the MSI heading moved on to the next pair: "worst msi = 0.9283" beside a summary's 0.5223).
+    from segmetrics.report import _worst_structures, worst_pairs
+
+    pytest.importorskip("pandas")
+    info = {"dice": ("1", "higher"), "msi": ("1", "higher"), "hd95_mm": ("mm", "lower")}
+    monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: info)
+    values = {("c1", "liver"): (0.5, 0.5223, 3.0), ("c2", "liver"): (0.9, 0.9283, 9.0), ("c3", "liver"): (0.95, 0.97, 1.0)}
+    records = [{"case_id": case, "structure": structure, "metric": metric, "value": value, "unit": info[metric][0],
+                "status": "ok"} for (case, structure), row in values.items()
+               for metric, value in zip(("dice", "msi", "hd95_mm"), row)]
+    agg = aggregate(records)
+    headings = [heading for _, heading in worst_pairs(agg)]
+    assert headings == ["c1 / liver (worst dice = 0.5, worst msi = 0.5223)", "c2 / liver (worst hd95_mm = 9)",
+                        "c3 / liver (3rd-worst msi = 0.97)"]  # MSI's next pair not shown yet, named by its rank
+    summary = {row[0][1]: (row[3], row[4]) for row in _worst_structures(agg)[1]}
+    assert summary == {"dice": ("c1 / liver", "0.5"), "hd95_mm": ("c2 / liver", "9"), "msi": ("c1 / liver", "0.5223")}
+
+
 def test_render_draws_the_context_surface_translucent_around_the_coloured_one(tmp_path):
     vtk = pytest.importorskip("vtk")
     from vtk.util.numpy_support import numpy_to_vtk
@@ -399,6 +437,22 @@ def test_report_module_imports_neither_jinja2_nor_pandas_until_a_report_is_built
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_terminal_summary_never_shows_distances_finer_than_a_hundredth_of_a_voxel():
+    pytest.importorskip("pandas")
+    pytest.importorskip("rich")
+    from rich.console import Console
+
+    from segmetrics.report import summary_table
+
+    records = [{"case_id": f"c{i}", "structure": "liver", "metric": "hd95_mm", "value": 0.000247, "unit": "mm",
+                "status": "ok"} for i in range(3)]
+    for voxel_mm, shown in ((1.0, "0.00"), (10.0, "0.0")):  # 1/100 voxel: 0.01 mm, then 0.1 mm
+        console = Console(width=120, record=True)
+        console.print(summary_table(aggregate(records, voxel_mm=voxel_mm)))
+        row = next(line for line in console.export_text().splitlines() if line.lstrip().startswith("HD95"))
+        assert row.split()[2:5] == [shown] * 3 and "0.000247" not in row
 
 
 def test_terminal_summary_at_80_columns_shortens_names_never_numbers_or_misses():

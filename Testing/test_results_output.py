@@ -111,7 +111,10 @@ def test_header_names_the_surface_mode_and_footer_lists_misses():
 
 
 @pytest.mark.parametrize("value, unit, voxel, shown", [
-    (0.000108, "mm", 3.0, "0.00"),  # the false precision: HD95 on a 3 mm grid
+    (0.000108, "mm", 3.0, "0.0"),  # the false precision: HD95 on a 3 mm grid (step 0.03 mm: 0.1 shown)
+    (0.000108, "mm", 1.0, "0.00"),  # 1 mm voxels: step 0.01 mm
+    (1.8534, "mm", 2.5, "1.9"),  # step 0.025 mm: 0.01 would be finer
+    (0.0123456, "mm", 0.5, "0.01"),  # step 0.005 mm: 0.01 is the finest power of ten not below it
     (483.6, "mm", 3.0, "484"),  # 3 significant digits
     (1.8534, "mm", 0.8, "1.85"),
     (0.0123456, "mm", 0.1, "0.012"),  # 0.1 mm voxels: step 0.001 mm stops at 2 significant digits

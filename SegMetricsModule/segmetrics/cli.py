@@ -34,6 +34,11 @@ PARAMETER_FLAGS = {
 }
 
 
+#: ``--msi-preset`` choices (the levels are ``segmetrics.registry.MSI_PRESETS``, not imported for the help).
+MSI_PRESET_HELP = {"default": "il 1, ol 1 (σ 10 mm inside and outside; the MSI paper and FDA MISS-tool default)",
+                   "tight": "il 1, ol 10 (σ 10 mm inside, 1 mm outside; the MSI paper's clinical example)"}
+
+
 def _add_parameter_arguments(p) -> None:
     """Metric-parameter flags shared by ``compare`` and ``batch`` (defaults: ``segmetrics.Parameters``)."""
     p.add_argument("--params", metavar="JSON", help="metric parameters as a JSON object given inline "
@@ -45,8 +50,12 @@ def _add_parameter_arguments(p) -> None:
     p.add_argument("--nsd-tolerance", type=float, metavar="MM", help="NSD tolerance in mm (default 2)")
     p.add_argument("--surface-mode", choices=["exact", "deepmind"],
                    help="surface elements: exact sub-voxel mesh (default) or DeepMind surfels")
-    p.add_argument("--msi-il", type=float, help="MSI penalty level inside the reference (default 1)")
+    p.add_argument("--msi-il", type=float, help="MSI penalty level inside the reference, Gaussian width "
+                                                 "σ = 10/level mm (default 1)")
     p.add_argument("--msi-ol", type=float, help="MSI penalty level outside the reference (default 1)")
+    p.add_argument("--msi-preset", choices=list(MSI_PRESET_HELP),
+                   help="named MSI levels instead of --msi-il/--msi-ol: " + "; ".join(
+                       f"{name}: {text}" for name, text in MSI_PRESET_HELP.items()))
     p.add_argument("--msi-axis", type=int,
                    help="array axis of the MSI slices, 0 = z of (z, y, x) (default: the axis with the largest spacing)")
     p.add_argument("--msi-convention", choices=["default", "fda"],
@@ -89,7 +98,7 @@ def _parameters(args):
     import json
     from dataclasses import fields
 
-    from .registry import Parameters
+    from .registry import MSI_PRESETS, Parameters
 
     values = {}
     if args.params:
@@ -101,6 +110,11 @@ def _parameters(args):
         known = {f.name for f in fields(Parameters)}
         if not isinstance(values, dict) or set(values) - known:
             raise UserError(f"--params {args.params}: expected a JSON object with keys among {', '.join(sorted(known))}")
+    if args.msi_preset:
+        if args.msi_il is not None or args.msi_ol is not None:
+            raise UserError(f"--msi-preset {args.msi_preset} sets the MSI levels: leave out --msi-il and --msi-ol, "
+                            "or the preset")
+        values.update(zip(("msi_il", "msi_ol"), MSI_PRESETS[args.msi_preset]))
     values.update({field: getattr(args, flag) for flag, field in PARAMETER_FLAGS.items() if getattr(args, flag) is not None})
     return Parameters(**values)
 
@@ -119,7 +133,8 @@ def _add_compare_parser(subparsers) -> None:
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
     p.add_argument("--threshold", type=float, help="binarise both inputs at value >= THRESHOLD (probability maps)")
     p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"}')
-    p.add_argument("--metrics", default="all", help="comma-separated metric or group names (default: all)")
+    p.add_argument("--metrics", help="comma-separated metric or group names, or all (default: every group but "
+                                      "lesions, which --metrics lesions adds)")
     _add_parameter_arguments(p)
     _add_input_arguments(p)
     p.add_argument("--slices", "--msi-slices", metavar="CSV", dest="slices",
@@ -132,7 +147,7 @@ def _add_compare_parser(subparsers) -> None:
                         "to FILE.provenance.json), wide-csv (= csv --layout wide) or json (with provenance)")
     p.add_argument("--layout", default="long", choices=["long", "wide"],
                    help="csv layout: long (a row per structure and metric, default) or wide (a row per structure)")
-    p.add_argument("--sort", metavar="METRIC", help="table rows worst first by METRIC (e.g. dice, hd95_mm)")
+    p.add_argument("--sort", metavar="METRIC", help="structures worst first by METRIC (e.g. dice, hd95_mm), in every format")
     p.add_argument("--wide", action="store_true",
                    help="table: every metric, in several tables that fit the terminal (default: the main metrics "
                         "that fit)")
@@ -306,7 +321,8 @@ def _add_batch_parser(subparsers) -> None:
     p.add_argument("--names", metavar="JSON", help='label value -> name map for folder mode, e.g. {"1": "liver"}')
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder of the results (resumed if present)")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
-    p.add_argument("--metrics", default="all", help="comma-separated metric or group names (default: all)")
+    p.add_argument("--metrics", help="comma-separated metric or group names, or all (default: every group but "
+                                      "lesions, which --metrics lesions adds)")
     _add_parameter_arguments(p)
     p.add_argument("--resample-to", choices=["reference"], help="resample tests onto the reference grid (nearest)")
     p.add_argument("--threshold", type=float, help="binarise every input at value >= THRESHOLD (probability maps)")
@@ -336,7 +352,10 @@ def _run_batch(args) -> int:
     elif not args.test_dir:
         raise UserError("--reference-dir needs --test-dir")
     else:
-        cases, unmatched = match_folders(args.reference_dir, args.test_dir, args.names)
+        cases, unmatched, skipped = match_folders(args.reference_dir, args.test_dir, args.names)
+        for side, files in skipped.items():
+            if files:
+                print(f"skipped {len(files)} {side} file(s) that are not images: {', '.join(files)}", file=sys.stderr)
     for side, files in unmatched.items():
         if files:
             print(f"unmatched {side} files ({len(files)}): {', '.join(files)}", file=sys.stderr)
@@ -349,8 +368,10 @@ def _run_batch(args) -> int:
     labels = _labels(args)
     job = {"metrics": args.metrics, "params": params, "resample_to": args.resample_to, "threshold": args.threshold,
            "input_policy": _input_policy(args)}
+    sources = {"manifest": args.manifest} if args.manifest else {
+        "reference_dir": args.reference_dir, "test_dir": args.test_dir, "names": args.names}
     summary = run_batch(cases, args.output, labels=labels, workers=args.workers, scheduler=args.scheduler,
-                        progress=not args.no_progress, unmatched=unmatched, **job)
+                        progress=not args.no_progress, unmatched=unmatched, inputs=sources, **job)
     evaluated = [case_id for case_id in summary.computed if case_id not in summary.failed]
     print(f"{len(summary.cases)} cases: {len(evaluated)} evaluated now, {len(summary.skipped)} already done, "
           f"{len(summary.failed)} failed; results in {summary.output}")
@@ -502,7 +523,7 @@ def check_options(args) -> None:
             raise UserError(f"--slices {args.slices}: the per-slice table comes from the msi and contours groups, "
                             f"and --metrics {args.metrics} selects neither; add msi or contours to --metrics")
         if getattr(args, "sort", None) and not any(args.sort in names for names in selection.values()):
-            raise UserError(f"--sort {args.sort}: not among the selected metrics ({args.metrics}); "
+            raise UserError(f"--sort {args.sort}: not among the selected metrics ({args.metrics or 'the default set'}); "
                             "give a metric name such as dice or hd95_mm")
 
 

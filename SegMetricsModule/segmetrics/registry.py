@@ -66,6 +66,12 @@ PARAMETER_CHOICES = {
 }
 
 
+#: Named MSI penalty levels ``(msi_il, msi_ol)``: ``default`` is the MSI paper's and the FDA MISS-tool's
+#: default (σ = 10 mm inside and outside); ``tight`` the levels of the MSI paper's clinical example
+#: (prostate slice, il 1 and ol 10: σ 10 mm inside, 1 mm outside, over-contouring penalised harshly).
+MSI_PRESETS = {"default": (1.0, 1.0), "tight": (1.0, 10.0)}
+
+
 @dataclass
 class Parameters:
     """Every tunable of every metric group, with the documented defaults.
@@ -130,6 +136,18 @@ class Parameters:
         for name, allowed in PARAMETER_CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ParameterError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_msi_preset(cls, preset: str, **fields) -> Parameters:
+        """Parameters with the MSI levels ``msi_il``, ``msi_ol`` of ``preset`` (a key of
+        :data:`MSI_PRESETS`, e.g. ``"tight"``) and any other ``fields``."""
+        if preset not in MSI_PRESETS:
+            raise ParameterError(f"MSI preset must be one of {', '.join(MSI_PRESETS)}; got {preset!r}")
+        overlap = sorted({"msi_il", "msi_ol"} & set(fields))
+        if overlap:
+            raise ParameterError(f"the MSI preset {preset} sets msi_il and msi_ol; leave out {', '.join(overlap)}")
+        il, ol = MSI_PRESETS[preset]
+        return cls(msi_il=il, msi_ol=ol, **fields)
 
     def check_dimension(self, ndim: int) -> None:
         """Raise :class:`ParameterError` when a parameter does not exist for ``ndim``-D images."""
@@ -250,6 +268,9 @@ BUILTIN_METRIC_NAMES = {
                 *(f"lesion_{kind}_{size}" for size in ("small", "medium", "large")
                   for kind in ("recall", "tp", "fn", "fp"))),
 }
+#: Groups left out of the default selection (computed when named, e.g. ``--metrics lesions``, or with
+#: ``"all"``): lesion-wise detection counts components, which means nothing on organ atlases.
+OPT_IN_GROUPS = ("lesions",)
 #: Short names accepted on input besides the exact metric names; ``NAME`` also matches ``NAME_mm``.
 ALIASES = {"ri": ("ri_reference_mm", "ri_test_mm")}
 
@@ -278,11 +299,13 @@ def metric_specs() -> dict:
 def resolve_selection(selection=None) -> dict:
     """Map a user's metric/group names to ``{group_name: set(metric names)}``.
 
-    ``None`` or ``"all"`` selects every group; a group name selects all its metrics.
-    Raises ``ValueError`` naming unknown metrics.
+    ``None`` selects the default groups (every group but :data:`OPT_IN_GROUPS`), ``"all"`` every
+    group; a group name selects all its metrics. Raises ``ValueError`` naming unknown metrics.
     """
     groups = all_groups()
-    if selection is None or selection == "all" or selection == ["all"]:
+    if selection is None:
+        return {name: {m.name for m in g.metrics} for name, g in groups.items() if name not in OPT_IN_GROUPS}
+    if selection == "all" or selection == ["all"]:
         return {name: {m.name for m in g.metrics} for name, g in groups.items()}
     if isinstance(selection, str):
         selection = [s.strip() for s in selection.split(",") if s.strip()]

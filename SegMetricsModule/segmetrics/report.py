@@ -73,32 +73,47 @@ def _stat_cells(row: dict) -> list:
             _statuses(row)]
 
 
+def _sigma(agg: Aggregate, metric: str, compact: bool = False) -> str:
+    """The σ of an MSI metric's weights in this batch (:func:`segmetrics.outputs.tables.sigma_of`), else ``""``."""
+    from .outputs.tables import sigma_of
+
+    return sigma_of(metric, (r.get("params") for r in agg.records if r["metric"] == metric), compact)
+
+
+def _labelled(agg: Aggregate, metric: str) -> str:
+    """The metric's name, with the σ of its weights for MSI: ``msi (σ 10 mm)``."""
+    sigma = _sigma(agg, metric)
+    return f"{metric} ({sigma})" if sigma else metric
+
+
 def summary_rows(agg: Aggregate) -> tuple:
     """Header and rows of the overall table: one row per metric (all classes and subjects)."""
     header = ["metric", "unit", "class-balanced mean", *STAT_HEADER]
-    rows = [[_link(r["metric"]), r["unit"], format_value(r["class_mean"]), *_stat_cells(r)]
+    rows = [[_link(_labelled(agg, r["metric"]), slug(r["metric"])), r["unit"], format_value(r["class_mean"]), *_stat_cells(r)]
             for r in agg.rows if r["structure"] == OVERALL and r["metric"] in _shown_metrics(agg)]
     return header, rows
 
 
 def summary_table(agg: Aggregate):
     """The overall table as a :class:`rich.table.Table` (for the terminal; short metric names and
-    values rounded for display as in ``segmetrics compare``). On a narrow terminal only the metric
-    names are shortened (with an ellipsis), never a number or the misses."""
+    values rounded for display as in ``segmetrics compare``, distances never finer than 1/100 of the
+    cases' smallest voxel, ``agg.voxel_mm``). On a narrow terminal only the metric names are
+    shortened (with an ellipsis), never a number or the misses."""
     from rich import box
     from rich.table import Table
 
     from .outputs.tables import SHORT_NAMES, display_value
 
-    table = Table(title=f"{agg.n_cases} cases, all classes ({len(agg.failed)} failed, {len(agg.misses)} misses)",
+    table = Table(title=f"{agg.case_count()}, all classes, {len(agg.misses)} misses",
                   box=box.SIMPLE_HEAD, pad_edge=False)
     header = ("metric", "used/n", "mean", "class mean", "median", "95% CI", "misses")
     rows = []
     for r in agg.rows:
         if r["structure"] == OVERALL and r["metric"] in _shown_metrics(agg):
-            value = functools.partial(display_value, unit=r["unit"])
+            value = functools.partial(display_value, unit=r["unit"], voxel_mm=agg.voxel_mm)
             ci = "–" if math.isnan(r["ci_low"]) else f"{value(r['ci_low'])}–{value(r['ci_high'])}"
-            rows.append((SHORT_NAMES.get(r["metric"], r["metric"]), f"{r['n_used']}/{r['n']}", value(r["mean"]),
+            name = " ".join(filter(None, (SHORT_NAMES.get(r["metric"], r["metric"]), _sigma(agg, r["metric"], True))))
+            rows.append((name, f"{r['n_used']}/{r['n']}", value(r["mean"]),
                          value(r["class_mean"]), value(r["median"]), ci, _misses(r)))
     for column, name in enumerate(header):
         width = None if name == "metric" else max(len(cell) for cell in (name, *(row[column] for row in rows)))
@@ -113,7 +128,10 @@ def print_summary(agg: Aggregate, html_path) -> None:
     """Print the overall table and the report path to the terminal."""
     from rich.console import Console
 
+    from .outputs.tables import rounding_note
+
     Console().print(summary_table(agg))
+    print(f"{rounding_note(agg.voxel_mm)}; the report and aggregate.csv keep more digits")
     print(agg.penalty)
     print(f"report: {Path(html_path).resolve()}")
 
@@ -156,7 +174,7 @@ def _box_plot(agg: Aggregate, metric: str, path: Path) -> bool:
             ax.annotate(f"✕ {missed} missed", (1.01, row), xycoords=("axes fraction", "data"), color="crimson",
                         fontsize=8, va="center")
     ax.invert_yaxis()
-    ax.set_xlabel(f"{metric} ({unit})" if unit else metric)
+    ax.set_xlabel(" ".join(filter(None, (metric, f"({unit})" if unit else "", _sigma(agg, metric)))))
     ax.set_title(f"{metric} per class ({agg.n_cases} cases; triangle = mean; misses counted at right)", fontsize=9)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -194,13 +212,55 @@ def _msi_curve(rows, title: str, path: Path) -> bool:
     return True
 
 
+def ranked_records(agg: Aggregate, metric: str) -> list:
+    """The records of ``metric`` with both structures present (status ``ok``, finite value), worst
+    first (equals in record order); empty when the metric has no worse direction."""
+    better = agg.row(OVERALL, metric)["better"]
+    if better not in ("higher", "lower"):
+        return []
+    defined = [r for r in agg.records if r["metric"] == metric and r["status"] == "ok" and math.isfinite(r["raw_value"])]
+    return sorted(defined, key=lambda r: r["raw_value"], reverse=better == "lower")
+
+
+def _worst_label(agg: Aggregate, metric: str, rank: int, record) -> str:
+    """``worst msi = 0.4 (σ 10 mm)``, or ``2nd-worst ...`` for ``rank`` 1 (0 = the worst)."""
+    ordinal = {0: "", 1: "2nd-", 2: "3rd-"}.get(rank, f"{rank + 1}th-")
+    sigma = _sigma(agg, metric)
+    return f"{ordinal}worst {metric} = {format_value(record['raw_value'])}" + (f" ({sigma})" if sigma else "")
+
+
+def worst_pairs(agg: Aggregate, metrics=DETAIL_METRICS) -> list:
+    """Case × structure pairs to show in detail, as ``[(record, heading)]``: for each of ``metrics``
+    that was computed, its worst pair with both structures present (the pair the summary names). A
+    pair worst by several metrics comes once, its heading naming each value (and the σ of MSI
+    weights); the metric that found its worst pair taken adds its worst pair not yet shown, named by
+    rank: ``c2 / bowel (worst dice = 0.5223, worst msi = 0.4 (σ 10 mm))``, ``c1 / bowel (2nd-worst
+    msi = 0.6 (σ 10 mm))``."""
+    def pair(record) -> tuple:
+        return record["case_id"], record["structure"]
+
+    found = {}
+    for name in metrics:
+        ranked = ranked_records(agg, name) if name in agg.metrics() else []
+        if not ranked:
+            continue
+        repeated = pair(ranked[0]) in found
+        found.setdefault(pair(ranked[0]), (ranked[0], []))[1].append(_worst_label(agg, name, 0, ranked[0]))
+        if repeated:
+            rank, record = next(((k, r) for k, r in enumerate(ranked) if pair(r) not in found), (0, None))
+            if record is not None:
+                found[pair(record)] = (record, [_worst_label(agg, name, rank, record)])
+    return [(record, f"{record['case_id']} / {record['structure']} ({', '.join(labels)})")
+            for record, labels in found.values()]
+
+
 def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str | None = None) -> list:
     """Recompute the worst case × structure pairs with the ``msi`` group for their extras.
 
-    The worst ``ok`` pair of each of :data:`DETAIL_METRICS` (or only of ``metric``) that was computed,
-    without repeats, ``n`` at most (missed structures have no surface; the summary lists them).
-    ``cases`` are :class:`~segmetrics.evaluation.batch.Case` objects; ``job`` holds ``params``, ``resample_to``
-    and ``threshold`` as given to the batch. Returns ``[(title, reference_image, StructureResult)]``;
+    The pairs of :func:`worst_pairs` for :data:`DETAIL_METRICS` (or only ``metric``), ``n`` at most
+    (missed structures have no surface; the summary lists them). ``cases`` are
+    :class:`~segmetrics.evaluation.batch.Case` objects; ``job`` holds ``params``, ``resample_to`` and
+    ``threshold`` as given to the batch. Returns ``[(title, reference_image, StructureResult)]``;
     empty when the ``msi`` group (per-slice MSI, coloured test surface) is not available.
     """
     from .evaluation.batch import load_case
@@ -209,23 +269,12 @@ def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str |
 
     if "msi" not in all_groups():
         return []
-    chosen = []
-    for name in ([metric] if metric else DETAIL_METRICS):
-        if name not in agg.metrics():
-            continue
-        ranked = [r for r in agg.records if r["metric"] == name and r["status"] == "ok" and math.isfinite(r["value"])]
-        ranked.sort(key=lambda r: r["value"], reverse=agg.row(OVERALL, name)["better"] == "lower")
-        pick = next((r for r in ranked if (r["case_id"], r["structure"]) not in {(c["case_id"], c["structure"])
-                                                                                  for c, _ in chosen}), None)
-        if pick is not None:
-            chosen.append((pick, name))
     by_id = {case.case_id: case for case in cases}
     details = []
-    for record, name in chosen[:n]:
+    for record, title in worst_pairs(agg, [metric] if metric else DETAIL_METRICS)[:n]:
         reference, test = load_case(by_id[record["case_id"]], job.get("threshold"))
         result = compare(reference, test, labels=[record["structure"]], metrics="msi",
                          params=job.get("params"), resample_to=job.get("resample_to"))
-        title = f"{record['case_id']} / {record['structure']} (worst {name} = {format_value(record['value'])})"
         details += [(title, reference, s) for s in result.structures if s.structure == record["structure"]]
     return details
 
@@ -302,10 +351,8 @@ def _worst_structures(agg: Aggregate) -> tuple:
         if not classes or better not in ("higher", "lower"):
             continue
         worst_class = (min if better == "higher" else max)(classes, key=lambda r: r["mean"])
-        defined = [r for r in agg.records if r["metric"] == metric and r["status"] == "ok"
-                   and math.isfinite(r["raw_value"])]
-        worst = (min if better == "higher" else max)(defined, key=lambda r: r["raw_value"], default=None)
-        rows.append([_link(metric), worst_class["structure"], format_value(worst_class["mean"]),
+        worst = next(iter(ranked_records(agg, metric)), None)
+        rows.append([_link(_labelled(agg, metric), slug(metric)), worst_class["structure"], format_value(worst_class["mean"]),
                      f"{worst['case_id']} / {worst['structure']}" if worst else "–",
                      format_value(worst["raw_value"]) if worst else "–", _misses(overall)])
     return header, rows
@@ -322,7 +369,19 @@ def _case_table(agg: Aggregate) -> tuple:
         entry[r["metric"]] = r["raw_value"]
     rows = [[case, structure, entry["status"], *(format_value(entry[m]) if m in entry else "" for m in metrics)]
             for (case, structure), entry in cells.items()]
-    return ["case", "structure", "status", *metrics], rows
+    return ["case", "structure", "status", *(_labelled(agg, m) for m in metrics)], rows
+
+
+def _source_lines(settings) -> list:
+    """Lines naming the run's sources with their SHA-256 (a manifest, a name map; folders by path) and
+    where each case's input digests are, from the ``provenance`` of ``run.json``."""
+    provenance = (settings or {}).get("provenance", {})
+    lines = [f"Input {name}: {info['path']}" + (f" (SHA-256 {info['sha256']})" if "sha256" in info else "")
+             if isinstance(info, dict) and "path" in info else f"Input {name}: {info}"
+             for name, info in provenance.get("inputs", {}).items()]
+    if provenance.get("case_digests"):
+        lines.append(f"SHA-256 of every case's input files: {provenance['case_digests']}.")
+    return lines
 
 
 def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=()) -> list:
@@ -334,10 +393,11 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=(
 
     few = agg.n_cases < MIN_CASES_FOR_CI
     metrics = _shown_metrics(agg)
-    blocks = [("p", f"segmetrics {__version__} · report written {utc_now()} · {agg.n_cases} cases, "
-                    f"{len(agg.failed)} failed, {len(agg.misses)} misses"),
+    blocks = [("p", f"segmetrics {__version__} · report written {utc_now()} · {agg.case_count()}, "
+                    f"{len(agg.misses)} misses"),
               ("h", 2, "Summary"),
-              ("ul", [f"{agg.n_cases} cases evaluated; {len(agg.failed)} failed (listed below, not in the statistics).",
+              ("ul", [f"{agg.case_count()}; the statistics are over the {agg.n_cases} evaluated cases"
+                      + (" (failed cases listed below)." if agg.failed else "."),
                       f"{len(agg.misses)} misses (a structure in only one of reference and test): "
                       + (", ".join(f"{m['case_id']} / {m['structure']} ({m['status']})" for m in agg.misses[:20])
                          + (" ..." if len(agg.misses) > 20 else "") if agg.misses else "none") + ".",
@@ -372,6 +432,9 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=(
         blocks.append(("h", 2, metric))
         if metric in MSI_GUIDANCE:
             blocks.append(("p", MSI_GUIDANCE[metric]))
+        if _sigma(agg, metric):
+            blocks.append(("p", f"Weights: Gaussians of width {_sigma(agg, metric)} (σ = 10 / penalty level, inside "
+                                "and outside the reference); a larger σ forgives larger distances."))
         rows = [r for r in agg.rows if r["metric"] == metric and r["structure"] != OVERALL]
         blocks.append(("table", ["class", *STAT_HEADER], [[r["structure"], *_stat_cells(r)] for r in rows]))
         if _box_plot(agg, metric, figures / f"box_{metric}.png"):
@@ -385,10 +448,12 @@ def _blocks(agg: Aggregate, figures: Path, details, settings, inputs=(), notes=(
         render_notes = ["No per-slice MSI curves or surface renders: they need the msi metric group and a case "
                         "with both structures present."]
     blocks.append(("h", 2, "Worst cases in detail"))
-    blocks += [("p", "The worst pair by each of Dice, HD95 and MSI with both structures present; missed "
-                     "structures are listed in the summary.")]
+    blocks += [("p", "The worst pair by each of Dice, HD95 and MSI with both structures present (the pairs the "
+                     "summary names; a pair worst by several metrics is shown once, with the next pair of the "
+                     "metric that found it taken); missed structures are listed in the summary.")]
     blocks += [("p", note) for note in render_notes] + detail_blocks
     blocks.append(("h", 2, "Settings and provenance"))
+    blocks += [("p", line) for line in _source_lines(settings)]
     if settings:
         blocks.append(("details", "run settings and provenance (run.json)",
                        [("pre", json.dumps(settings, indent=1, sort_keys=True, default=str))]))
@@ -514,7 +579,10 @@ def report_batch(output, cases, report_dir, *, penalty="none", job=None, n_detai
     diagonals = {cid: value_from_json(entry.get("diagonal_mm")) for cid, entry in log.items()}
     failed = {c.case_id: log[c.case_id]["error"] for c in cases
               if c.case_id in log and log[c.case_id]["status"] != "ok"}
-    agg = aggregate(read_results(output), penalty=penalty, diagonals=diagonals, failed=failed)
+    voxels = [value_from_json(entry.get("voxel_mm")) for entry in log.values()]
+    voxels = [voxel for voxel in voxels if math.isfinite(voxel)]
+    agg = aggregate(read_results(output), penalty=penalty, diagonals=diagonals, failed=failed,
+                    case_ids=[case.case_id for case in cases], voxel_mm=min(voxels, default=None))
     details = worst_details(agg, cases, job or {}, n=n_details)
     settings_path = Path(output) / "run.json"
     settings = json.loads(settings_path.read_text()) if settings_path.is_file() else None

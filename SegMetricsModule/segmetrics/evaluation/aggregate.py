@@ -124,7 +124,9 @@ class Aggregate:
     ``worst``: ``{metric: [record, ...]}``, worst first (after the penalty).
     ``records``: the input records after the penalty (see :func:`apply_penalty`).
     ``misses``: ``[{"case_id", "structure", "status"}]`` of every case × structure with exactly one
-    empty mask.
+    empty mask. ``n_cases`` counts the cases with records (evaluated), ``n_listed`` every case of
+    the run: evaluated, failed and not run. ``voxel_mm`` is the smallest voxel size of the cases
+    (mm; None when unknown), which bounds the precision of the distances displayed.
     """
 
     rows: list
@@ -135,6 +137,16 @@ class Aggregate:
     failed: dict = field(default_factory=dict)
     records: list = field(default_factory=list)
     misses: list = field(default_factory=list)
+    n_listed: int = 0
+    voxel_mm: float | None = None
+
+    def case_count(self) -> str:
+        """Every case of the run and what became of it: ``11 cases (8 evaluated, 3 failed)``."""
+        parts = [f"{self.n_cases} evaluated", f"{len(self.failed)} failed"]
+        not_run = self.n_listed - self.n_cases - len(self.failed)
+        if not_run > 0:
+            parts.append(f"{not_run} not run")
+        return f"{self.n_listed} cases ({', '.join(parts)})"
 
     def metrics(self) -> list:
         return list(dict.fromkeys(r["metric"] for r in self.rows))
@@ -163,7 +175,7 @@ def _statistics(frame, keys, better: dict, options) -> list:
 
 
 def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boot=2000, seed=0,
-              n_worst=3, failed=None) -> Aggregate:
+              n_worst=3, failed=None, case_ids=None, voxel_mm=None) -> Aggregate:
     """Summarise batch records per class and overall (see :func:`summarize`), grouped with pandas.
 
     Parameters
@@ -179,6 +191,11 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
         Worst case × structure records listed per metric.
     failed : dict, optional
         ``{case_id: error}`` of failed cases, carried into the report.
+    case_ids : iterable of str, optional
+        Every case of the run (a manifest's rows), so that reports count them all; default the
+        cases with records and the failed ones.
+    voxel_mm : float, optional
+        The smallest voxel size of the cases in mm (display rounding of distances).
     """
     import pandas as pd
 
@@ -204,5 +221,7 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
             worst[metric] = [records[i] for i in order]
     missed = frame[frame["status"].isin(PENALISED_STATUSES)].drop_duplicates(["case_id", "structure"])
     misses = missed[["case_id", "structure", "status"]].to_dict("records")
+    failed = dict(failed or {})
+    listed = set(frame["case_id"]) | set(failed) | set(case_ids or ())
     return Aggregate(per_class + overall, worst, describe_penalty(penalty), confidence, int(frame["case_id"].nunique()),
-                     dict(failed or {}), records, misses)
+                     failed, records, misses, len(listed), voxel_mm)

@@ -4,7 +4,8 @@ A *case* is one reference/test pair of label maps. :func:`run_batch` evaluates e
 :func:`segmetrics.compare` in child processes (or on a Dask cluster) and appends one record per
 case × structure × metric to ``results.csv`` and ``results.jsonl`` in the output folder as soon as
 the case finishes. ``cases.jsonl`` logs one line per finished attempt (``ok`` or ``failed`` with
-the error message, its record count and a fingerprint of its inputs and settings).
+the error message, its record count, the SHA-256 of its input files and a fingerprint of its
+inputs and settings); ``run.json`` holds the settings and the provenance (manifest or folders).
 
 Durability: a case that kills its process (segmentation fault, out-of-memory kill) is logged
 ``failed`` with the signal and the run goes on (:mod:`segmetrics.evaluation.workers`). Re-running the same
@@ -41,10 +42,13 @@ from .workers import WorkerDied, run_isolated
 
 #: Columns of ``results.csv`` (the compare record fields, prefixed with the case id).
 BATCH_FIELDS = ("case_id",) + RECORD_FIELDS
-#: Suffixes stripped from file names to form case ids when two folders are matched.
-IMAGE_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd", ".png", ".tif", ".tiff")
+#: Suffixes of the files a folder run reads as cases, stripped from file names to form case ids.
+IMAGE_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mhd", ".dcm", ".dicom", ".png", ".jpg",
+                  ".jpeg", ".bmp", ".tif", ".tiff")
 #: Records of finished cases that are not among the current run's cases (kept for a later run).
 OTHER_CASES = "other_cases.jsonl"
+#: The case log: one line per finished attempt (status, error, input digests, fingerprint).
+CASE_LOG = "cases.jsonl"
 #: Suffix of the temporary files that replace result files atomically.
 TEMPORARY_SUFFIX = ".segmetrics-tmp"
 
@@ -62,14 +66,23 @@ class Case:
     test: str
     names: str | None = None
 
+    def files(self) -> dict:
+        """The case's input files by role: ``reference``, ``test`` and, when given, ``names``."""
+        roles = {"reference": self.reference, "test": self.test, "names": self.names}
+        return {role: path for role, path in roles.items() if path is not None}
+
 
 @dataclass
 class CaseOutcome:
     """What evaluating one case produced: its records, or the error that stopped it.
 
     ``diagonal_mm`` is the length of the reference image's diagonal (mm), used by the
-    ``diagonal`` empty-mask penalty at aggregation; ``notes`` are the comparison's notes
-    (resampling, foreground discarded by it), kept in ``cases.jsonl`` and shown in the report.
+    ``diagonal`` empty-mask penalty at aggregation; ``voxel_mm`` its smallest voxel size (mm), which
+    bounds the precision distances are displayed with; ``notes`` are the comparison's notes
+    (resampling, foreground discarded by it), kept in ``cases.jsonl`` and shown in the report;
+    ``inputs`` maps ``reference``, ``test`` (and ``names``) to the
+    :func:`~segmetrics.evaluation.provenance.file_info` (path, size, SHA-256) of the bytes read
+    (see :func:`evaluate_case`), kept in ``cases.jsonl``.
     """
 
     case_id: str
@@ -77,8 +90,10 @@ class CaseOutcome:
     records: list = field(default_factory=list)
     error: str = ""
     diagonal_mm: float = math.nan
+    voxel_mm: float = math.nan
     seconds: float = 0.0
     notes: list = field(default_factory=list)
+    inputs: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -158,21 +173,47 @@ def case_id_from_filename(name: str) -> str:
     return name[: len(name) - len(suffix)] if suffix else name
 
 
+def is_image_file(path: Path) -> bool:
+    """Whether a folder run reads ``path`` as a case: a name ending in one of :data:`IMAGE_SUFFIXES`,
+    or a DICOM file by its content (DICOM files often have no suffix). Other files (``index.csv``,
+    notes, JSON) are not images."""
+    from ..inputs.validation import looks_like_dicom
+
+    if path.name.lower().endswith(IMAGE_SUFFIXES):
+        return True
+    try:
+        return looks_like_dicom(path)
+    except OSError:  # unreadable: not taken as a case
+        return False
+
+
 def match_folders(reference_dir, test_dir, names=None):
-    """Pair the files of two folders by case id (file name without image suffix).
+    """Pair the image files of two folders by case id (file name without image suffix).
 
-    Returns ``(cases, unmatched)`` where ``unmatched`` is ``{"reference": [...], "test": [...]}``
-    listing files that have no partner in the other folder.
+    Returns ``(cases, unmatched, skipped)``: ``unmatched`` is ``{"reference": [...], "test": [...]}``
+    listing image files without a partner in the other folder, ``skipped`` the same for the files
+    that are not images (:func:`is_image_file`: ``index.csv``, notes), which are never run as cases.
+    Hidden files are ignored. Raises :class:`BatchError` when the two folders are one (every case
+    would compare a file with itself).
     """
-    def index(folder):
-        files = sorted(p for p in Path(folder).iterdir() if p.is_file() and not p.name.startswith("."))
-        return {case_id_from_filename(p.name): p for p in files}
-
-    refs, tests = index(reference_dir), index(test_dir)
+    folders = {"reference": Path(reference_dir), "test": Path(test_dir)}
+    for side, folder in folders.items():
+        if not folder.is_dir():
+            raise BatchError(f"the {side} folder {folder} is not a folder")
+    if os.path.samefile(folders["reference"], folders["test"]):
+        raise BatchError(f"the reference and test folders are the same folder ({folders['reference']}): every case "
+                         "would compare a file with itself; give the test segmentations' folder")
+    images, skipped = {}, {}
+    for side, folder in folders.items():
+        files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+        readable = {p: is_image_file(p) for p in files}
+        images[side] = {case_id_from_filename(p.name): p for p in files if readable[p]}
+        skipped[side] = [p.name for p in files if not readable[p]]
+    refs, tests = images["reference"], images["test"]
     cases = [Case(cid, str(refs[cid]), str(tests[cid]), names) for cid in sorted(refs.keys() & tests.keys())]
     unmatched = {"reference": sorted(refs[c].name for c in refs.keys() - tests.keys()),
                  "test": sorted(tests[c].name for c in tests.keys() - refs.keys())}
-    return cases, unmatched
+    return cases, unmatched, skipped
 
 
 # ------------------------------------------------------------------------------------ one case
@@ -198,22 +239,46 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
     """Compare one case; any exception (unreadable file, grid mismatch, MemoryError) is caught.
 
     Runs in worker processes too, so it only takes and returns picklable objects. Records carry
-    ``case_id`` plus the fields of :meth:`ComparisonResult.records`.
+    ``case_id`` plus the fields of :meth:`ComparisonResult.records`. The outcome's ``inputs`` hold
+    the SHA-256 of each input file, taken in the reading call itself: each file is hashed just
+    before the readers open it (they then read the same bytes, from the system's file cache), and
+    the case fails when a file's version (size, times, inode) changed before the reading ended, so
+    the digests are those of the bytes evaluated. A header-only image (``.mhd``, ``.nhdr``) is
+    hashed by its header file.
     """
     from .compare import compare
+    from .provenance import file_info
 
     start = time.perf_counter()
+    files = case.files()
+    inputs = {}
     try:
+        versions = {side: _file_version(path) for side, path in files.items()}
+        inputs = {side: file_info(path) for side, path in files.items()}
         reference, test = load_case(case, threshold, input_policy)
+        changed = [path for side, path in files.items() if _file_version(path) != versions[side]]
+        if changed:
+            raise BatchError(f"{', '.join(changed)} changed while the case was read; its digest would not be that of "
+                             "the bytes evaluated, run the case again")
         result = compare(reference, test, labels=labels, metrics=metrics, params=params,
                          resample_to=resample_to, input_policy=input_policy)
     except Exception as error:  # MemoryError included: a failed case is data, not a crash of the run
         message = f"{type(error).__name__}: {str(error).strip() or 'no message'}"
-        return CaseOutcome(case.case_id, "failed", error=message, seconds=time.perf_counter() - start)
+        return CaseOutcome(case.case_id, "failed", error=message, seconds=time.perf_counter() - start, inputs=inputs)
     diagonal = float(np.linalg.norm(np.asarray(reference.array.shape) * np.asarray(reference.spacing)))
     records = [{"case_id": case.case_id, **r} for r in result.records()]
-    return CaseOutcome(case.case_id, "ok", records, diagonal_mm=diagonal, seconds=time.perf_counter() - start,
-                       notes=list(result.notes))
+    return CaseOutcome(case.case_id, "ok", records, diagonal_mm=diagonal, voxel_mm=float(min(reference.spacing)),
+                       seconds=time.perf_counter() - start, notes=list(result.notes), inputs=inputs)
+
+
+def _file_version(path) -> tuple | None:
+    """:func:`segmetrics.inputs.validation.file_version` of ``path``; None when it cannot be read."""
+    from ..inputs.validation import file_version
+
+    try:
+        return file_version(os.stat(path))
+    except OSError:  # missing: the reader reports it
+        return None
 
 
 # --------------------------------------------------------------------------------- executors
@@ -328,7 +393,7 @@ def read_results(output) -> list:
 
 def read_case_log(output) -> dict:
     """The last logged attempt of each case: ``{case_id: {"status", "error", "diagonal_mm", ...}}``."""
-    return {entry["case_id"]: entry for entry in _read_jsonl(Path(output) / "cases.jsonl")}
+    return {entry["case_id"]: entry for entry in _read_jsonl(Path(output) / CASE_LOG)}
 
 
 def _write_atomic(path: Path, write, binary: bool = False) -> None:
@@ -392,7 +457,7 @@ class _ResultWriter:
         self.csv = open(output / "results.csv", "a", newline="")
         self.table = csv.DictWriter(self.csv, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
         self.jsonl = open(output / "results.jsonl", "a")
-        self.log = open(output / "cases.jsonl", "a")
+        self.log = open(output / CASE_LOG, "a")
 
     def add(self, outcome: CaseOutcome, fingerprint: str) -> None:
         """Write the case's records, then its log line (a case counts as done only once that exists)."""
@@ -401,7 +466,7 @@ class _ResultWriter:
             self.jsonl.write(_json_line(json_record(record)))
         self._sync(self.csv, self.jsonl)
         entry = {k: v for k, v in asdict(outcome).items() if k != "records"}
-        entry["diagonal_mm"] = json_value(entry["diagonal_mm"])
+        entry["diagonal_mm"], entry["voxel_mm"] = json_value(entry["diagonal_mm"]), json_value(entry["voxel_mm"])
         entry["n_records"] = len(outcome.records)
         entry["fingerprint"] = fingerprint
         self.log.write(_json_line(entry))
@@ -426,11 +491,10 @@ def _settings(job: dict) -> dict:
                                   "labels": None if labels is None else [str(x) for x in labels]}))
 
 
-def _check_settings(output: Path, settings: dict) -> None:
-    """Refuse to resume a run made with other settings (mixed results would be meaningless).
-
-    A new ``run.json`` also holds the run's ``provenance`` (version, start time, command), which is
-    not compared."""
+def _check_settings(output: Path, settings: dict, inputs: dict) -> None:
+    """Refuse to resume a run made with other settings (mixed results would be meaningless), then
+    write ``run.json``: the settings and the ``provenance`` of this run (version, start time,
+    command, ``inputs``), which is not compared and is replaced by each run that resumes the folder."""
     import shlex
     import sys
 
@@ -443,9 +507,20 @@ def _check_settings(output: Path, settings: dict) -> None:
         if stored != settings:
             raise BatchError(f"{output} holds a batch run with other settings ({path}); "
                              "use another output folder or delete that one")
-    else:
-        document = {**settings, "provenance": provenance(command=shlex.join(sys.argv))}
-        _write_atomic(path, lambda handle: handle.write(json.dumps(document, indent=2, sort_keys=True)))
+    case_digests = f"{(output / CASE_LOG).resolve()} (field inputs of each case)"
+    document = {**settings, "provenance": provenance(inputs, command=shlex.join(sys.argv), case_digests=case_digests)}
+    _write_atomic(path, lambda handle: handle.write(json.dumps(document, indent=2, sort_keys=True, default=str)))
+
+
+def _describe_sources(inputs: dict | None, n_cases: int) -> dict:
+    """The ``inputs`` of a run's provenance: each source file with its size and SHA-256, a folder by
+    its absolute path; without sources, the number of cases given in Python."""
+    from .provenance import describe_input
+
+    if not inputs:
+        return {"cases": f"{n_cases} cases given to run_batch"}
+    return {name: {"path": str(Path(path).resolve())} if Path(path).is_dir() else describe_input(path)
+            for name, path in inputs.items() if path is not None}
 
 
 def _fingerprint(case: Case, settings: dict) -> str:
@@ -455,16 +530,11 @@ def _fingerprint(case: Case, settings: dict) -> str:
     A resumed case whose fingerprint changed is redone. For a header-only image (``.mhd``,
     ``.nhdr``) only the header file is checked.
     """
-    from ..inputs.validation import file_version
-
     files = []
     for path in (case.reference, case.test, case.names):
         absolute = None if path is None else os.path.abspath(path)
-        try:
-            info = os.stat(absolute) if absolute else None
-        except OSError:  # missing now: the case is redone and fails with the reading error
-            info = None
-        files.append([absolute, *(file_version(info) if info else ())])
+        version = _file_version(absolute) if absolute else None  # None when missing: redone, fails reading
+        files.append([absolute, *(version or ())])
     return hashlib.sha256(json.dumps([settings, files], sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -516,7 +586,7 @@ def _resume(output: Path, fingerprints: dict) -> tuple:
     ``other_cases.jsonl`` those logged in the folder but not among this run's cases. Returns
     ``(case ids already done, case ids in the folder that are not among this run's)``.
     """
-    _write_jsonl(output / "cases.jsonl", _read_jsonl(output / "cases.jsonl"))  # drop a line cut by a kill
+    _write_jsonl(output / CASE_LOG, _read_jsonl(output / CASE_LOG))  # drop a line cut by a kill
     folder = _Folder(output)
     others = [case_id for case_id in folder.log if case_id not in fingerprints]
     kept = [r for case_id in others if folder.complete(case_id) for r in folder.records[case_id]]
@@ -531,7 +601,8 @@ def _resume(output: Path, fingerprints: dict) -> tuple:
 # --------------------------------------------------------------------------------------- run
 def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, resample_to=None,
               labels=None, threshold: float | None = None, workers: int = 1, scheduler: str | None = None,
-              progress: bool = True, unmatched: dict | None = None, input_policy=None, evaluate=None) -> BatchSummary:
+              progress: bool = True, unmatched: dict | None = None, input_policy=None, evaluate=None,
+              inputs: dict | None = None) -> BatchSummary:
     """Evaluate every case and write the results into the folder ``output``.
 
     Parameters
@@ -570,6 +641,11 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
         ``evaluate(case, **job) -> CaseOutcome`` in place of :func:`evaluate_case`, with ``job``
         the keyword arguments ``metrics, params, resample_to, labels, threshold, input_policy``; it
         must be a module-level function (child processes import it by name).
+    inputs : dict, optional
+        Where the cases came from, for the provenance in ``run.json``: name -> path (a manifest, the
+        two folders, a name map); files are described with their SHA-256
+        (:func:`segmetrics.evaluation.provenance.describe_input`), folders by path. Default: the
+        number of cases given. Each case's own input digests are in ``cases.jsonl``.
 
     Raises :class:`BatchError` when ``output`` is a file or holds a run with other settings.
     """
@@ -587,7 +663,7 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     if len(fingerprints) != len(cases):
         raise BatchError(f"duplicate case ids {_duplicate_ids(cases)}")
     output = _output_folder(output)
-    _check_settings(output, settings)
+    _check_settings(output, settings, _describe_sources(inputs, len(cases)))
     skipped, not_in_manifest = _resume(output, fingerprints)
     done = set(skipped)
     todo = [case for case in cases if case.case_id not in done]

@@ -13,7 +13,8 @@ G = ground-truth pixels of c (pixel/voxel counts, no spacing needed)::
 - **mcIoU** / **mDice**: per class, mean over the frames where the class is in either; then mean
   over the classes with at least one such frame.
 - **pooled IoU** (ISINet's printed "mIoU"): per class, Σ|P ∩ G| / Σ|P ∪ G| over all frames; then
-  mean over the classes present in at least one frame. No edge rule applies to it.
+  mean over the classes. A class absent from every frame follows ``absent_class`` as in mcIoU: left
+  out (``"ignore"``), or scored 1 (``"one"``) or 0 (``"zero"``) and kept in the mean.
 
 Edge rules (:class:`EdgeRules`, defaults = ISINet):
 
@@ -114,7 +115,9 @@ class FrameResult:
     detection: object = None
 
     def _scores(self, numerator, denominator):
-        present = self.predicted + self.reference > 0
+        """``numerator / denominator`` where the class is present (denominator > 0: the union or the
+        pixel sum), else the ``absent_class`` score."""
+        present = denominator > 0
         absent = {"one": 1.0, "zero": 0.0}.get(self.rules.absent_class, np.nan)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(present, numerator / denominator, absent)
@@ -159,10 +162,10 @@ class FrameResult:
 
     @property
     def class_pooled_iou(self) -> np.ndarray:
-        """Per class: Σ|P ∩ G| / Σ|P ∪ G| over all frames (ISINet's pooled IoU; NaN when never present)."""
+        """Per class: Σ|P ∩ G| / Σ|P ∪ G| over all frames (ISINet's pooled IoU); a class present in no
+        frame scores as an absent class (NaN, or 1 / 0 under ``absent_class="one"`` / ``"zero"``)."""
         union = (self.predicted + self.reference - self.intersection).sum(axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.intersection.sum(axis=0) / union
+        return self._scores(self.intersection.sum(axis=0), union)
 
     def summary(self) -> dict:
         """``{name: MetricValue}`` for challenge_iou, isi_iou, mciou, mdice, pooled_iou (and map50, map95,
@@ -632,12 +635,45 @@ def result_json(result: FrameResult) -> dict:
     }
 
 
+def frame_tables(result: FrameResult) -> list:
+    """Renderables for the terminal, in the style and precision of ``segmetrics compare``'s table
+    (:func:`segmetrics.outputs.tables.terminal_table`, :func:`~segmetrics.outputs.tables.display_value`):
+    a header line, the summary, the per-class table and the rounding line."""
+    from rich.text import Text  # class names as plain text, not rich markup
+
+    from ..outputs.tables import display_value, rounding_note, terminal_table
+
+    def shown(value: MetricValue) -> str:
+        return display_value(value.value, value.unit or "1")  # frame ratios (IoU, Dice, AP) carry no unit
+
+    rules = ", ".join(f"{k} {v}" for k, v in asdict(result.rules).items())
+    summary = terminal_table()
+    for column in ("metric", "value", "status"):
+        summary.add_column(column, justify="right" if column == "value" else "left", no_wrap=True)
+    for name, value in result.summary().items():
+        summary.add_row(name, shown(value), value.status)
+    per_class = terminal_table()
+    per_class.add_column("metric", no_wrap=True)
+    per_class.add_column("unit", no_wrap=True)
+    for cid, name in zip(result.class_ids, result.class_names):
+        per_class.add_column(Text(f"{name} ({cid})"), justify="right", no_wrap=True)
+    columns = [result.class_values(k) for k in range(len(result.class_ids))]
+    per_class.add_row("status", "", *(values[0].status for values in columns), end_section=True)
+    for row, first in enumerate(columns[0] if columns else []):
+        per_class.add_row(first.metric, first.unit, *(shown(values[row]) for values in columns))
+    return [Text(f"{len(result.frame_names)} frames · {len(result.class_ids)} classes · edge rules {rules}", style="bold"),
+            summary,
+            Text("per class (means over the frames where the class counts)", style="bold"),
+            per_class,
+            Text(f"{rounding_note(None)}; files keep full precision")]
+
+
 def write_frame_result(result: FrameResult, fmt: str = "table", path=None) -> None:
     """Write a :class:`FrameResult` as a terminal table, CSV (all records, ``frame`` column) or JSON."""
     import io
     import sys
 
-    from ..outputs.tables import RECORD_FIELDS, format_value, records_to_csv, write_text
+    from ..outputs.tables import RECORD_FIELDS, records_to_csv, write_text
 
     if fmt == "json":
         text = json.dumps(result_json(result), indent=2, default=str)
@@ -645,26 +681,10 @@ def write_frame_result(result: FrameResult, fmt: str = "table", path=None) -> No
         text = records_to_csv(result.records() + result.frame_records(), ("frame",) + RECORD_FIELDS)
     elif fmt == "table":
         from rich.console import Console
-        from rich.table import Table
-        from rich.text import Text  # class names as plain text, not rich markup
 
-        summary = Table(title="summary (edge rules: " + ", ".join(f"{k}={v}" for k, v in asdict(result.rules).items()) + ")")
-        for column in ("metric", "value", "status"):
-            summary.add_column(column)
-        for name, value in result.summary().items():
-            summary.add_row(name, format_value(value.value), value.status)
-        per_class = Table(title="per class (means over the frames where the class is present)")
-        per_class.add_column("metric")
-        per_class.add_column("unit")
-        for cid, name in zip(result.class_ids, result.class_names):
-            per_class.add_column(Text(f"{name} ({cid})"), justify="right")
-        columns = [result.class_values(k) for k in range(len(result.class_ids))]
-        per_class.add_row("status", "", *(values[0].status for values in columns), end_section=True)
-        for row, first in enumerate(columns[0] if columns else []):
-            per_class.add_row(first.metric, first.unit, *(format_value(values[row].value) for values in columns))
         console = Console(file=io.StringIO() if path else None, width=200 if path else None)
-        console.print(summary)
-        console.print(per_class)
+        for part in frame_tables(result):
+            console.print(part)
         if path:
             write_text(path, console.file.getvalue())
     else:

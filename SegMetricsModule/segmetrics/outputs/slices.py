@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from .tables import csv_text, write_text
+from .tables import csv_text, sigma_of, write_text
 
 #: ``position_mm`` in the table is rounded to this many decimals (1e-6 mm): slice index x spacing
 #: carries float noise (3 x 0.7 mm = 2.0999999999999996) far below any voxel size.
@@ -27,6 +27,8 @@ SLICE_COLUMNS = {
     "position_mm": ("mm", "slice index x spacing (masks) or the contour plane's position along its normal, "
                           "patient mm (RT Structure Sets), rounded to 1e-6 mm"),
     "msi": ("", "slice-wise MSI of the slice (msi group)"),
+    "msi_sigma": ("", "width of the MSI's Gaussian weights, σ = 10 / penalty level (mm, or px with pixel units), "
+                      "inside / outside the reference"),
     "apl_mm": ("mm", "added path length of the slice (contours group)"),
     "dice": ("", "Dice of the slice's areas (pixels, or exact polygon areas) (contours group)"),
     "hd_mm": ("mm", "in-plane Hausdorff distance of the slice's contours (contours group)"),
@@ -58,8 +60,10 @@ def slice_rows(structure) -> list:
             merged = rows.setdefault(key, {**dict.fromkeys(SLICE_COLUMNS, math.nan),
                                            **dict.fromkeys(MSI_DETAIL_COLUMNS, math.nan)})
             merged.update((name, value) for name, value in row.items() if name in merged)
+    sigma = sigma_of("msi", [msi.params] if msi is not None else []) or math.nan
     for row in rows.values():
         row["position_mm"] = round(float(row["position_mm"]), POSITION_DECIMALS)
+        row["msi_sigma"] = sigma
         if not isinstance(row["status"], str):  # no MSI row: the status from the contour lengths
             present = row["reference_length_mm"] > 0, row["test_length_mm"] > 0
             row["status"] = "ok" if all(present) else "test_empty" if present[0] else "reference_empty"

@@ -9,6 +9,7 @@ would run as a formula (a structure or case named ``=HYPERLINK(...)``) gets a le
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io as _io
 import json
 import math
@@ -133,13 +134,39 @@ SHORT_NAMES = {
 }
 
 
+#: Metrics whose values depend on the MSI levels: their σ is shown beside them (:func:`msi_sigma`).
+MSI_METRICS = ("msi", "msi_3d")
+
+
+def msi_sigma(params: dict, compact: bool = False) -> str:
+    """The Gaussian widths σ = 10 / level of an MSI value's weights, from the value's ``params``
+    (``il``, ``ol``, ``units``): ``σ 10 mm`` when the inside and outside levels agree, else
+    ``σ 10 mm inside / 1 mm outside``; pixel units say ``px``. ``compact`` (table headings):
+    ``σ10mm``, ``σ10|1mm`` (inside|outside)."""
+    unit = "px" if params.get("units") == "pixel" else "mm"
+    inside, outside = (f"{10 / float(params[level]):.3g}" for level in ("il", "ol"))
+    if compact:
+        return f"σ{inside}{unit}" if inside == outside else f"σ{inside}|{outside}{unit}"
+    return f"σ {inside} {unit}" if inside == outside else f"σ {inside} {unit} inside / {outside} {unit} outside"
+
+
+def sigma_of(metric: str, params_of_values, compact: bool = False) -> str:
+    """:func:`msi_sigma` of ``metric`` from the first of ``params_of_values`` (the ``params`` of its
+    values) that holds the levels; ``""`` for a metric that has no σ or values without levels."""
+    if metric not in MSI_METRICS:
+        return ""
+    params = next((p for p in params_of_values if isinstance(p, dict) and "il" in p), None)
+    return msi_sigma(params, compact) if params else ""
+
+
 def display_decimals(value: float, unit: str, voxel_mm: float | None = None) -> int:
     """Decimals shown for ``value`` in the terminal table (display only; files keep full precision).
 
     Ratios (unit ``"1"``): :data:`RATIO_DECIMALS`. Whole counts (unit ``"count"``): none. Other
     units (and means of counts): :data:`DISPLAY_DIGITS` significant digits; distances (mm) never
-    finer than :data:`DISTANCE_STEP_VOXELS` of the smallest voxel size
-    ``voxel_mm`` (0.01 mm at 1 mm voxels, so HD95 0.000108 mm on a 3 mm grid shows as 0.00).
+    finer than :data:`DISTANCE_STEP_VOXELS` of the smallest voxel size ``voxel_mm``: the last
+    decimal shown is the finest power of ten not below that step (0.01 mm at 1 mm voxels; 0.1 mm
+    at 3 mm voxels, whose step is 0.03 mm, so HD95 0.000108 mm there shows as 0.0).
     """
     if unit == "1":
         return RATIO_DECIMALS
@@ -147,8 +174,18 @@ def display_decimals(value: float, unit: str, voxel_mm: float | None = None) -> 
         return 0
     decimals = DISPLAY_DIGITS - 1 - math.floor(math.log10(abs(value))) if value else 0
     if unit == "mm" and voxel_mm:
-        decimals = min(decimals, round(math.log10(1 / (voxel_mm * DISTANCE_STEP_VOXELS))))
+        # 1e-9: a step of exactly a power of ten (0.1 mm voxels: 0.001 mm) is not lost to float rounding
+        decimals = min(decimals, math.floor(math.log10(1 / (voxel_mm * DISTANCE_STEP_VOXELS)) + 1e-9))
     return max(0, decimals)
+
+
+def rounding_note(voxel_mm: float | None) -> str:
+    """How terminal tables round (:func:`display_decimals`), for a line under them; ``voxel_mm`` is the
+    smallest voxel size in mm (None: unknown)."""
+    step = f", distances not finer than {DISTANCE_STEP_VOXELS:g} voxel ({voxel_mm * DISTANCE_STEP_VOXELS:.2g} mm)" \
+        if voxel_mm else ""
+    return f"rounded for display: ratios to {RATIO_DECIMALS} decimals, other values to {DISPLAY_DIGITS} " \
+           f"significant digits{step}"
 
 
 def display_value(value, unit: str = "", voxel_mm: float | None = None) -> str:
@@ -205,7 +242,9 @@ def _header(result, voxel_mm) -> str:
         parts += [f"surface mode {params.surface_mode}",
                   f"HD{params.hd_percentile:g} {params.hd_percentile_variant}",
                   f"NSD tolerance {params.nsd_tolerance_mm:g} mm",
-                  f"MSI il {params.msi_il:g} / ol {params.msi_ol:g} ({params.msi_convention})"]
+                  f"MSI il {params.msi_il:g} / ol {params.msi_ol:g} ({params.msi_convention}): "
+                  + msi_sigma({"il": params.msi_il, "ol": params.msi_ol,
+                               "units": "pixel" if params.msi_convention == "fda" else params.msi_units})]
     grid = result.provenance.get("grid")
     if grid:
         shape = "×".join(map(str, grid["shape_zyx"]))
@@ -223,33 +262,41 @@ def _footer(result, hidden: list, voxel_mm) -> list:
         names = [s.structure for s in result.structures if status in s.status.split(", ")]
         if names:
             lines.append(f"{status}: {len(names)} {meaning}: {', '.join(names)}")
+    if set(MSI_METRICS) & set(result.metrics()):
+        lines.append("σ beside MSI: the width of its Gaussian weights, 10 / level (inside|outside the reference); "
+                     "a larger σ forgives larger distances")
     if hidden:
         lines.append(f"{len(hidden)} more metrics not shown ({', '.join(hidden)}): --wide shows all, "
                      "--metrics chooses, files (--format csv/json) hold every value")
-    step = f", distances not finer than {DISTANCE_STEP_VOXELS:g} voxel ({voxel_mm * DISTANCE_STEP_VOXELS:.2g} mm)" \
-        if voxel_mm else ""
-    lines.append(f"rounded for display: ratios to {RATIO_DECIMALS} decimals, other values to {DISPLAY_DIGITS} "
-                 f"significant digits{step}; 'mean' is over the structures with a finite value; files keep "
+    lines.append(f"{rounding_note(voxel_mm)}; 'mean' is over the structures with a finite value; files keep "
                  "full precision")
     lines += [note if note.startswith("warning:") else f"note: {note}" for note in result.notes]
     return lines
 
 
-def _table(result, structures, metrics, voxel_mm, show_status: bool):
-    """One rich table: a row per structure, a column per metric, a last row of means."""
+def terminal_table():
+    """An empty :class:`rich.table.Table` in the style of every terminal table of the package (a rule
+    under the header, no frame, no outer padding)."""
     from rich import box
     from rich.table import Table
+
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+
+
+def _table(result, structures, metrics, voxel_mm, show_status: bool):
+    """One rich table: a row per structure, a column per metric, a last row of means."""
     from rich.text import Text  # names as plain text: "[red]" in a name is not rich markup
 
     from ..registry import metric_specs
 
     specs = metric_specs()
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table = terminal_table()
     table.add_column("structure", no_wrap=True)
     if show_status:
         table.add_column("status", no_wrap=True)
     for metric in metrics:
-        table.add_column(SHORT_NAMES.get(metric, metric), justify="right", no_wrap=True)
+        sigma = sigma_of(metric, (v.params for s in structures for v in s.values if v.metric == metric), compact=True)
+        table.add_column(" ".join(filter(None, (SHORT_NAMES.get(metric, metric), sigma))), justify="right", no_wrap=True)
     for structure in structures:
         values = {v.metric: v.value for v in structure.values}
         cells = [display_value(values.get(m), specs[m].unit if m in specs else "", voxel_mm) for m in metrics]
@@ -328,10 +375,13 @@ def write_result(result, fmt: str = "table", path=None, *, layout: str = "long",
                  wide: bool = False) -> None:
     """Write a :class:`~segmetrics.evaluation.compare.ComparisonResult` to ``path`` or standard output.
 
-    ``fmt``: ``table`` (see :func:`result_tables`; ``sort`` and ``wide`` apply), ``json`` (with the
+    ``fmt``: ``table`` (see :func:`result_tables`; ``wide`` applies), ``json`` (with the
     provenance and notes), ``csv`` (``layout`` long or wide; written to a file, the provenance and notes
-    go to a sidecar :func:`sidecar_path`). Notes (resampling, warnings) are also printed on standard error.
+    go to a sidecar :func:`sidecar_path`). ``sort`` orders the structures worst first in every format
+    (:func:`sorted_structures`). Notes (resampling, warnings) are also printed on standard error.
     """
+    if sort is not None and fmt != "table":
+        result = dataclasses.replace(result, structures=sorted_structures(result, sort))
     if fmt == "table":
         from rich.console import Console
 

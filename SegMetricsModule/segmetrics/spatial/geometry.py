@@ -386,16 +386,15 @@ def geometry_differences(reference: LabelImage, test: LabelImage, tolerance: flo
     smallest voxel, direction cosines to ``tolerance``."""
     problems = []
     if reference.array.shape != test.array.shape:
-        problems.append(f"size differs: reference {reference.array.shape[::-1]} vs test {test.array.shape[::-1]} (x, y, z)")
-    for name in ("spacing", "origin", "direction"):
+        problems.append(f"size differs: reference {reference.array.shape} vs test {test.array.shape} voxels (z, y, x)")
+    # sizes and spacings in array order (z, y, x), as every table; origin and direction in patient (x, y, z)
+    for name, order in (("spacing", " mm (z, y, x)"), ("origin", " mm (patient x, y, z)"), ("direction", "")):
         a, b = np.asarray(getattr(reference, name)), np.asarray(getattr(test, name))
         agree = a.shape == b.shape and np.allclose(a, b, rtol=tolerance, atol=0.0 if name == "spacing" else tolerance)
         if agree and name == "origin":
             agree = np.max(np.abs(a - b), initial=0.0) <= ORIGIN_VOXEL_FRACTION * min(reference.spacing)
         if not agree:
-            if name == "spacing":
-                a, b = a[::-1], b[::-1]  # report in the (x, y, z) order users see in viewers
-            problems.append(f"{name} differs: reference {np.round(a, 6).tolist()} vs test {np.round(b, 6).tolist()}")
+            problems.append(f"{name} differs: reference {np.round(a, 6).tolist()} vs test {np.round(b, 6).tolist()}{order}")
     return problems
 
 
