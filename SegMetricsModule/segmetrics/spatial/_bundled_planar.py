@@ -226,14 +226,15 @@ def object_statistics(labels, count):
         raise ValueError("object_statistics: the count is negative")
     if labels.size and (labels.min() < 0 or labels.max() > count):
         raise ValueError("object_statistics: a label is outside 0..count")
-    flat = labels.ravel().astype(np.intp)
-    rows, cols = np.indices(labels.shape).reshape(2, -1)
-    sizes = np.bincount(flat, minlength=count + 1)[1:].astype(np.int64)
-    sums = np.stack([np.bincount(flat, weights=rows, minlength=count + 1)[1:],
-                     np.bincount(flat, weights=cols, minlength=count + 1)[1:]], axis=1).astype(np.int64)
+    pixels = np.flatnonzero(labels)
+    owner = labels.ravel()[pixels]
+    rows, cols = np.divmod(pixels, labels.shape[1])
+    sizes = np.bincount(owner, minlength=count + 1)[1:].astype(np.int64)
+    sums = np.stack([np.bincount(owner, weights=rows, minlength=count + 1)[1:],
+                     np.bincount(owner, weights=cols, minlength=count + 1)[1:]], axis=1).astype(np.int64)
     corners = np.zeros((count + 1, 2), np.int64)
     corners[1:] = np.iinfo(np.int64).max
-    for label, box in enumerate(ndimage.find_objects(labels, max_label=count) if count else [], start=1):
+    for label, box in enumerate(ndimage.find_objects(labels, max_label=count), start=1):
         if box is not None:
             corners[label] = box[0].start, box[1].start
     return sizes, sums, corners
