@@ -318,6 +318,23 @@ def test_map_equals_pycocotools_on_spine_slices(data_dir):
     assert_matches_coco(images, [0, 1, 2, 3])
 
 
+def test_connected_components_equal_scikit_image_on_real_maps(data_dir):
+    """The spine instance maps (3-D, many values), the brain lesion masks (3-D, boolean) and the
+    axon image (2-D): the same components, numbered alike."""
+    measure = pytest.importorskip("skimage.measure")
+    from segmetrics.inputs.io import load_label_image
+
+    maps = [load_label_image(data_dir / "panoptica_spine" / "matched_instance" / f"{n}.nii.gz").array for n in ("ref", "pred")]
+    maps.append(load_label_image(data_dir / "metricsreloaded_brain_lesions" / "Ref" / "CorrectLesion_0002_01_Ref.nii.gz", threshold=0.5).array > 0)
+    maps.append(load_label_image(data_dir / "ivadomed_axondeepseg_sem" / "sub-rat3_ses-01_sample-data9_SEM_seg-axon-manual.png").array)
+    for label_map in maps:
+        for connectivity in (1, label_map.ndim):
+            components, count = connected_components(label_map, connectivity)
+            expected, expected_count = measure.label(label_map, background=0, return_num=True, connectivity=connectivity)
+            assert count == expected_count > 10
+            np.testing.assert_array_equal(components, expected)
+
+
 def test_lesion_detection_runs_on_3d_brain_lesions(data_dir):
     from segmetrics.inputs.io import load_label_image
 
