@@ -231,6 +231,7 @@ def test_both_reject_the_same_inputs(kernels):
         ("pad the labels", kernels.label_contours, (np.ones((3, 3), np.int32), np.zeros((2, 2), np.int64), np.ones(2), 0.25)),
         ("an origin", kernels.label_contours, (labels, np.zeros((1, 2), np.int64), np.ones(2), 0.25)),
         ("max_length too small", kernels.label_contours, (labels, np.zeros((2, 2), np.int64), np.ones(2), 1e-9)),
+        ("max_length too small", kernels.label_contours, (labels, np.zeros((2, 2), np.int64), np.ones(2), 1e-300)),
         ("not finite", kernels.label_contours, (labels, np.zeros((2, 2), np.int64), np.array([np.nan, 1.0]), 0.25)),
         ("2 components", kernels.inside_contours, (np.zeros((2, 1)), np.arange(2), square, first, 1e-12)),
         ("first must run", kernels.inside_contours, (np.zeros((2, 2)), np.arange(2), square, np.array([0, 3]), 1e-12)),
