@@ -127,7 +127,7 @@ def instances_from_semantic(label_map, connectivity: int | None = None, class_id
         Class per pixel/voxel (0 = background), 2-D ``(row, col)`` or 3-D ``(z, y, x)``.
     connectivity : int, optional
         Neighbours counted as connected: 1 = sharing a face (4-/6-connectivity) up to ``ndim`` =
-        sharing a corner (8-/26-connectivity). Default ``ndim`` (skimage's default).
+        sharing a corner (8-/26-connectivity). Default ``ndim`` (full connectivity).
     class_ids : iterable of int, optional
         Classes to keep; other labels are treated as background. Default: every non-zero label.
 

@@ -94,8 +94,8 @@ def label_contours(labels, origins, scale, max_length):
     smallest, largest = _cycle_extremes(successor)
     # boundaries in the order of their first segment; each starts at the end of its last segment
     # (skimage's start) and follows the successors
-    starts, cycle = np.unique(smallest, return_inverse=True)
-    sizes = np.bincount(cycle, minlength=len(starts))
+    cycle = np.unique(smallest, return_inverse=True)[1]
+    sizes = np.bincount(cycle)
     raw_first = np.concatenate([[0], np.cumsum(sizes)])
     position = -_steps_to(successor, largest) % sizes[cycle]  # the last segment at 0, its successor at 1, ...
     vertex = np.empty(len(seg_to), np.int64)
