@@ -10,6 +10,7 @@ from segmetrics.metrics.instances import (
     IOU_THRESHOLDS,
     Instances,
     average_precision,
+    connected_components,
     detection_scores,
     instance_ious,
     instances_from_labels,
@@ -18,15 +19,14 @@ from segmetrics.metrics.instances import (
     scores_from_probability,
 )
 
-pycocotools = pytest.importorskip("pycocotools")
-from pycocotools import mask as coco_mask  # noqa: E402
-from pycocotools.coco import COCO  # noqa: E402
-from pycocotools.cocoeval import COCOeval  # noqa: E402
 
 
 def coco_evaluator(images, class_ids, max_detections=10**6):
     """A pycocotools COCOeval (segm, one area range, no detection limit) for the same instances:
-    RLE of Fortran-ordered uint8 masks, iscrowd 0, ids from 1 in input order."""
+    RLE of Fortran-ordered uint8 masks, iscrowd 0, ids from 1 in input order (skips without pycocotools)."""
+    coco_mask = pytest.importorskip("pycocotools.mask")
+    COCO = pytest.importorskip("pycocotools.coco").COCO
+    COCOeval = pytest.importorskip("pycocotools.cocoeval").COCOeval
     gt_anns, dt_anns = [], []
     for image_id, (gt, dt) in enumerate(images, start=1):
         for anns, inst in ((gt_anns, gt), (dt_anns, dt)):
@@ -212,6 +212,47 @@ def test_connectivity_is_selectable():
     assert len(instances_from_semantic(diagonal, connectivity=2)) == 1
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_connected_components_are_numbered_in_raster_order_per_value(seed):
+    """Brute force: pixels of one value connected through neighbours of that value (flood fill
+    over the structuring element), components numbered by their first pixel in raster order."""
+    rng = np.random.default_rng(seed)
+    for ndim in (2, 3):
+        label_map = rng.integers(0, 4, tuple(rng.integers(1, 7, ndim)))
+        for connectivity in range(1, ndim + 1):
+            components, count = connected_components(label_map, connectivity)
+            offsets = np.argwhere(ndimage.generate_binary_structure(ndim, connectivity)) - 1
+            expected, number = np.zeros(label_map.shape, int), 0
+            for start in map(tuple, np.argwhere(label_map != 0)):  # raster order
+                if expected[start]:
+                    continue
+                number += 1
+                expected[start], stack = number, [start]
+                while stack:
+                    here = np.array(stack.pop())
+                    for there in map(tuple, here + offsets):
+                        inside = all(0 <= i < n for i, n in zip(there, label_map.shape))
+                        if inside and not expected[there] and label_map[there] == label_map[start]:
+                            expected[there] = number
+                            stack.append(there)
+            assert count == number
+            np.testing.assert_array_equal(components, expected)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_connected_components_equal_scikit_image_in_2d_and_on_boolean_masks(seed):
+    """Where skimage.measure.label numbers in raster order (2-D label maps, boolean masks in any
+    dimension), the same numbers; negative and large values are values like any other."""
+    measure = pytest.importorskip("skimage.measure")
+    rng = np.random.default_rng(seed)
+    for label_map in (rng.integers(-2, 3, (15, 12)) * 1000, rng.random((6, 7, 8)) < 0.4, rng.integers(0, 5, (20, 9)).astype(np.uint8)):
+        for connectivity in range(1, label_map.ndim + 1):
+            components, count = connected_components(label_map, connectivity)
+            expected, expected_count = measure.label(label_map, background=0, return_num=True, connectivity=connectivity)
+            assert count == expected_count
+            np.testing.assert_array_equal(components, expected)
+
+
 def test_detection_precision_recall_f1_hand_computed():
     gt = np.zeros((10, 10), int)
     gt[0:2, 0:2] = 1
@@ -275,6 +316,23 @@ def test_map_equals_pycocotools_on_spine_slices(data_dir):
             images.append((gt, dt))
     assert len(images) >= 10
     assert_matches_coco(images, [0, 1, 2, 3])
+
+
+def test_connected_components_equal_scikit_image_on_real_maps(data_dir):
+    """The spine instance maps (3-D, many values), the brain lesion masks (3-D, boolean) and the
+    axon image (2-D): the same components, numbered alike."""
+    measure = pytest.importorskip("skimage.measure")
+    from segmetrics.inputs.io import load_label_image
+
+    maps = [load_label_image(data_dir / "panoptica_spine" / "matched_instance" / f"{n}.nii.gz").array for n in ("ref", "pred")]
+    maps.append(load_label_image(data_dir / "metricsreloaded_brain_lesions" / "Ref" / "CorrectLesion_0002_01_Ref.nii.gz", threshold=0.5).array > 0)
+    maps.append(load_label_image(data_dir / "ivadomed_axondeepseg_sem" / "sub-rat3_ses-01_sample-data9_SEM_seg-axon-manual.png").array)
+    for label_map in maps:
+        for connectivity in (1, label_map.ndim):
+            components, count = connected_components(label_map, connectivity)
+            expected, expected_count = measure.label(label_map, background=0, return_num=True, connectivity=connectivity)
+            assert count == expected_count > 10
+            np.testing.assert_array_equal(components, expected)
 
 
 def test_lesion_detection_runs_on_3d_brain_lesions(data_dir):

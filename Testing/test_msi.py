@@ -10,7 +10,7 @@ from scipy import ndimage
 from vtk.util.numpy_support import vtk_to_numpy
 
 from segmetrics import compare
-from segmetrics.spatial import _kernels, mesh
+from segmetrics.spatial import mesh
 from segmetrics.metrics import msi
 from segmetrics.registry import Parameters, Status, StructurePair
 
@@ -369,10 +369,9 @@ def test_isotropic_default_axis_follows_the_superior_inferior_direction(data_dir
 
 @pytest.mark.parametrize("seed", range(20))
 def test_inside_kernel_equals_scikit_image_per_contour_even_odd(seed):
-    """The compiled inside test of the slice-wise MSI answers as skimage's points_in_poly, contour
+    """The inside test of the slice-wise MSI answers as skimage's points_in_poly, contour
     by contour combined even-odd (a ring inside another is a hole), also on vertices and edges."""
-    from skimage import measure
-
+    measure = pytest.importorskip("skimage.measure")
     rng = np.random.default_rng(seed)
     rings = []
     for radius in (2.0, 1.0):
@@ -397,8 +396,7 @@ def test_slice_contours_equal_scikit_image(seed):
     """mesh.contours_2d and the per-object boundaries of the slice-wise MSI are skimage's
     find_contours boundaries point for point (same first point, direction and order), scaled and
     subdivided; per object as found on the object alone, moved back by its box's corner."""
-    from skimage import measure
-
+    measure = pytest.importorskip("skimage.measure")
     rng = np.random.default_rng(seed)
     for _ in range(10):
         mask = _random_mask(rng, rng.integers(2, 25, 2))
@@ -419,6 +417,29 @@ def test_slice_contours_equal_scikit_image(seed):
             np.testing.assert_array_equal(obj.centroid, np.mean(np.argwhere(labels == label), axis=0) * scale)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_contour_counts_are_the_find_contours_count(seed):
+    """The per-slice contour counts (objects plus holes, as the fda convention reports them) are the
+    number of boundaries skimage's find_contours finds on the padded mask."""
+    measure = pytest.importorskip("skimage.measure")
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        mask = _random_mask(rng, rng.integers(1, 25, 2))
+        assert msi._objects_and_holes(mask, 1) == len(measure.find_contours(np.pad(mask, 1).astype(np.uint8), 0.5))
+
+
+def test_objects_and_holes_of_known_shapes():
+    """4-connected objects with 8-connected holes, and the other way round (the fda refusal test)."""
+    ring = np.pad(np.ones((3, 3), bool), 1)
+    ring[2, 2] = False
+    diamond = np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], bool)  # four pixels touching at corners around a hole
+    cases = {"empty": (np.zeros((3, 3), bool), 0, 0), "ring": (ring, 2, 2), "diagonal": (np.eye(3, dtype=bool), 3, 1),
+             "diamond": (diamond, 4, 2)}
+    for name, (mask, four_connected, eight_connected) in cases.items():
+        assert msi._objects_and_holes(mask, 1) == four_connected, name
+        assert msi._objects_and_holes(mask, 2) == eight_connected, name
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_bld_on_grid_points_equals_the_kd_tree_search(seed):
     """BLD of a slice's points (compiled nearest search) equals the KD-tree computation exactly,
@@ -428,7 +449,7 @@ def test_bld_on_grid_points_equals_the_kd_tree_search(seed):
     rng = np.random.default_rng(seed)
     test_points = np.unique(rng.integers(0, 30, (int(rng.integers(1, 200)), 2)), axis=0) * rng.uniform(0.5, 2.0, 2)
     reference_points = rng.integers(0, 30, (int(rng.integers(1, 200)), 2)) * rng.uniform(0.5, 2.0, 2)
-    forward, back, nearest, tied = _kernels.nearest_between(test_points, reference_points)
+    forward, back, nearest, tied = msi._planar_kernels().nearest_between(test_points, reference_points)
     squared = ((reference_points[:, None] - test_points[None]) ** 2).sum(axis=2)
     np.testing.assert_array_equal(tied, (squared == squared.min(axis=1, keepdims=True)).sum(axis=1) > 1)
     np.testing.assert_array_equal(nearest[~tied], squared.argmin(axis=1)[~tied])
@@ -443,11 +464,11 @@ def test_nearest_between_rejects_rows_it_cannot_bucket_and_handles_points_at_one
     clear ValueError (not a read past the rows); points within a float's rounding of each other
     (their bucket size underflows to 0) are measured, not a division by zero."""
     with pytest.raises(ValueError, match="2 components"):
-        _kernels.nearest_between(np.zeros((3, 1)), np.zeros((3, 1)))
+        msi._planar_kernels().nearest_between(np.zeros((3, 1)), np.zeros((3, 1)))
     with pytest.raises(ValueError, match="largest float"):
-        _kernels.nearest_between(np.zeros((1, 2)), np.array([[-1e308, 0.0], [1e308, 0.0]]))
+        msi._planar_kernels().nearest_between(np.zeros((1, 2)), np.array([[-1e308, 0.0], [1e308, 0.0]]))
     tiny = np.array([[0.0, 0.0], [5e-324, 0.0], [0.0, 5e-324], [5e-324, 5e-324]])
-    forward, back, _, _ = _kernels.nearest_between(np.array([[3.0, 4.0]]), tiny)
+    forward, back, _, _ = msi._planar_kernels().nearest_between(np.array([[3.0, 4.0]]), tiny)
     np.testing.assert_array_equal(forward, [5.0])
     np.testing.assert_array_equal(back, np.hypot(3.0 - tiny[:, 0], 4.0 - tiny[:, 1]))
 
@@ -456,16 +477,16 @@ def test_nearest_between_rejects_rows_it_cannot_bucket_and_handles_points_at_one
 def test_label_contours_rejects_an_empty_label_image(shape):
     """An image without rows or columns is one clear ValueError (the border check read past it)."""
     with pytest.raises(ValueError, match="empty"):
-        _kernels.label_contours(np.zeros(shape, np.int32), np.zeros((1, 2), np.int64), np.ones(2), 0.25)
+        msi._planar_kernels().label_contours(np.zeros(shape, np.int32), np.zeros((1, 2), np.int64), np.ones(2), 0.25)
 
 
 def test_inside_contours_rejects_rows_of_one_component():
     """Points or vertices of other than 2 components are one clear ValueError (not a read past the rows)."""
     square, first = np.array([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]), np.array([0, 4])
     with pytest.raises(ValueError, match="2 components"):
-        _kernels.inside_contours(np.zeros((2, 1)), np.arange(2), square, first, 1e-12)
+        msi._planar_kernels().inside_contours(np.zeros((2, 1)), np.arange(2), square, first, 1e-12)
     with pytest.raises(ValueError, match="2 components"):
-        _kernels.inside_contours(np.zeros((2, 2)), np.arange(2), np.zeros((4, 1)), first, 1e-12)
+        msi._planar_kernels().inside_contours(np.zeros((2, 2)), np.arange(2), np.zeros((4, 1)), first, 1e-12)
 
 
 def test_msi_3d_shares_the_reference_to_test_distances_with_the_distance_group(monkeypatch):
@@ -500,7 +521,7 @@ def test_slices_of_elongated_pixels_keep_a_bounded_number_of_contour_points(seed
     mask[1:-1, 1:-1] = rng.random((7, 7)) < 0.5
     if not mask.any():
         mask[4, 4] = True
-    segments = len(_kernels.label_contours(ndimage.label(mask, structure=msi.FOUR_CONNECTED)[0].astype(np.int64),
+    segments = len(msi._planar_kernels().label_contours(ndimage.label(mask, structure=msi.FOUR_CONNECTED)[0].astype(np.int64),
                                            np.zeros((50, 2), np.int64), np.ones(2), -1.0)[0])
     _labels, objects = msi._objects(mask, np.asarray(spacing))
     assert sum(len(o.points) for o in objects) <= msi.MAX_SEGMENT_PIECES * segments

@@ -26,7 +26,7 @@ import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
-from skimage.measure import label as connected_components
+from scipy import ndimage
 
 from ..registry import MetricValue, Status, emptiness_status
 
@@ -72,6 +72,52 @@ class Instances:
         return Instances(lookup[self.labels], self.ids[keep], self.classes[keep], self.scores[keep])
 
 
+def connected_components(label_map, connectivity: int) -> tuple:
+    """``(components, count)``: the connected components of the pixels/voxels of each non-zero
+    value of ``label_map`` (neighbours of another value are not connected), ``connectivity`` 1
+    (faces) to ``ndim`` (corners), numbered ``1..count`` (int32, as :func:`scipy.ndimage.label`;
+    0 elsewhere) in raster order of their first pixel (as :func:`skimage.measure.label` numbers
+    them in 2-D and for boolean masks)."""
+    label_map = np.asarray(label_map)
+    if label_map.dtype == bool:
+        label_map = label_map.astype(np.uint8)
+    elif label_map.size and not (np.issubdtype(label_map.dtype, np.integer) and 0 <= label_map.min() <= label_map.max() <= label_map.size):
+        # other values (negative, not integers, or many more than the pixels): each its rank, 0 kept as 0
+        codes = np.unique(label_map, return_inverse=True)[1].reshape(label_map.shape)
+        label_map = np.where(label_map != 0, codes + 1, 0)
+    structure = ndimage.generate_binary_structure(label_map.ndim, connectivity)
+    components = np.zeros(label_map.shape, dtype=np.int32)
+    boxes = [(value, box) for value, box in enumerate(ndimage.find_objects(label_map), start=1) if box is not None]
+    first_pixels, count = [], 0
+    for value, box in boxes:  # each value in its bounding box
+        mask = label_map[box] == value
+        part, found = ndimage.label(mask, structure)
+        if len(boxes) > 1:
+            first_pixels.append(_first_pixels(box, part, label_map.shape))
+        if count:
+            np.add(part, count, out=part, where=mask)
+        np.copyto(components[box], part, where=mask)
+        count += found
+    if len(boxes) > 1:  # values one after the other: renumber by first pixel
+        number = np.zeros(count + 1, dtype=np.int32)
+        number[1 + np.argsort(np.concatenate(first_pixels))] = np.arange(1, count + 1)
+        flat = components.reshape(-1)
+        foreground = np.flatnonzero(flat)
+        flat[foreground] = number[flat[foreground]]
+    return components, count
+
+
+def _first_pixels(box, part, shape):
+    """Raster index in an image of ``shape`` of the first pixel of each component (1, 2, ...) of
+    ``part``, a :func:`scipy.ndimage.label` output (numbered in raster order) of the image's ``box``:
+    raster order within a box is raster order in the image."""
+    labelled = np.flatnonzero(part)
+    numbers = part.ravel()[labelled]
+    first = labelled[numbers > np.maximum.accumulate(np.concatenate([[0], numbers[:-1]]))]
+    corner = np.array([s.start for s in box])[:, None]
+    return np.ravel_multi_index(np.array(np.unravel_index(first, part.shape)) + corner, shape)
+
+
 def instances_from_semantic(label_map, connectivity: int | None = None, class_ids=None) -> Instances:
     """Connected components of each class of a semantic label map, as instances.
 
@@ -81,7 +127,7 @@ def instances_from_semantic(label_map, connectivity: int | None = None, class_id
         Class per pixel/voxel (0 = background), 2-D ``(row, col)`` or 3-D ``(z, y, x)``.
     connectivity : int, optional
         Neighbours counted as connected: 1 = sharing a face (4-/6-connectivity) up to ``ndim`` =
-        sharing a corner (8-/26-connectivity). Default ``ndim`` (skimage's default).
+        sharing a corner (8-/26-connectivity). Default ``ndim`` (full connectivity).
     class_ids : iterable of int, optional
         Classes to keep; other labels are treated as background. Default: every non-zero label.
 
@@ -94,7 +140,7 @@ def instances_from_semantic(label_map, connectivity: int | None = None, class_id
                          f"label map, got {connectivity!r}")
     if class_ids is not None:
         label_map = np.where(np.isin(label_map, list(class_ids)), label_map, 0)
-    components, count = connected_components(label_map, background=0, return_num=True, connectivity=connectivity)
+    components, count = connected_components(label_map, label_map.ndim if connectivity is None else connectivity)
     classes = np.zeros(count + 1, dtype=label_map.dtype)
     classes[components.ravel()] = label_map.ravel()
     return Instances(components, np.arange(1, count + 1), classes[1:], np.ones(count))

@@ -32,10 +32,9 @@ import numpy as np
 from scipy import ndimage
 from scipy.optimize import linear_sum_assignment
 from scipy.spatial import cKDTree
-from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
-from ..spatial import _kernels, mesh
+from ..spatial import _bundled_planar, accelerator, mesh
 from ..inputs.dicom import even_odd_region, nearest_slice, rings_by_plane
 from ..spatial.geometry import through_plane_axis
 from ..spatial.orientation import Reorientation
@@ -64,6 +63,12 @@ FOUR_CONNECTED = ndimage.generate_binary_structure(2, 1)
 
 MSI = MetricSpec("msi", "1", "higher", "Medical Similarity Index, slice-wise contour MSI (length-weighted)")
 MSI_3D = MetricSpec("msi_3d", "1", "higher", "Medical Similarity Index on the test surface mesh (area-weighted)")
+
+
+def _planar_kernels():
+    """The module running the 2-D kernels: compiled (:mod:`segmetrics.spatial._kernels`) or bundled
+    (:mod:`segmetrics.spatial._bundled_planar`), same values (:func:`segmetrics.spatial.accelerator.kernels`)."""
+    return accelerator.kernels(_bundled_planar)
 
 
 def weight_function(distance, level):
@@ -98,9 +103,9 @@ def bidirectional_local_distance(test_points, reference_points, test_to_referenc
     test_points, reference_points = np.asarray(test_points, dtype=float), np.asarray(reference_points, dtype=float)
     if (test_to_reference is None and reference_to_test is None and test_tree is None and test_points.shape[1] == 2
             and len(test_points) and len(reference_points)):
-        # a slice's contours: the compiled bucket search, the same distances as the KD-trees; a
-        # reference point with several nearest test points takes the one the KD-tree search finds
-        test_to_reference, back_distance, nearest_test, tied = _kernels.nearest_between(test_points, reference_points)
+        # a slice's contours: the planar kernel, the same distances as the KD-trees; a reference
+        # point with several nearest test points takes the one the KD-tree search finds
+        test_to_reference, back_distance, nearest_test, tied = _planar_kernels().nearest_between(test_points, reference_points)
         if tied.any():
             nearest_test[tied] = cKDTree(test_points).query(reference_points[tied])[1]
         bmaxd = np.zeros(len(test_points))
@@ -183,12 +188,13 @@ def _objects(mask2d, spacing2d):
     labels, count = ndimage.label(mask2d, structure=FOUR_CONNECTED)
     if count == 0:
         return labels, []
-    sizes, sums, corners = _kernels.object_statistics(labels, count)
+    kernels = _planar_kernels()
+    sizes, sums, corners = kernels.object_statistics(labels, count)
     centroids = sums.astype(float) / sizes[:, None] * spacing2d
     # each object's boundaries as mesh.contours_2d gives them on the object's bounding box alone,
-    # then moved back by the box's corner: all objects in one compiled pass
+    # then moved back by the box's corner: all objects in one pass
     step_mm = max(SUBDIVISION * min(spacing2d), max(spacing2d) / MAX_SEGMENT_PIECES)
-    points, lengths, first, owner = _kernels.label_contours(labels, corners, np.asarray(spacing2d, dtype=float), step_mm)
+    points, lengths, first, owner = kernels.label_contours(labels, corners, np.asarray(spacing2d, dtype=float), step_mm)
     points = points + (corners * spacing2d)[np.repeat(owner, np.diff(first))]
     objects = [_Object([], centroid) for centroid in centroids]
     for start, stop, label in zip(first[:-1], first[1:], owner):
@@ -198,10 +204,10 @@ def _objects(mask2d, spacing2d):
 
 def _inside(points, contours):
     """Even-odd point-in-region test against closed contours (holes are outside): each contour
-    decided as :func:`skimage.measure.points_in_poly` decides it, all in one compiled pass."""
+    decided as :func:`skimage.measure.points_in_poly` decides it, all in one pass."""
     points, vertices = np.asarray(points, dtype=float), [contour.points for contour in contours]
     first = np.cumsum([0] + [len(v) for v in vertices])
-    return _kernels.inside_contours(points, np.argsort(points[:, 1]), np.concatenate(vertices).astype(float), first, 1e-12)
+    return _planar_kernels().inside_contours(points, np.argsort(points[:, 1]), np.concatenate(vertices).astype(float), first, 1e-12)
 
 
 def _pair_objects(overlap, sizes_ref, sizes_test, ref_objects, test_objects, align):
@@ -253,7 +259,7 @@ def _slice_default(ref2d, test2d, spacing2d, il, ol, align):
     """(msi, weight, counts..., status) of one slice of two masks in the default convention."""
     ref_labels, ref_objects = _objects(ref2d, spacing2d)
     test_labels, test_objects = _objects(test2d, spacing2d)
-    areas = _kernels.label_pairs(ref_labels, len(ref_objects), test_labels, len(test_objects)).astype(float)  # pixels of each (reference, test) label pair
+    areas = _planar_kernels().label_pairs(ref_labels, len(ref_objects), test_labels, len(test_objects)).astype(float)  # pixels of each (reference, test) label pair
     return _score_objects(ref_objects, test_objects, areas[1:, 1:], areas[1:].sum(axis=1), areas[:, 1:].sum(axis=0),
                           il, ol, align)
 
@@ -437,11 +443,15 @@ def _round_half_away(values):
     return np.sign(values) * np.floor(np.abs(values) + 0.5)
 
 
-def _fda_counts(mask2d):
-    """Objects (8-connected) plus holes (4-connected background not reaching the border)."""
-    objects = ndimage.label(mask2d, structure=np.ones((3, 3)))[1]
-    count = ndimage.label(np.pad(~mask2d, 1, constant_values=True))[1]
-    return objects + count - 1
+def _objects_and_holes(mask2d, connectivity):
+    """Objects plus holes of a 2-D mask: objects ``connectivity``-connected (1: 4-neighbours, 2:
+    8-neighbours), holes the background regions not reaching the border, connected the other way.
+    With ``connectivity=1``, the closed contours :func:`skimage.measure.find_contours` finds at
+    level 0.5 on the mask padded with background (one per object, one per hole)."""
+    objects = ndimage.label(mask2d, structure=ndimage.generate_binary_structure(2, connectivity))[1]
+    background = ndimage.label(np.pad(~mask2d, 1, constant_values=True),
+                               structure=ndimage.generate_binary_structure(2, 3 - connectivity))[1]
+    return objects + background - 1
 
 
 def fda_msi(reference2d, test2d, il: float = 1.0, ol: float = 1.0) -> float:
@@ -461,7 +471,7 @@ def fda_msi(reference2d, test2d, il: float = 1.0, ol: float = 1.0) -> float:
         Severity levels inside / outside the reference.
     """
     reference2d, test2d = np.asarray(reference2d, bool), np.asarray(test2d, bool)
-    if _fda_counts(reference2d) != 1 or _fda_counts(test2d) != 1:
+    if _objects_and_holes(reference2d, 2) != 1 or _objects_and_holes(test2d, 2) != 1:
         return math.nan
     ref, test = _perimeter_pixels(reference2d), _perimeter_pixels(test2d)
     shifted = test + (_round_half_away(ref.mean(0)) - _round_half_away(test.mean(0))).astype(int)
@@ -480,8 +490,8 @@ def fda_msi(reference2d, test2d, il: float = 1.0, ol: float = 1.0) -> float:
 
 def _slice_fda(ref2d, test2d, il, ol):
     counts = dict(
-        reference_contours=len(measure.find_contours(np.pad(ref2d, 1).astype(np.uint8), 0.5)) if ref2d.any() else 0,
-        test_contours=len(measure.find_contours(np.pad(test2d, 1).astype(np.uint8), 0.5)) if test2d.any() else 0,
+        reference_contours=_objects_and_holes(ref2d, 1),
+        test_contours=_objects_and_holes(test2d, 1),
         reference_objects=ndimage.label(ref2d)[1],
         test_objects=ndimage.label(test2d)[1],
         unpaired_reference=0,
