@@ -1,4 +1,5 @@
-"""The Slicer module must load before its extra packages are installed (they come on Apply)."""
+"""The package, and the Slicer module's option checks, load without the optional packages
+(numba, scikit-image, shapely: Slicer does not bundle them) and without the CLI-only helpers."""
 import os
 import subprocess
 import sys
@@ -11,8 +12,9 @@ BLOCK_EXTRAS = textwrap.dedent(
     import importlib.abc, sys
 
     class BlockExtras(importlib.abc.MetaPathFinder):
-        # what Slicer does not bundle (Resources/requirements.txt) plus the CLI-only helpers
-        BLOCKED = {"skimage", "numba", "slicerio", "matplotlib", "rich", "dask", "pyarrow"}
+        # what Slicer does not bundle (the optional accelerator and packages the metrics no longer
+        # need) plus the CLI-only helpers
+        BLOCKED = {"skimage", "numba", "shapely", "slicerio", "matplotlib", "rich", "dask", "pyarrow"}
 
         def find_spec(self, name, path, target=None):
             if name.split(".")[0] in self.BLOCKED:
@@ -57,6 +59,31 @@ def test_import_and_help_load_no_heavy_module(code):
     assert loaded.isdisjoint(HEAVY), loaded & set(HEAVY)
 
 
+def test_option_checks_import_no_metric_group():
+    """Checking metric names (the Slicer module's validation, the CLI's) imports no group module,
+    so none of the metric stack and no optional package."""
+    done = _run(
+        "from segmetrics.inputs.validation import check_evaluation_options\n"
+        "from segmetrics.registry import resolve_selection\n"
+        "check_evaluation_options(metrics=['overlap', 'hd95', 'msi', 'ri'])\n"
+        "print(sorted(resolve_selection('dice,ri')['roughness']))\n"
+        "print(sorted(m for m in sys.modules if m.startswith('segmetrics.metrics')))\n"
+        "try:\n    resolve_selection(['dice', 'no_such_metric'])\nexcept ValueError as error:\n    print(error)\n"
+    )
+    assert done.returncode == 0, done.stderr
+    selected, imported, error = done.stdout.strip().splitlines()
+    assert selected == "['ri_reference_mm', 'ri_test_mm']"
+    assert imported == "[]"
+    assert error.startswith("unknown metric(s) no_such_metric; known: overlap, distance,")
+
+
+def test_every_group_registers_without_optional_packages():
+    """``all_groups()`` (reached from ``compare``) works with numba, scikit-image and shapely absent."""
+    done = _run("from segmetrics.registry import all_groups\nprint(sorted(all_groups()))")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["['contours',", "'distance',", "'lesions',", "'msi',", "'overlap',", "'roughness']"]
+
+
 def test_static_metric_names_equal_the_registered_groups():
     from segmetrics.registry import BUILTIN_METRIC_NAMES, all_groups
 
@@ -65,6 +92,7 @@ def test_static_metric_names_equal_the_registered_groups():
 
 def test_kernels_compile_once_with_one_message(tmp_path):
     """A missing numba cache is compiled on first use with one line on stderr; the next process is quiet."""
+    pytest.importorskip("numba")
     environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     runs = [subprocess.run([sys.executable, "-c", "import segmetrics.spatial.mesh"], capture_output=True, text=True,
                            timeout=300, env=environment) for _ in range(2)]

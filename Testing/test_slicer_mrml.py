@@ -169,7 +169,7 @@ def test_different_grids_are_compared_on_the_reference_geometry(scene):
     result, grid = mrml.compare_segmentations(*nodes, metrics=["overlap"])
     assert grid.array.shape == (30, 30, 30) and grid.spacing == pytest.approx((1, 1, 1))
     assert result.structures[0].value("dice") == 1.0
-    assert any(n.startswith("test exported onto the reference geometry") for n in result.notes)
+    assert any(n.startswith("test exported onto the reference lattice") for n in result.notes)
 
 
 def test_parent_transform_is_applied_on_a_copy(scene):
