@@ -25,7 +25,7 @@ from .evaluation.compare import ComparisonResult, compare
 from .inputs.validation import NothingToCompareError, check_evaluation_options
 from .spatial.geometry import LabelImage, geometry_differences
 from .registry import metric_specs
-from .outputs.render import array_style, colour_range, lookup_table
+from .outputs.render import array_style, colour_range, lookup_table, prefer_headless_window
 
 try:  # Slicer's translation of user-facing texts (context "segmetrics.mrml"); slicer-core has none
     from slicer.i18n import tr as _
@@ -413,15 +413,16 @@ def _has_image_geometry(segmentation_node) -> bool:
 
 def _covering_grid(lattice: LabelImage, lattice_to_ras: np.ndarray, covered: list) -> LabelImage:
     """An empty grid on ``lattice``'s voxel lattice (spacing, direction, voxel centres) whose extent
-    holds the lattice's own extent and every voxel of the ``covered`` volume nodes (whole voxels:
-    corners at ±0.5 index)."""
+    holds the lattice's own extent and every lattice voxel that overlaps a voxel of the ``covered``
+    volume nodes (their corners at ±0.5 index; lattice voxel i spans i ± 0.5)."""
     low, high = np.zeros(3), np.array(lattice.array.shape[::-1], float) - 1  # (i, j, k)
     ras_to_lattice = np.linalg.inv(lattice_to_ras)
     for node in covered:
         dimensions = np.array(node.GetImageData().GetDimensions(), float)
         corners = np.array(np.meshgrid(*[(-0.5, d - 0.5) for d in dimensions], indexing="ij")).reshape(3, -1)
         ijk = (ras_to_lattice @ _ijk_to_ras(node) @ np.vstack([corners, np.ones(corners.shape[1])]))[:3]
-        low, high = np.minimum(low, np.floor(ijk.min(axis=1))), np.maximum(high, np.ceil(ijk.max(axis=1)))
+        low = np.minimum(low, np.floor(ijk.min(axis=1) + 0.5))
+        high = np.maximum(high, np.ceil(ijk.max(axis=1) - 0.5))
     shape = tuple(int(n) for n in (high - low + 1)[::-1])
     origin = (LPS_TO_RAS @ lattice_to_ras @ np.append(low, 1.0))[:3]
     return LabelImage(np.zeros(shape, np.uint8), lattice.spacing, origin, lattice.direction)
@@ -1038,6 +1039,7 @@ def show_results(app_logic, outputs: Outputs):
 
 def _offscreen_window(size):
     """Renderer and offscreen window of ``size`` pixels (with the interactor some displayable managers need)."""
+    prefer_headless_window()
     renderer = vtk.vtkRenderer()
     window = vtk.vtkRenderWindow()
     window.SetOffScreenRendering(1)
