@@ -269,10 +269,12 @@ def _remove_node(scene, node, keep_colours=None) -> None:
     not among them (made for the node, e.g. by an export)."""
     if node is None or node.GetScene() is None:
         return
-    displays = [node.GetNthDisplayNode(i) for i in range(node.GetNumberOfDisplayNodes())]
+    displays = [node.GetNthDisplayNode(i) for i in range(node.GetNumberOfDisplayNodes())] \
+        if node.IsA("vtkMRMLDisplayableNode") else []
     colours = [d.GetColorNode() for d in displays if d is not None] if keep_colours is not None else []
     colours = [c for c in colours if c is not None and c.GetID() not in keep_colours]
-    for owned in (*displays, node.GetStorageNode(), node, *colours):
+    storage = node.GetStorageNode() if node.IsA("vtkMRMLStorableNode") else None
+    for owned in (*displays, storage, node, *colours):
         if owned is not None and owned.GetScene() is not None:
             scene.RemoveNode(owned)
 
