@@ -152,16 +152,25 @@ def ras_matrix(image: LabelImage) -> vtk.vtkMatrix4x4:
     return matrix
 
 
+def _numpy_matrix(matrix: vtk.vtkMatrix4x4) -> np.ndarray:
+    return np.array([[matrix.GetElement(r, c) for c in range(4)] for r in range(4)])
+
+
+def _label_image(array: np.ndarray, ijk_to_ras: np.ndarray, names: dict | None = None) -> LabelImage:
+    """A label image of ``array`` (z, y, x) whose index (0, 0, 0) sits at ``ijk_to_ras`` (4 x 4, RAS)."""
+    ijk_to_lps = LPS_TO_RAS @ ijk_to_ras
+    spacing_xyz = np.linalg.norm(ijk_to_lps[:3, :3], axis=0)
+    direction = ijk_to_lps[:3, :3] / spacing_xyz
+    return LabelImage(array, spacing_xyz[::-1], ijk_to_lps[:3, 3], direction.ravel(), dict(names or {}))
+
+
 def label_image_from_volume(volume_node, names: dict | None = None) -> LabelImage:
     """Array (z, y, x) and LPS geometry of a volume node; spacing in mm in array-axis order."""
     image = volume_node.GetImageData()
     array = vtk_to_numpy(image.GetPointData().GetScalars()).reshape(image.GetDimensions()[::-1]).copy()
     matrix = vtk.vtkMatrix4x4()
     volume_node.GetIJKToRASMatrix(matrix)
-    ijk_to_lps = LPS_TO_RAS @ np.array([[matrix.GetElement(r, c) for c in range(4)] for r in range(4)])
-    spacing_xyz = np.linalg.norm(ijk_to_lps[:3, :3], axis=0)
-    direction = ijk_to_lps[:3, :3] / spacing_xyz
-    return LabelImage(array, spacing_xyz[::-1], ijk_to_lps[:3, 3], direction.ravel(), dict(names or {}))
+    return _label_image(array, _numpy_matrix(matrix), names)
 
 
 def add_segmentation_from_label_image(scene, image: LabelImage, name: str):
@@ -172,19 +181,14 @@ def add_segmentation_from_label_image(scene, image: LabelImage, name: str):
     if image.ndim != 3:
         raise ValueError("Slicer segmentations need a 3-D label image")
     labelmap = scene.AddNewNodeByClass("vtkMRMLLabelMapVolumeNode", f"{name} labelmap")
-    set_labelmap(labelmap, image)
-    node = add_segmentation_from_labelmap(scene, labelmap, name, image.names)
-    scene.RemoveNode(labelmap)
-    return node
-
-
-def set_labelmap(labelmap_node, image: LabelImage) -> None:
-    """Give a labelmap volume node the array (as int32) and the geometry (RAS) of a 3-D label image."""
     data = vtk.vtkImageData()
     data.SetDimensions(image.array.shape[::-1])
     data.GetPointData().SetScalars(numpy_to_vtk(np.ascontiguousarray(image.array, dtype=np.int32).ravel(), deep=True))
-    labelmap_node.SetAndObserveImageData(data)
-    labelmap_node.SetIJKToRASMatrix(ras_matrix(image))
+    labelmap.SetAndObserveImageData(data)
+    labelmap.SetIJKToRASMatrix(ras_matrix(image))
+    node = add_segmentation_from_labelmap(scene, labelmap, name, image.names)
+    scene.RemoveNode(labelmap)
+    return node
 
 
 def add_segmentation_from_labelmap(scene, labelmap_node, name: str, names: dict | None = None):
@@ -386,25 +390,42 @@ def add_segmentation_from_contours(scene, image, name: str):
     return node
 
 
-def _export(temporary: _TemporaryNodes, segmentation_node, segment_ids: list, grid_node,
-            extent=slicer.vtkSegmentation.EXTENT_REFERENCE_GEOMETRY):
-    """Export segments (all for ``[]``) onto ``grid_node``'s geometry (or the segmentation's own,
-    when None) with Slicer's ``extent`` rule; None when there is no image to export (no
-    geometry, or only empty segments)."""
+def _export(temporary: _TemporaryNodes, segmentation_node, segment_ids: list, grid_node):
+    """Export segments onto ``grid_node``'s geometry; None when Slicer exports no image (an empty segment)."""
     labelmap = temporary.add("vtkMRMLLabelMapVolumeNode", "SegMetrics export")
     labelmap.HideFromEditorsOn()
     ok = slicer.vtkSlicerSegmentationsModuleLogic.ExportSegmentsToLabelmapNode(
-        segmentation_node, segment_ids, labelmap, grid_node, extent)
+        segmentation_node, segment_ids, labelmap, grid_node, slicer.vtkSegmentation.EXTENT_REFERENCE_GEOMETRY)
     image = labelmap.GetImageData()
     if not ok or image is None or image.GetPointData().GetScalars() is None:
         return None
     return labelmap
 
 
-def _ijk_to_ras(volume_node) -> np.ndarray:
+def _geometry(segmentation_node, extent):
+    """``(IJK-to-RAS matrix, extent (i0, i1, j0, j1, k0, k1))`` of a segmentation's labelmap
+    geometry by Slicer's ``extent`` rule (``vtkSegmentation.EXTENT_*``), or None when there is none
+    (no segment with voxels and no image geometry). Nothing is exported."""
+    serialized = segmentation_node.GetSegmentation().DetermineCommonLabelmapGeometry(extent, None)
+    if not serialized:
+        return None
+    image = slicer.vtkOrientedImageData()
+    slicer.vtkSegmentationConverter.DeserializeImageGeometry(serialized, image, False)
+    bounds = np.array(image.GetExtent())
+    if np.any(bounds[1::2] < bounds[::2]):
+        return None
     matrix = vtk.vtkMatrix4x4()
-    volume_node.GetIJKToRASMatrix(matrix)
-    return np.array([[matrix.GetElement(r, c) for c in range(4)] for r in range(4)])
+    image.GetImageToWorldMatrix(matrix)
+    return _numpy_matrix(matrix), bounds
+
+
+def _geometry_image(geometry) -> LabelImage:
+    """An all-zero label image on a geometry of :func:`_geometry` (zeros are allocated lazily)."""
+    ijk_to_ras, bounds = geometry
+    start = np.append(bounds[::2], 1.0)
+    shifted = ijk_to_ras.copy()
+    shifted[:, 3] = ijk_to_ras @ start
+    return _label_image(np.zeros(tuple(int(n) for n in (bounds[1::2] - bounds[::2] + 1)[::-1]), np.uint8), shifted)
 
 
 def _has_image_geometry(segmentation_node) -> bool:
@@ -413,21 +434,20 @@ def _has_image_geometry(segmentation_node) -> bool:
     return bool(segmentation_node.GetSegmentation().GetConversionParameter(name))
 
 
-def _covering_grid(lattice: LabelImage, lattice_to_ras: np.ndarray, covered: list) -> LabelImage:
-    """An empty grid on ``lattice``'s voxel lattice (spacing, direction, voxel centres) whose extent
-    holds the lattice's own extent and every lattice voxel that overlaps a voxel of the ``covered``
-    volume nodes (their corners at ±0.5 index; lattice voxel i spans i ± 0.5)."""
-    low, high = np.zeros(3), np.array(lattice.array.shape[::-1], float) - 1  # (i, j, k)
+def _covering_grid(lattice, covered: list) -> LabelImage:
+    """An empty grid on the voxel lattice (spacing, direction, voxel centres) of the geometry
+    ``lattice`` whose extent holds the lattice's own extent and every lattice voxel that overlaps a
+    voxel of the ``covered`` geometries (their corners at ±0.5 index; lattice voxel i spans
+    i ± 0.5). Geometries as :func:`_geometry` gives them."""
+    lattice_to_ras, bounds = lattice
+    low, high = bounds[::2].astype(float), bounds[1::2].astype(float)  # (i, j, k)
     ras_to_lattice = np.linalg.inv(lattice_to_ras)
-    for node in covered:
-        dimensions = np.array(node.GetImageData().GetDimensions(), float)
-        corners = np.array(np.meshgrid(*[(-0.5, d - 0.5) for d in dimensions], indexing="ij")).reshape(3, -1)
-        ijk = (ras_to_lattice @ _ijk_to_ras(node) @ np.vstack([corners, np.ones(corners.shape[1])]))[:3]
+    for to_ras, extent in covered:
+        corners = np.array(np.meshgrid(*[(a - 0.5, b + 0.5) for a, b in extent.reshape(3, 2)], indexing="ij")).reshape(3, -1)
+        ijk = (ras_to_lattice @ to_ras @ np.vstack([corners, np.ones(corners.shape[1])]))[:3]
         low = np.minimum(low, np.floor(ijk.min(axis=1) + 0.5))
         high = np.maximum(high, np.ceil(ijk.max(axis=1) - 0.5))
-    shape = tuple(int(n) for n in (high - low + 1)[::-1])
-    origin = (LPS_TO_RAS @ lattice_to_ras @ np.append(low, 1.0))[:3]
-    return LabelImage(np.zeros(shape, np.uint8), lattice.spacing, origin, lattice.direction)
+    return _geometry_image((lattice_to_ras, np.ravel(np.column_stack([low, high])).astype(int)))
 
 
 def _common_grid(temporary: _TemporaryNodes, reference, test, notes: list):
@@ -441,25 +461,27 @@ def _common_grid(temporary: _TemporaryNodes, reference, test, notes: list):
     union of the reference's segments, would drop test voxels outside them).
     """
     sides = {"reference": reference, "test": test}
-    geometries = {role: _export(temporary, node, [], None) for role, node in sides.items()}
+    geometries = {role: _geometry(node, slicer.vtkSegmentation.EXTENT_REFERENCE_GEOMETRY) for role, node in sides.items()}
     lattice_role = "reference"
     if geometries["reference"] is None or (not _has_image_geometry(reference) and _has_image_geometry(test)):
         lattice_role = "test"
     if geometries[lattice_role] is None:
         raise NothingToCompareError("nothing to compare: neither segmentation holds a voxel or an image geometry")
-    lattice_node = geometries[lattice_role]
-    lattice = label_image_from_volume(lattice_node)
-    covered = [_export(temporary, node, [], None, slicer.vtkSegmentation.EXTENT_UNION_OF_EFFECTIVE_SEGMENTS)
-               for node in sides.values()]
-    grid = _covering_grid(lattice, _ijk_to_ras(lattice_node), [node for node in covered if node is not None])
+    covered = [_geometry(node, slicer.vtkSegmentation.EXTENT_UNION_OF_EFFECTIVE_SEGMENTS) for node in sides.values()]
+    grid = _covering_grid(geometries[lattice_role], [g for g in covered if g is not None])
     grid_node = temporary.add("vtkMRMLLabelMapVolumeNode", "SegMetrics common grid")
     grid_node.HideFromEditorsOn()
-    set_labelmap(grid_node, grid)
+    data = vtk.vtkImageData()
+    data.SetDimensions(grid.array.shape[::-1])
+    data.AllocateScalars(vtk.VTK_UNSIGNED_CHAR, 1)
+    grid_node.SetAndObserveImageData(data)
+    grid_node.SetIJKToRASMatrix(ras_matrix(grid))
+    lattice = _geometry_image(geometries[lattice_role])
     notes.append((_("common grid: the {role} segmentation's voxel lattice, extended to hold both segmentations")
                   if grid.array.shape != lattice.array.shape else
                   _("common grid: the {role} segmentation's geometry")).format(role=lattice_role))
     if None not in geometries.values():
-        differences = geometry_differences(*(label_image_from_volume(node) for node in geometries.values()))
+        differences = geometry_differences(*(_geometry_image(g) for g in geometries.values()))
         if differences:
             other = "test" if lattice_role == "reference" else "reference"
             notes.append(_("{other} exported onto the {role} lattice (nearest neighbour): {differences}").format(
