@@ -97,3 +97,12 @@ def test_kernels_compile_once_with_one_message(tmp_path):
     runs = [subprocess.run([sys.executable, "-c", "import segmetrics.spatial.mesh"], capture_output=True, text=True,
                            timeout=300, env=environment) for _ in range(2)]
     assert [run.stderr.count("compiling kernels, once") for run in runs] == [1, 0], runs[0].stderr
+
+
+def test_importing_the_renderer_leaves_vtks_window_choice_alone():
+    """Inside Slicer, importing the package must not change how VTK opens the application's windows."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "VTK_DEFAULT_OPENGL_WINDOW")}
+    code = "import os, segmetrics.outputs.render, segmetrics.report\nprint(os.environ.get('VTK_DEFAULT_OPENGL_WINDOW'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=environment)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None"

@@ -619,3 +619,38 @@ def test_review_surfaces_reuse_the_surfaces_compare_built(monkeypatch, direction
                 assert difference.max() < 1e-9
             else:  # compare meshed the mirrored masks: another triangulation, BMaxD of other nearest vertices
                 assert np.median(difference) < 1e-3 and np.mean(difference) < 0.01
+
+
+def test_user_facing_texts_go_through_slicers_translation():
+    """With Slicer's ``slicer.i18n`` present, progress messages, notes, chart and legend titles are translated."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import json, sys, types
+        i18n = types.ModuleType("slicer.i18n")
+        i18n.tr = lambda text: "<" + text + ">"
+        sys.modules["slicer.i18n"] = i18n
+        import numpy as np
+        from segmetrics import LabelImage, mrml
+
+        headless = mrml.create_headless_scene()
+        reference = np.zeros((12, 12, 12), np.uint8)
+        reference[2:8, 2:8, 2:8] = 1
+        nodes = [mrml.add_segmentation_from_label_image(headless.scene, LabelImage(a, (1, 1, 1), names={1: "cube"}), n)
+                 for a, n in ((reference, "r"), (np.roll(reference, 1, axis=2), "t"))]
+        messages = []
+        outputs = mrml.run(*nodes, metrics=["msi"], progress=lambda f, m: messages.append(m))
+        legend = mrml.slicer.vtkSlicerColorLogic.GetColorLegendDisplayNode(outputs.models["cube"])
+        print(json.dumps([messages[0], messages[-1], outputs.chart.GetTitle(), outputs.result.notes[0],
+                          legend.GetTitleText()]))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
+        "<preparing segmentations>", "<done>", "<MSI per slice>", "<common grid: the reference segmentation's geometry>",
+        "<signed distance\n(mm, + outside)>"]
