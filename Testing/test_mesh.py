@@ -6,8 +6,7 @@ import pytest
 import vtk
 from scipy import ndimage
 from scipy.spatial import cKDTree
-measure = pytest.importorskip("skimage.measure")  # a reference, used only in tests
-pytest.importorskip("numba", reason="the compiled kernels need numba")
+from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
 from segmetrics.spatial import _kernels, mesh
