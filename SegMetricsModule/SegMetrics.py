@@ -2,10 +2,13 @@
 
 The work is done by :mod:`segmetrics.mrml` (scene glue) and :func:`segmetrics.compare` (metrics);
 this file only wires the user interface and the parameter node to them. Needs Slicer 5.10 or later.
+Every metric computes with the packages Slicer ships; the optional accelerator (numba) is offered
+once, after a first run, and is never required (docs/SLICER.md).
 """
 import importlib
 import math
 import os
+import subprocess
 from typing import Annotated
 
 import numpy as np
@@ -24,17 +27,28 @@ from slicer.ScriptedLoadableModule import (
 )
 from slicer.util import VTKObservationMixin
 
+import segmetrics
 from segmetrics import LabelImage, Parameters, mrml
-from segmetrics.registry import all_groups
+from segmetrics.spatial import accelerator
 
+#: The module's helper package keeps the library's name, ``segmetrics``, so that the Python console
+#: in Slicer offers the documented API; this file refuses to run on any other package of that name
+#: (an unrelated PyPI project uses it): its numbers would not be ours.
+PACKAGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "segmetrics")
+if os.path.realpath(os.path.dirname(segmetrics.__file__)) != os.path.realpath(PACKAGE_DIR):
+    raise ImportError(f"SegMetrics found another Python package named 'segmetrics' ({segmetrics.__file__}) "
+                      f"before its own ({PACKAGE_DIR}): uninstall it (slicer.util.pip_uninstall('segmetrics'))")
+
+#: Metric groups the user chooses (the parameter node's check boxes).
 METRIC_GROUPS = ("overlap", "distance", "msi", "roughness")
-#: Packages Slicer bundles that numba or scikit-image depend on: installing the requirements must
-#: not replace them (pip is held to their installed versions).
+#: Packages Slicer bundles that the accelerator depends on: installing it must not replace them
+#: (pip is held to their installed versions).
 BUNDLED_PACKAGES = ("numpy", "scipy")
-#: Oldest Slicer release the module supports (Python 3.12; 5.8 has Python 3.9, which numba and
-#: scikit-image releases for this module no longer support).
+#: Oldest Slicer release the module supports (Python 3.12; the package needs Python 3.10 or later).
 MINIMUM_SLICER_VERSION = "5.10"
-DOCUMENTATION_URL = "https://github.com/SegMetrics/SlicerSegMetrics#the-3d-slicer-extension"
+DOCUMENTATION_URL = "https://github.com/SegMetrics/SlicerSegMetrics/blob/main/docs/SLICER.md"
+#: Application setting remembering that the accelerator was offered (it is offered once).
+ACCELERATOR_OFFERED_SETTING = "SegMetrics/AcceleratorOffered"
 #: Columns of the per-slice review table: (title, key of a per-slice row).
 SLICE_COLUMNS = ((_("Slice"), "slice"), (_("Position (mm)"), "position_mm"), (_("MSI"), "msi"),
                  (_("Added length (mm)"), "apl_mm"), (_("Dice"), "dice"), (_("HD (mm)"), "hd_mm"), (_("Status"), "status"))
@@ -55,7 +69,7 @@ class SegMetrics(ScriptedLoadableModule):
             "through the slices from the worst MSI up, and results go to a table and a per-slice MSI chart. "
             "Requires Slicer {version} or later. See the <a href=\"{url}\">documentation</a>."
         ).format(version=MINIMUM_SLICER_VERSION, url=DOCUMENTATION_URL)
-        self.parent.acknowledgementText = _("Built on SimpleITK, VTK, scikit-image and numba.")
+        self.parent.acknowledgementText = _("Built on NumPy, SciPy, SimpleITK and VTK; accelerated by numba when installed.")
 
 
 @parameterNodeWrapper
@@ -90,6 +104,8 @@ class SegMetricsWidget(ScriptedLoadableModuleWidget, VTKObservationMixin):
         self._parameterNodeGuiTag = None
         self._shownArray = None
         self._currentSlice = None
+        self._running = False
+        self._cancelRequested = False
 
     def setup(self):
         ScriptedLoadableModuleWidget.setup(self)
@@ -127,6 +143,8 @@ class SegMetricsWidget(ScriptedLoadableModuleWidget, VTKObservationMixin):
             self.removeObserver(self._parameterNode, vtk.vtkCommand.ModifiedEvent, self.onParameterNodeModified)
 
     def onSceneStartClose(self, caller, event):
+        """Closing the scene cancels a run (at its next progress report) and clears the results."""
+        self._cancelRequested = self._running
         self.setParameterNode(None)
         self.logic.clearOutputs()
         self.showOutputs(None)
@@ -162,7 +180,7 @@ class SegMetricsWidget(ScriptedLoadableModuleWidget, VTKObservationMixin):
         self.ui.msiInnerWidthLabel.text = self.logic.msiWidthText(p.msiInnerLevel)
         self.ui.msiOuterWidthLabel.text = self.logic.msiWidthText(p.msiOuterLevel)
         problem = self.logic.validationError(p)
-        self.ui.applyButton.enabled = problem is None
+        self.ui.applyButton.enabled = problem is None and not self._running
         self.ui.applyButton.toolTip = problem or _("Compute the selected metrics")
         if p.colorArray != self._shownArray:
             self._shownArray = p.colorArray
@@ -178,25 +196,48 @@ class SegMetricsWidget(ScriptedLoadableModuleWidget, VTKObservationMixin):
         p.referenceSegmentation, p.referenceSegmentID, p.testSegmentation, p.testSegmentID = selection
 
     def onApplyButton(self):
-        with slicer.util.tryWithErrorDisplay(_("Failed to compute the segmentation metrics."), waitCursor=True):
-            self.logic.ensureRequirements(confirm=lambda text: slicer.util.confirmOkCancelDisplay(text, _("SegMetrics")))
-            dialog = slicer.util.createProgressDialog(labelText=_("Comparing segmentations..."), maximum=100)
-            try:
-                outputs = self.logic.process(self._parameterNode, progress=lambda f, m: self.onProgress(dialog, f, m))
-            except mrml.Cancelled:
-                self.ui.resultsLabel.text = _("Cancelled: the scene is as it was before Apply.")
-                return
-            finally:
-                dialog.close()
-            self._shownArray = self._parameterNode.colorArray
-            self.showOutputs(outputs)
-            self.logic.showResults(slicer.app.applicationLogic())
+        """Compute at once with the packages Slicer ships; Apply stays disabled and the window-modal
+        progress dialog blocks the scene until the run ends. Offers the accelerator afterwards (once)."""
+        self._running, self._cancelRequested = True, False
+        self.ui.applyButton.enabled = False
+        dialog = slicer.util.createProgressDialog(labelText=_("Comparing segmentations..."), maximum=100,
+                                                  windowModality=qt.Qt.WindowModal)
+        outputs = None
+        try:
+            with slicer.util.tryWithErrorDisplay(_("Failed to compute the segmentation metrics."), waitCursor=True):
+                try:
+                    outputs = self.logic.process(self._parameterNode, progress=lambda f, m: self.onProgress(dialog, f, m))
+                except mrml.Cancelled:
+                    self.ui.resultsLabel.text = _("Cancelled: the scene is as it was before Apply.")
+        finally:
+            dialog.close()
+            self._running = False
+            if self._parameterNode is not None:
+                self.onParameterNodeModified()  # enables Apply again
+        if outputs is None:
+            return
+        self._shownArray = self._parameterNode.colorArray
+        self.showOutputs(outputs)
+        self.logic.showResults(slicer.app.applicationLogic())
+        self.offerAccelerator()
 
-    @staticmethod
-    def onProgress(dialog, fraction, message):
-        """Update the progress dialog; stop the run (:class:`segmetrics.mrml.Cancelled`) on Cancel."""
+    def offerAccelerator(self):
+        """Ask once (an application setting remembers it) whether to install the optional accelerator."""
+        settings = qt.QSettings()
+        question = self.logic.acceleratorOffer(settings.value(ACCELERATOR_OFFERED_SETTING) == "true",
+                                               slicer.app.testingEnabled())
+        if question is None:
+            return
+        settings.setValue(ACCELERATOR_OFFERED_SETTING, "true")
+        if slicer.util.confirmYesNoDisplay(question, _("SegMetrics accelerator")):
+            with slicer.util.tryWithErrorDisplay(_("Failed to install the accelerator."), waitCursor=True):
+                slicer.util.showStatusMessage(self.logic.installAccelerator(), 15000)
+
+    def onProgress(self, dialog, fraction, message):
+        """Update the progress dialog; stop the run (:class:`segmetrics.mrml.Cancelled`) on Cancel
+        or when the scene is being closed."""
         slicer.app.processEvents()
-        if dialog.wasCanceled:
+        if dialog.wasCanceled or self._cancelRequested:
             raise mrml.Cancelled()
         dialog.labelText = message
         dialog.value = int(100 * fraction)
@@ -264,32 +305,27 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
     def getParameterNode(self):
         return SegMetricsParameterNode(super().getParameterNode())
 
-    # --- packages ------------------------------------------------------------------------------
+    # --- the optional accelerator --------------------------------------------------------------
 
     @staticmethod
-    def requirementsPath():
-        return os.path.join(os.path.dirname(__file__), "Resources", "requirements.txt")
+    def acceleratorRequirementsPath():
+        return os.path.join(os.path.dirname(__file__), "Resources", "accelerator-requirements.txt")
 
     @classmethod
-    def missingRequirements(cls):
-        """Lines of Resources/requirements.txt that the Python environment does not satisfy
-        (package absent, or its version outside the specifier)."""
-        from importlib.metadata import PackageNotFoundError, version
+    def acceleratorRequirements(cls):
+        """The requirement lines of Resources/accelerator-requirements.txt (comments dropped)."""
+        with open(cls.acceleratorRequirementsPath()) as handle:
+            return [line for line in (raw.split("#")[0].strip() for raw in handle) if line]
 
-        from packaging.requirements import Requirement
-
-        with open(cls.requirementsPath()) as handle:
-            lines = [line.split("#")[0].strip() for line in handle]
-        missing = []
-        for line in filter(None, lines):
-            requirement = Requirement(line)
-            try:
-                installed = version(requirement.name)
-            except PackageNotFoundError:
-                installed = None
-            if installed is None or not requirement.specifier.contains(installed, prereleases=True):
-                missing.append(line)
-        return missing
+    @staticmethod
+    def acceleratorOffer(alreadyOffered, testing):
+        """The question offering the optional accelerator, or None: it is installed, it was offered
+        before, or Slicer runs its tests (which install nothing)."""
+        if alreadyOffered or testing or accelerator.numba_installed():
+            return None
+        return _("Every metric was computed with the packages Slicer ships. The optional accelerator (numba) "
+                 "gives the same values faster on large structures (surface distances, MSI, roughness). "
+                 "Install it now? This question is asked once.")
 
     @staticmethod
     def bundledConstraints():
@@ -302,38 +338,39 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
         return handle.name
 
     @classmethod
-    def ensureRequirements(cls, confirm=None, installInTesting=False):
-        """Install what Slicer does not bundle (Resources/requirements.txt), asking first.
+    def installAccelerator(cls):
+        """Install the accelerator (the user has agreed), keeping Slicer's numpy and scipy; returns
+        a one-line message: installed, or how to install it from a folder of wheel files when pip
+        fails (e.g. offline).
 
         Slicer 5.12 and later: ``slicer.packaging.pip_ensure`` (``import slicer`` does not import
-        that submodule), which checks, asks and installs; in testing mode it installs only with
-        ``installInTesting`` (then without any dialog). Slicer 5.10: the missing requirements are
-        listed first; nothing happens when there are none, else ``confirm(text)`` is asked
-        (when given) and ``slicer.util.pip_install`` installs only those. Raises RuntimeError
-        when the user declines. Either way pip keeps Slicer's own numpy and scipy
-        (:meth:`bundledConstraints`).
+        that submodule), which installs nothing while Slicer runs its tests; Slicer 5.10:
+        ``slicer.util.pip_install``.
         """
         try:
             packaging = importlib.import_module("slicer.packaging")
         except ImportError:
             packaging = None
-        missing = [] if packaging is not None else cls.missingRequirements()
-        if packaging is None and not missing:
-            return
-        if missing:
-            text = _("SegMetrics needs these Python packages, which will now be installed: {packages}").format(packages=", ".join(missing))
-            if confirm is not None and not confirm(text):
-                raise RuntimeError(_("SegMetrics cannot run without: {packages}").format(packages=", ".join(missing)))
+        requirements = cls.acceleratorRequirements()
         constraints = cls.bundledConstraints()
         try:
             if packaging is not None:
-                packaging.pip_ensure(packaging.load_requirements(cls.requirementsPath()), constraints=constraints,
-                                     requester="SegMetrics", prompt_install=not installInTesting,
-                                     prompt_restart=not installInTesting, skip_in_testing=not installInTesting)
+                packaging.pip_ensure(requirements, constraints=constraints, requester="SegMetrics", prompt_install=False)
             else:
-                slicer.util.pip_install(["-c", constraints, *missing])
+                slicer.util.pip_install(["-c", constraints, *requirements])
+        except subprocess.CalledProcessError:
+            return cls.offlineNote()
         finally:
             os.remove(constraints)
+        accelerator.numba_installed.cache_clear()
+        return _("The SegMetrics accelerator is installed: the next Apply uses it.")
+
+    @classmethod
+    def offlineNote(cls):
+        """One line: how to install the accelerator without network access."""
+        return _("Could not install the accelerator (offline?). From a folder of wheel files, run in the Python "
+                 "console: slicer.util.pip_install('--no-index --find-links=FOLDER {requirements}')").format(
+            requirements=" ".join(cls.acceleratorRequirements()))
 
     # --- parameters ----------------------------------------------------------------------------
 
@@ -348,6 +385,8 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
             return _("The reference and test segments are the same segment.")
         if not any(getattr(p, group) for group in METRIC_GROUPS):
             return _("Select at least one metric group.")
+        if p.colorArray == "Roughness_mm" and not p.roughness:
+            return _("Colouring by roughness needs the roughness group: tick it, or choose another colouring.")
         return None
 
     @staticmethod
@@ -362,8 +401,11 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
 
     @staticmethod
     def metricParameters(p):
-        """The chosen metric groups that this segmetrics version has, and :class:`segmetrics.Parameters`."""
-        groups = [group for group in METRIC_GROUPS if getattr(p, group) and group in all_groups()]
+        """The chosen metric groups and :class:`segmetrics.Parameters`. MSI brings the contours group:
+        the per-slice review table shows each slice's added path length, Dice and HD next to its MSI."""
+        groups = [group for group in METRIC_GROUPS if getattr(p, group)]
+        if p.msi:
+            groups.append("contours")
         params = Parameters(
             hd_percentile=p.hdPercentile,
             nsd_tolerance_mm=p.nsdToleranceMm,
@@ -412,9 +454,9 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
         return "\n".join(lines + [_("Note: {note}").format(note=note) for note in outputs.result.notes])
 
     def showResults(self, appLogic):
-        """Switch to a layout with a table and a chart view and show the results table and MSI chart."""
-        if self.outputs is not None and self.outputs.table.GetScene() is not None:
-            mrml.show_results(appLogic, self.outputs)
+        """Show the results table and the MSI chart in Slicer's four-up layout with a plot and a table
+        (:func:`segmetrics.mrml.show_results`); returns the view arrangement, or None."""
+        return mrml.show_results(appLogic, self.outputs) if self.outputs is not None else None
 
     # --- review --------------------------------------------------------------------------------
 
@@ -449,12 +491,11 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
     def jumpToSlice(self, structure, index):
         """Centre all slice views on slice ``index`` of a pair (centred jump through the centre of
         both segments in that slice) and mark it on the chart; returns its RAS position or None."""
-        if self.outputs is None or self.outputs.table.GetScene() is None:
-            return None
-        position = mrml.slice_ras(self.outputs, structure, index)
+        scene = mrml.outputs_scene(self.outputs) if self.outputs is not None else None
+        position = mrml.slice_ras(self.outputs, structure, index) if scene is not None else None
         if position is None:
             return None
-        mrml.jump_to(self.outputs.table.GetScene(), position)
+        mrml.jump_to(scene, position)
         mrml.mark_slice(self.outputs, structure, index)
         return position
 
@@ -466,24 +507,13 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
 class SegMetricsTest(ScriptedLoadableModuleTest):
     """Runs in Slicer (Reload and Test, and Slicer's CI through ``slicer_add_python_unittest``).
 
-    Testing mode installs no packages by default, but every test here computes metrics: the
-    requirements are installed first (without a prompt), and a failure to install fails the test.
+    Slicer runs the ``test_*`` methods in alphabetical order (``unittest``'s loader, or the base
+    class's ``runTest``), each after ``setUp``: every method stands alone. They need no network and
+    no accelerator, and each one asserts metric values against closed forms.
     """
 
     def setUp(self):
         slicer.mrmlScene.Clear()
-
-    def runTest(self):
-        self.setUp()
-        self.test_requirements()
-        self.setUp()
-        self.test_overlap_table()
-        self.setUp()
-        self.test_slice_review()
-
-    def test_requirements(self):
-        SegMetricsLogic.ensureRequirements(installInTesting=True)
-        self.assertEqual(SegMetricsLogic.missingRequirements(), [])
 
     def _segmentations(self, reference, test, spacing, name):
         return [
@@ -491,7 +521,28 @@ class SegMetricsTest(ScriptedLoadableModuleTest):
             for a, role in ((reference, "Reference"), (test, "Test"))
         ]
 
-    def test_overlap_table(self):
+    @staticmethod
+    def _ball(shape, centre, radius):
+        """Boolean ball of ``radius`` voxels around ``centre`` (array indices, (z, y, x))."""
+        grid = np.indices(shape)
+        return sum((g - c) ** 2 for g, c in zip(grid, centre)) <= radius**2
+
+    def test_distance_of_shifted_balls(self):
+        """A ball and the same ball moved 3 mm along x: surfaces translated by 3 mm, so HD = 3 mm
+        (every point is within 3 mm of its translate, and the back of one ball is 3 mm from all of
+        the other); Dice from the voxel counts."""
+        self.delayDisplay("Distances of two shifted balls")
+        reference = self._ball((30, 30, 36), (15, 15, 15), 9)
+        test = np.roll(reference, 3, axis=2)
+        nodes = self._segmentations(reference.astype(np.uint8), test.astype(np.uint8), (1.0, 1.0, 1.0), "ball")
+        table = SegMetricsLogic().run(*nodes, metrics=["overlap", "distance"]).table.GetTable()
+        self.assertAlmostEqual(table.GetColumnByName("hd_mm").GetValue(0), 3.0, places=6)
+        hd95 = table.GetColumnByName("hd95_mm").GetValue(0)
+        self.assertTrue(0.0 < hd95 <= 3.0 + 1e-9, hd95)
+        shared = np.count_nonzero(reference & test)
+        self.assertAlmostEqual(table.GetColumnByName("dice").GetValue(0), 2 * shared / (2 * reference.sum()), places=9)
+
+    def test_overlap_of_boxes(self):
         """Two boxes of known overlap: the table holds the hand-computed Dice and volumes."""
         self.delayDisplay("Overlap of two boxes")
         reference = np.zeros((20, 30, 40), np.uint8)
@@ -503,15 +554,16 @@ class SegMetricsTest(ScriptedLoadableModuleTest):
         self.assertEqual(table.GetNumberOfRows(), 1)
         self.assertEqual(table.GetCellText(0, table.GetColumnIndex("Structure")), "box")
         self.assertAlmostEqual(float(table.GetCellText(0, table.GetColumnIndex("dice"))), 2 * 1000 / 3500, places=5)
-        self.assertAlmostEqual(float(table.GetCellText(0, table.GetColumnIndex("volume_reference_ml [ml]"))), 2.0, places=5)
+        self.assertAlmostEqual(float(table.GetCellText(0, table.GetColumnIndex("volume_reference_ml"))), 2.0, places=5)
+        self.assertAlmostEqual(float(table.GetCellText(0, table.GetColumnIndex("volume_test_ml"))), 1.5, places=5)
+        self.assertEqual(table.GetColumnUnitLabel("volume_test_ml"), "ml")
         self.assertEqual(table.GetCellText(0, table.GetColumnIndex("Status")), "ok")
 
     def test_slice_review(self):
         """A ball whose test misses a 4 mm cap: the reference contour shows the miss, the review
         starts at the slices through the cap, and the views centre on them."""
         self.delayDisplay("Slice review of a missed cap")
-        z, y, x = np.mgrid[:32, :40, :40]
-        reference = ((z - 16) ** 2 + (y - 20) ** 2 + (x - 20) ** 2 <= 12**2).astype(np.uint8)
+        reference = self._ball((32, 40, 40), (16, 20, 20), 12).astype(np.uint8)
         test = reference.copy()
         test[:, :, 28:] = 0  # the cap beyond x = 28 voxels (1 mm) is missed
         nodes = self._segmentations(reference, test, (1.0, 1.0, 1.0), "ball")
@@ -524,14 +576,14 @@ class SegMetricsTest(ScriptedLoadableModuleTest):
         order = logic.reviewOrder("ball")
         msi = {int(r["slice"]): r["msi"] for r in mrml.slice_rows(outputs.result["ball"])}
         self.assertEqual(sorted(msi.values())[0], msi[order[0]])
+        self.assertLess(msi[order[0]], 1.0)
         position = logic.jumpToSlice("ball", order[0])
         red = slicer.app.layoutManager().sliceWidget("Red").mrmlSliceNode()
         center = [red.GetSliceToRAS().GetElement(row, 3) for row in range(3)]
         for got, expected in zip(center, position):
             self.assertAlmostEqual(got, expected, places=3)
-        logic.showResults(slicer.app.applicationLogic())
-        layout = slicer.mrmlScene.GetFirstNodeByClass("vtkMRMLLayoutNode")
-        self.assertEqual(layout.GetViewArrangement(), slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView)
+        arrangement = logic.showResults(slicer.app.applicationLogic())
+        self.assertEqual(arrangement, slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView)
         slicer.mrmlScene.Clear()  # the outputs' nodes are gone: recolouring skips them
         self.assertEqual(logic.showArray("MSI"), 0)
         logic.clearOutputs()

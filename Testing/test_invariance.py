@@ -320,7 +320,7 @@ def test_slicer_table_equals_the_cli_on_flipped_storage(lidc_pair, data_dir):
     table = mrml.run(*nodes).table
     (expected,) = compare(*(data_dir / LIDC.format(rater) for rater in (1, 3))).structures
     for value in expected.values:
-        got = table.GetTable().GetColumnByName(mrml.column_name(value.metric, value.unit)).GetValue(0)
+        got = table.GetTable().GetColumnByName(value.metric).GetValue(0)
         assert math.isclose(got, value.value, rel_tol=RTOL, abs_tol=1e-12) or (math.isnan(got) and math.isnan(value.value)), value.metric
 
 

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 import SimpleITK as sitk
-import slicerio
+slicerio = pytest.importorskip("slicerio")
 
 import segmetrics
 from segmetrics.spatial.geometry import GeometryMismatchError, LabelImage, check_same_geometry

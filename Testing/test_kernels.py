@@ -14,9 +14,10 @@ import sys
 from dataclasses import dataclass
 from fractions import Fraction
 
-import numba
 import numpy as np
 import pytest
+
+numba = pytest.importorskip("numba", reason="the compiled kernels need numba")
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import ndimage

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 import SimpleITK as sitk
-from rich.console import Console
+Console = pytest.importorskip("rich.console").Console
 
 import segmetrics
 from segmetrics.cli import main

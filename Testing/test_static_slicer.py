@@ -16,11 +16,20 @@ UI_FILE = MODULE / "Resources" / "UI" / "SegMetrics.ui"
 
 
 def cmake_listed_files() -> set:
-    """Paths listed in SegMetricsModule/CMakeLists.txt (SCRIPTS and RESOURCES), ${MODULE_NAME} expanded."""
+    """Paths listed in SegMetricsModule/CMakeLists.txt (SCRIPTS and RESOURCES), with ${MODULE_NAME}
+    and the ``file(GLOB_RECURSE VARIABLE RELATIVE ... CONFIGURE_DEPENDS dir/pattern)`` variables
+    expanded as CMake does (the pattern matched in ``dir`` and every folder below it)."""
     text = (MODULE / "CMakeLists.txt").read_text()
-    name = re.search(r"set\(MODULE_NAME\s+(\S+)\)", text).group(1)
+    variables = {"MODULE_NAME": re.search(r"set\(MODULE_NAME\s+(\S+)\)", text).group(1)}
+    for variable, pattern in re.findall(r"file\(GLOB_RECURSE (\w+) RELATIVE \S+ CONFIGURE_DEPENDS (\S+)\)", text):
+        folder, name = pattern.rsplit("/", 1)
+        variables[variable] = " ".join(p.relative_to(MODULE).as_posix() for p in (MODULE / folder).rglob(name)
+                                       if p.is_file() and "__pycache__" not in p.parts)
     blocks = re.findall(r"set\(MODULE_PYTHON_(?:SCRIPTS|RESOURCES)\s+(.*?)\)", text, re.S)
-    return {entry.replace("${MODULE_NAME}", name) for block in blocks for entry in block.split()}
+    listed = " ".join(blocks)
+    for variable, value in variables.items():
+        listed = listed.replace("${" + variable + "}", value)
+    return set(listed.split())
 
 
 def ui_widget_names() -> set:
@@ -90,10 +99,13 @@ def test_undefined_name_check_catches_a_typo():
 
 
 def test_no_package_installation_at_import_time():
-    """pip is only called from a function (on Apply), never at module level."""
+    """pip is only called from a function (after Apply, when the user agrees), never at module level."""
     tree = ast.parse(MODULE_PY.read_text())
     top_level = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-    assert "pip" not in "".join(ast.unparse(n) for n in top_level)
+    calls = {_dotted(c.func) for n in top_level for c in ast.walk(n) if isinstance(c, ast.Call)}
+    assert [c for c in calls if "pip" in c] == []
+    calls = {_dotted(c.func) for c in ast.walk(tree) if isinstance(c, ast.Call)}
+    assert {"slicer.util.pip_install", "packaging.pip_ensure"} <= calls  # the check above sees calls
 
 
 def test_catalog_entry():
@@ -129,11 +141,33 @@ def test_icon_and_screenshot_urls_point_at_committed_files(top_cmake):
         assert icon.size == (128, 128)
 
 
-def test_requirements_are_not_slicer_bundled_packages():
-    requirements = (MODULE / "Resources" / "requirements.txt").read_text().split()
-    names = {re.split(r"[<>=!~ ;]", r)[0].lower() for r in requirements}
-    assert "scikit-image" in names
-    assert not names & {"numpy", "scipy", "simpleitk", "vtk"}
+def accelerator_requirements() -> list:
+    lines = (MODULE / "Resources" / "accelerator-requirements.txt").read_text().splitlines()
+    return [line for line in (raw.split("#")[0].strip() for raw in lines) if line]
+
+
+def test_the_module_requires_nothing_and_offers_only_what_slicer_lacks():
+    """The only requirements file is the optional accelerator's, and it names no package that
+    Slicer 5.12 bundles (pip would replace Slicer's copy)."""
+    assert sorted(p.name for p in (MODULE / "Resources").glob("*requirements*")) == ["accelerator-requirements.txt"]
+    names = {re.split(r"[<>=!~ ;\[]", r)[0].lower() for r in accelerator_requirements()}
+    assert names == {"numba"}
+    assert not names & {"numpy", "scipy", "simpleitk", "vtk", "pydicom", "pillow", "highdicom", "packaging"}
+
+
+def test_pyproject_never_asks_for_newer_bundled_packages_than_slicer_5_12_ships():
+    """Lower bounds at or below Slicer 5.12's bundled versions (highdicom 0.27.0, numpy 2.4, ...)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    shipped = {"numpy": "2.4.6", "scipy": "1.17.1", "simpleitk": "2.5.5", "vtk": "9.6.2", "pydicom": "3.0.2",
+               "pillow": "12.2.0", "highdicom": "0.27.0"}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = {Requirement(r).name.lower(): Requirement(r) for r in project["dependencies"]}
+    for name, version in shipped.items():
+        assert requirements[name].specifier.contains(version), (name, str(requirements[name]))
+    assert "scikit-image" not in requirements and "shapely" not in requirements
 
 
 # --- Slicer API names used by the module, checked against slicer-core or Slicer's source ---------
@@ -144,11 +178,14 @@ SLICER_SOURCES = [MODULE_PY, MODULE / "segmetrics" / "mrml.py"]
 #: each checked by hand in Slicer's sources at tag v5.12.0 (and, where noted, v5.10.0):
 DESKTOP_ONLY = {
     "slicer.app": "qSlicerApplication (Base/QTGUI); .applicationLogic(), .layoutManager() (qSlicerLayoutManager.h:"
-                  " sliceWidget(name); qMRMLSliceWidget.h: mrmlSliceNode(); qMRMLLayoutManager.h: layout), .processEvents()",
+                  " sliceWidget(name); qMRMLSliceWidget.h: mrmlSliceNode(); qMRMLLayoutManager.h: layout), .processEvents(),"
+                  " .testingEnabled() (qSlicerCoreApplication.h)",
     "slicer.mrmlScene": "set by the application at start-up (a vtkMRMLScene: StartCloseEvent, EndCloseEvent)",
     "slicer.util.childWidgetVariables": "Base/Python/slicer/util.py",
-    "slicer.util.confirmOkCancelDisplay": "Base/Python/slicer/util.py (True without a popup in testing mode)",
-    "slicer.util.createProgressDialog": "Base/Python/slicer/util.py: a qt.QProgressDialog (has wasCanceled)",
+    "slicer.util.confirmYesNoDisplay": "Base/Python/slicer/util.py",
+    "slicer.util.createProgressDialog": "Base/Python/slicer/util.py: a qt.QProgressDialog (has wasCanceled); "
+                                        "keyword arguments set its properties (windowModality)",
+    "slicer.util.showStatusMessage": "Base/Python/slicer/util.py: (message, duration in ms)",
     "slicer.util.loadUI": "Base/Python/slicer/util.py",
     "slicer.util.tryWithErrorDisplay": "Base/Python/slicer/util.py",
     "slicer.util.pip_install": "Base/Python/slicer/util.py (v5.10.0: list of pip arguments)",
@@ -156,9 +193,11 @@ DESKTOP_ONLY = {
 }
 #: Modules imported from the desktop application only, checked the same way.
 DESKTOP_MODULES = {
-    "qt": "PythonQt: QTableWidgetItem, QProgressDialog.wasCanceled (Qt property)",
+    "qt": "PythonQt: QTableWidgetItem, QSettings, Qt.WindowModal, QProgressDialog.wasCanceled (Qt property)",
     "slicer.i18n": "Base/Python/slicer/i18n.py: tr, translate (also v5.10.0)",
-    "slicer.packaging": "Base/Python/slicer/packaging.py: load_requirements, pip_ensure(constraints, requester, prompt_install, prompt_restart, skip_in_testing)",
+    "slicer.packaging": "Base/Python/slicer/packaging.py: pip_ensure(requirements as a list of strings, constraints,"
+                        " requester, prompt_install; skip_in_testing defaults to True); raises CalledProcessError"
+                        " when pip fails",
     "slicer.parameterNodeWrapper": "Base/Python/slicer/parameterNodeWrapper: parameterNodeWrapper, Choice, WithinRange",
     "slicer.ScriptedLoadableModule": "Base/Python/slicer/ScriptedLoadableModule.py",
 }
@@ -232,16 +271,16 @@ def test_every_vtk_method_called_exists_on_some_slicer_core_or_vtk_class():
     classes += [vtk.vtkPolyData, vtk.vtkPointData, vtk.vtkLookupTable, vtk.vtkDataArray, vtk.vtkTable, vtk.vtkImageData, vtk.vtkVariant,
                 vtk.vtkAbstractArray]
     known = set().union(*(dir(c) for c in classes))
-    qt_calls = {"QTableWidgetItem"}  # qt.QTableWidgetItem(...) is a class, see DESKTOP_MODULES
+    qt_calls = {"QTableWidgetItem", "QSettings"}  # qt classes, see DESKTOP_MODULES
     missing = {f"{p.name}: {name}" for p in SLICER_SOURCES for name in _vtk_method_names(p) - known - qt_calls}
     assert sorted(missing) == []
 
 
-def test_readme_states_the_minimum_slicer_version_and_the_installed_packages():
+def test_slicer_guide_states_the_minimum_version_and_the_optional_packages():
     source = MODULE_PY.read_text()
     version = re.search(r'MINIMUM_SLICER_VERSION = "([\d.]+)"', source).group(1)
-    section = (ROOT / "README.md").read_text().split("## The 3D Slicer extension", 1)[1]
-    assert f"Slicer {version} or later" in section
+    guide = (ROOT / "docs" / "SLICER.md").read_text()
+    assert f"Slicer {version} or later" in guide
     assert "Requires Slicer {version} or later" in source  # the module's help text
-    for line in (MODULE / "Resources" / "requirements.txt").read_text().split():
-        assert f"`{re.split(r'[<>=!~]', line)[0]}`" in section, line
+    for line in accelerator_requirements():
+        assert f"`{re.split(r'[<>=!~]', line)[0]}`" in guide, line

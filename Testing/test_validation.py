@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 import SimpleITK as sitk
-import slicerio
+slicerio = pytest.importorskip("slicerio")
 from PIL import Image
 
 import segmetrics

@@ -22,9 +22,16 @@ from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 from .outputs import slices
 from .outputs.slices import slice_rows  # per-slice rows as dicts, also for SegMetrics.py
 from .evaluation.compare import ComparisonResult, compare
+from .inputs.validation import NothingToCompareError, check_evaluation_options
 from .spatial.geometry import LabelImage, geometry_differences
 from .registry import metric_specs
-from .outputs.render import array_style, colour_range, lookup_table
+from .outputs.render import array_style, colour_range, lookup_table, prefer_headless_window
+
+try:  # Slicer's translation of user-facing texts (context "segmetrics.mrml"); slicer-core has none
+    from slicer.i18n import tr as _
+except ImportError:
+    def _(text: str) -> str:
+        return text
 
 #: Flip of the first two axes: maps LPS to RAS and back (it is its own inverse).
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
@@ -65,7 +72,8 @@ class Outputs:
     """What :func:`run` produced: the core result, its grid (LPS) and the output nodes.
 
     ``models`` and ``reference_models`` map pair names to the test and reference surface models;
-    ``marker`` is the plot series marking the current slice on the chart.
+    ``marker`` is the plot series marking the current slice on the chart; ``scene`` is the scene
+    they were written into (see :func:`outputs_scene`).
     """
 
     result: ComparisonResult
@@ -76,6 +84,14 @@ class Outputs:
     models: dict = field(default_factory=dict)
     reference_models: dict = field(default_factory=dict)
     marker: object = None
+    scene: object = None
+
+
+def outputs_scene(outputs: Outputs):
+    """The scene of a run's outputs while any of its output nodes is still there (the user may have
+    deleted some, e.g. the results table), else None (all removed, or the scene was closed)."""
+    nodes = [outputs.table, outputs.chart, *outputs.models.values(), *outputs.reference_models.values()]
+    return outputs.scene if any(n is not None and n.GetScene() is not None for n in nodes) else None
 
 
 @dataclass
@@ -136,16 +152,25 @@ def ras_matrix(image: LabelImage) -> vtk.vtkMatrix4x4:
     return matrix
 
 
+def _numpy_matrix(matrix: vtk.vtkMatrix4x4) -> np.ndarray:
+    return np.array([[matrix.GetElement(r, c) for c in range(4)] for r in range(4)])
+
+
+def _label_image(array: np.ndarray, ijk_to_ras: np.ndarray, names: dict | None = None) -> LabelImage:
+    """A label image of ``array`` (z, y, x) whose index (0, 0, 0) sits at ``ijk_to_ras`` (4 x 4, RAS)."""
+    ijk_to_lps = LPS_TO_RAS @ ijk_to_ras
+    spacing_xyz = np.linalg.norm(ijk_to_lps[:3, :3], axis=0)
+    direction = ijk_to_lps[:3, :3] / spacing_xyz
+    return LabelImage(array, spacing_xyz[::-1], ijk_to_lps[:3, 3], direction.ravel(), dict(names or {}))
+
+
 def label_image_from_volume(volume_node, names: dict | None = None) -> LabelImage:
     """Array (z, y, x) and LPS geometry of a volume node; spacing in mm in array-axis order."""
     image = volume_node.GetImageData()
     array = vtk_to_numpy(image.GetPointData().GetScalars()).reshape(image.GetDimensions()[::-1]).copy()
     matrix = vtk.vtkMatrix4x4()
     volume_node.GetIJKToRASMatrix(matrix)
-    ijk_to_lps = LPS_TO_RAS @ np.array([[matrix.GetElement(r, c) for c in range(4)] for r in range(4)])
-    spacing_xyz = np.linalg.norm(ijk_to_lps[:3, :3], axis=0)
-    direction = ijk_to_lps[:3, :3] / spacing_xyz
-    return LabelImage(array, spacing_xyz[::-1], ijk_to_lps[:3, 3], direction.ravel(), dict(names or {}))
+    return _label_image(array, _numpy_matrix(matrix), names)
 
 
 def add_segmentation_from_label_image(scene, image: LabelImage, name: str):
@@ -238,15 +263,24 @@ class _TemporaryNodes:
 
     def remove(self) -> None:
         for node in reversed(self.nodes):
-            if node.GetScene() is None:
-                continue
-            displays = [node.GetNthDisplayNode(i) for i in range(node.GetNumberOfDisplayNodes())]
-            colours = [d.GetColorNode() for d in displays if d is not None]
-            colours = [c for c in colours if c is not None and c.GetID() not in self._before]  # made by the export
-            for owned in (*displays, node.GetStorageNode(), node, *colours):
-                if owned is not None and owned.GetScene() is not None:
-                    self.scene.RemoveNode(owned)
+            _remove_node(self.scene, node, self._before)
         self.nodes = []
+
+
+def _remove_node(scene, node, keep_colours=None) -> None:
+    """Remove a node from the scene with its display nodes (colour legends included) and storage
+    node; with ``keep_colours`` (node IDs), also the colour tables of its display nodes that are
+    not among them (made for the node, e.g. by an export)."""
+    if node is None or node.GetScene() is None:
+        return
+    displays = [node.GetNthDisplayNode(i) for i in range(node.GetNumberOfDisplayNodes())] \
+        if node.IsA("vtkMRMLDisplayableNode") else []
+    colours = [d.GetColorNode() for d in displays if d is not None] if keep_colours is not None else []
+    colours = [c for c in colours if c is not None and c.GetID() not in keep_colours]
+    storage = node.GetStorageNode() if node.IsA("vtkMRMLStorableNode") else None
+    for owned in (*displays, storage, node, *colours):
+        if owned is not None and owned.GetScene() is not None:
+            scene.RemoveNode(owned)
 
 
 def _working_copy(temporary: _TemporaryNodes, node, role: str, notes: list):
@@ -263,7 +297,7 @@ def _working_copy(temporary: _TemporaryNodes, node, role: str, notes: list):
     if node.GetParentTransformNode() is not None:
         copy.SetAndObserveTransformNodeID(node.GetTransformNodeID())
         copy.HardenTransform()
-        notes.append(f"{role} parent transform applied (hardened on a working copy)")
+        notes.append(_("{role} parent transform applied (hardened on a working copy)").format(role=role))
     segmentation = copy.GetSegmentation()
     source = segmentation.GetSourceRepresentationName()
     if source != _LABELMAP and segmentation.GetNumberOfSegments():
@@ -272,7 +306,7 @@ def _working_copy(temporary: _TemporaryNodes, node, role: str, notes: list):
                 raise RuntimeError(f"could not create a binary labelmap of {role} segmentation {node.GetName()!r}")
             _rasterise_planar_contours(segmentation, node.GetName())
             source += " (rasterised by segmetrics.inputs.dicom: pixel centres inside, even-odd)"
-        notes.append(f"{role} binary labelmap created from its {source.lower()} source")
+        notes.append(_("{role} binary labelmap created from its {source} source").format(role=role, source=source.lower()))
     return copy
 
 
@@ -357,23 +391,117 @@ def add_segmentation_from_contours(scene, image, name: str):
 
 
 def _export(temporary: _TemporaryNodes, segmentation_node, segment_ids: list, grid_node):
-    """Export segments onto ``grid_node``'s geometry (or the segmentation's own, when None)."""
+    """Export segments onto ``grid_node``'s geometry; None when Slicer exports no image (an empty segment)."""
     labelmap = temporary.add("vtkMRMLLabelMapVolumeNode", "SegMetrics export")
     labelmap.HideFromEditorsOn()
     ok = slicer.vtkSlicerSegmentationsModuleLogic.ExportSegmentsToLabelmapNode(
-        segmentation_node, segment_ids, labelmap, grid_node, slicer.vtkSegmentation.EXTENT_REFERENCE_GEOMETRY
-    )
-    if not ok or labelmap.GetImageData() is None:
-        raise RuntimeError(f"could not export segments {segment_ids} of {segmentation_node.GetName()!r}")
+        segmentation_node, segment_ids, labelmap, grid_node, slicer.vtkSegmentation.EXTENT_REFERENCE_GEOMETRY)
+    image = labelmap.GetImageData()
+    if not ok or image is None or image.GetPointData().GetScalars() is None:
+        return None
     return labelmap
 
 
+def _geometry(segmentation_node, extent):
+    """``(IJK-to-RAS matrix, extent (i0, i1, j0, j1, k0, k1))`` of a segmentation's labelmap
+    geometry by Slicer's ``extent`` rule (``vtkSegmentation.EXTENT_*``), or None when there is none
+    (no segment with voxels and no image geometry). Nothing is exported."""
+    serialized = segmentation_node.GetSegmentation().DetermineCommonLabelmapGeometry(extent, None)
+    if not serialized:
+        return None
+    image = slicer.vtkOrientedImageData()
+    slicer.vtkSegmentationConverter.DeserializeImageGeometry(serialized, image, False)
+    bounds = np.array(image.GetExtent())
+    if np.any(bounds[1::2] < bounds[::2]):
+        return None
+    matrix = vtk.vtkMatrix4x4()
+    image.GetImageToWorldMatrix(matrix)
+    return _numpy_matrix(matrix), bounds
+
+
+def _geometry_image(geometry) -> LabelImage:
+    """An all-zero label image on a geometry of :func:`_geometry` (zeros are allocated lazily)."""
+    ijk_to_ras, bounds = geometry
+    start = np.append(bounds[::2], 1.0)
+    shifted = ijk_to_ras.copy()
+    shifted[:, 3] = ijk_to_ras @ start
+    return _label_image(np.zeros(tuple(int(n) for n in (bounds[1::2] - bounds[::2] + 1)[::-1]), np.uint8), shifted)
+
+
+def _has_image_geometry(segmentation_node) -> bool:
+    """Whether a segmentation carries a reference image geometry (e.g. its CT's grid)."""
+    name = slicer.vtkSegmentationConverter.GetReferenceImageGeometryParameterName()
+    return bool(segmentation_node.GetSegmentation().GetConversionParameter(name))
+
+
+def _covering_grid(lattice, covered: list) -> LabelImage:
+    """An empty grid on the voxel lattice (spacing, direction, voxel centres) of the geometry
+    ``lattice`` whose extent holds the lattice's own extent and every lattice voxel that overlaps a
+    voxel of the ``covered`` geometries (their corners at ±0.5 index; lattice voxel i spans
+    i ± 0.5). Geometries as :func:`_geometry` gives them."""
+    lattice_to_ras, bounds = lattice
+    low, high = bounds[::2].astype(float), bounds[1::2].astype(float)  # (i, j, k)
+    ras_to_lattice = np.linalg.inv(lattice_to_ras)
+    for to_ras, extent in covered:
+        corners = np.array(np.meshgrid(*[(a - 0.5, b + 0.5) for a, b in extent.reshape(3, 2)], indexing="ij")).reshape(3, -1)
+        ijk = (ras_to_lattice @ to_ras @ np.vstack([corners, np.ones(corners.shape[1])]))[:3]
+        low = np.minimum(low, np.floor(ijk.min(axis=1) + 0.5))
+        high = np.maximum(high, np.ceil(ijk.max(axis=1) - 0.5))
+    return _geometry_image((lattice_to_ras, np.ravel(np.column_stack([low, high])).astype(int)))
+
+
+def _common_grid(temporary: _TemporaryNodes, reference, test, notes: list):
+    """``(grid volume node, LabelImage)`` both segmentations are exported onto, so that no voxel
+    of either is lost.
+
+    The lattice (spacing, direction, voxel centres) is the reference segmentation's image
+    geometry; a reference without one (e.g. a closed-surface-only segmentation, or an RT
+    structure set loaded before its CT) takes the test's when the test has one. The extent is the
+    union of that geometry and both segmentations' non-empty segments (Slicer's own fallback, the
+    union of the reference's segments, would drop test voxels outside them).
+    """
+    sides = {"reference": reference, "test": test}
+    geometries = {role: _geometry(node, slicer.vtkSegmentation.EXTENT_REFERENCE_GEOMETRY) for role, node in sides.items()}
+    lattice_role = "reference"
+    if geometries["reference"] is None or (not _has_image_geometry(reference) and _has_image_geometry(test)):
+        lattice_role = "test"
+    if geometries[lattice_role] is None:
+        raise NothingToCompareError("nothing to compare: neither segmentation holds a voxel or an image geometry")
+    covered = [_geometry(node, slicer.vtkSegmentation.EXTENT_UNION_OF_EFFECTIVE_SEGMENTS) for node in sides.values()]
+    grid = _covering_grid(geometries[lattice_role], [g for g in covered if g is not None])
+    grid_node = temporary.add("vtkMRMLLabelMapVolumeNode", "SegMetrics common grid")
+    grid_node.HideFromEditorsOn()
+    data = vtk.vtkImageData()
+    data.SetDimensions(grid.array.shape[::-1])
+    data.AllocateScalars(vtk.VTK_UNSIGNED_CHAR, 1)
+    grid_node.SetAndObserveImageData(data)
+    grid_node.SetIJKToRASMatrix(ras_matrix(grid))
+    lattice = _geometry_image(geometries[lattice_role])
+    notes.append((_("common grid: the {role} segmentation's voxel lattice, extended to hold both segmentations")
+                  if grid.array.shape != lattice.array.shape else
+                  _("common grid: the {role} segmentation's geometry")).format(role=lattice_role))
+    if None not in geometries.values():
+        differences = geometry_differences(*(_geometry_image(g) for g in geometries.values()))
+        if differences:
+            other = "test" if lattice_role == "reference" else "reference"
+            notes.append(_("{other} exported onto the {role} lattice (nearest neighbour): {differences}").format(
+                other=other, role=lattice_role, differences="; ".join(differences)))
+    return grid_node, grid
+
+
 def _mask(temporary: _TemporaryNodes, segmentation_node, segment_id, grid_node, grid: LabelImage) -> np.ndarray:
-    """Boolean mask (array order) of one segment on the grid; all False for ``None`` and for
-    segments the working copy dropped (empty planar contours)."""
+    """Boolean mask (array order) of one segment on the grid; all False for ``None``, for an empty
+    segment and for segments the working copy dropped (empty planar contours)."""
     if segment_id is None or segmentation_node.GetSegmentation().GetSegment(segment_id) is None:
         return np.zeros(grid.array.shape, dtype=bool)
-    return label_image_from_volume(_export(temporary, segmentation_node, [segment_id], grid_node)).array > 0
+    labelmap = _export(temporary, segmentation_node, [segment_id], grid_node)
+    if labelmap is None:
+        return np.zeros(grid.array.shape, dtype=bool)
+    mask = label_image_from_volume(labelmap).array > 0
+    if mask.shape != grid.array.shape:
+        raise RuntimeError(f"segment {segment_id!r} of {segmentation_node.GetName()!r} was exported on "
+                           f"{mask.shape} voxels instead of the common grid's {grid.array.shape}")
+    return mask
 
 
 def msi_axis(structure) -> int:
@@ -443,7 +571,7 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
                                              ("reference", (reference, test, params.msi_ol, params.msi_il))):
         arrays = polydata[role].GetPointData()
         if arrays.GetArray("SignedDistance_mm") is None or arrays.GetArray("MSI") is None:
-            signed, weights, _ = msi.surface_msi(own, other, inner, outer)
+            signed, weights = msi.surface_msi(own, other, inner, outer)[:2]
             for name, values in (("SignedDistance_mm", signed), ("MSI", weights)):
                 if arrays.GetArray(name) is None:
                     _add_point_array(polydata[role], name, values)
@@ -452,8 +580,8 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
 def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, params=None, progress=None):
     """Compare segment pairs of two segmentation nodes with :func:`segmetrics.compare`.
 
-    Both segmentations are exported onto one grid, the reference segmentation's geometry; the
-    inputs are never modified (transforms are hardened and labelmaps created on hidden working
+    Both segmentations are exported onto one grid that holds every voxel of both
+    (:func:`_common_grid`: the reference's lattice, extended); the inputs are never modified (transforms are hardened and labelmaps created on hidden working
     copies, removed afterwards with everything else the run added for itself).
 
     Parameters
@@ -464,7 +592,8 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
         As for :func:`segmetrics.compare` (metric/group names, :class:`Parameters`).
     progress : callable, optional
         Called as ``progress(fraction, message)`` before each stage of each pair (export,
-        metrics, review surfaces); it may raise :class:`Cancelled` to stop the run.
+        metrics, review surfaces) and after each metric group; it may raise :class:`Cancelled`
+        to stop the run. Messages are translated in Slicer.
 
     Returns
     -------
@@ -475,7 +604,6 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
         the MSI axis) and the review surfaces (:func:`add_review_surfaces`).
     """
     from .registry import as_parameters
-    from .inputs.validation import NothingToCompareError, check_evaluation_options
 
     params = as_parameters(params)
     check_evaluation_options(metrics=metrics)
@@ -488,33 +616,29 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
     notes = []
     temporary = _TemporaryNodes(scene)
     try:
-        report(0.0, "preparing segmentations")
+        report(0.0, _("preparing segmentations"))
         reference, test = (_working_copy(temporary, n, r, notes) for n, r in ((reference_node, "reference"), (test_node, "test")))
-        reference_grid_node = _export(temporary, reference, [], None)
-        test_grid_node = _export(temporary, test, [], None)
-        grid = label_image_from_volume(reference_grid_node)
-        differences = geometry_differences(grid, label_image_from_volume(test_grid_node))
-        notes.append("common grid: the reference segmentation's geometry")
-        if differences:
-            notes.append("test exported onto the reference geometry (nearest neighbour): " + "; ".join(differences))
+        grid_node, grid = _common_grid(temporary, reference, test, notes)
         structures = []
         stages = 3
         for index, pair in enumerate(pairs):
             step = lambda stage, message: report((index * stages + stage) / (len(pairs) * stages), f"{pair.name}: {message}")  # noqa: E731
-            step(0, "exporting")
-            masks = [_mask(temporary, node, segment_id, reference_grid_node, grid)
+            step(0, _("exporting"))
+            masks = [_mask(temporary, node, segment_id, grid_node, grid)
                      for node, segment_id in ((reference, pair.reference_id), (test, pair.test_id))]
             images = [grid.with_array(m.astype(np.uint8)) for m in masks]
             for image in images:
                 image.names = {1: pair.name}
-            step(1, "computing metrics")
-            structure = compare(images[0], images[1], metrics=metrics, params=params, keep_surfaces=True).structures[0]
+            step(1, _("computing metrics"))
+            structure = compare(images[0], images[1], labels=[1], metrics=metrics, params=params, keep_surfaces=True,
+                                progress=lambda done, total, name: step(1 + done / total, _("computing metrics"))
+                                ).structures[0]
             structure.reference_label, structure.test_label = pair.reference_id, pair.test_id
-            step(2, "building the review surfaces")
+            step(2, _("building the review surfaces"))
             structure.extras["slice_centres"] = slice_centres(masks[0] | masks[1], msi_axis(structure))
             add_review_surfaces(structure, masks[0], masks[1], grid.spacing, params)
             structures.append(structure)
-        report(1.0, "done")
+        report(1.0, _("done"))
         return ComparisonResult(structures, notes), grid
     finally:
         temporary.remove()
@@ -524,12 +648,15 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
 
 
 def _output_node(scene, class_name: str, key: str, name: str, node=None):
-    """The node given, else the node this module made earlier for ``key``, else a new one."""
-    if node is None:
-        node = next((n for n in _owned_nodes(scene, class_name) if n.GetAttribute(OUTPUT_ATTRIBUTE) == key), None)
+    """The node given (the user's: left unmarked, so that a later run without it never writes
+    into it), else the node this module made earlier for ``key``, else a new one marked with
+    :data:`OUTPUT_ATTRIBUTE` = ``key``."""
+    if node is not None:
+        return node
+    node = next((n for n in _owned_nodes(scene, class_name) if n.GetAttribute(OUTPUT_ATTRIBUTE) == key), None)
     if node is None:
         node = scene.AddNewNodeByClass(class_name, name)
-    node.SetAttribute(OUTPUT_ATTRIBUTE, key)
+        node.SetAttribute(OUTPUT_ATTRIBUTE, key)
     return node
 
 
@@ -539,20 +666,21 @@ def _owned_nodes(scene, class_name: str) -> list:
 
 
 def _remove_stale(scene, class_name: str, prefix: str, keep) -> None:
+    """Remove this module's nodes of a key ``prefix`` that are not in ``keep``, with their display,
+    colour legend and storage nodes."""
     for node in _owned_nodes(scene, class_name):
         if node.GetAttribute(OUTPUT_ATTRIBUTE).startswith(prefix) and node not in keep:
-            scene.RemoveNode(node)
-
-
-def column_name(metric: str, unit: str) -> str:
-    """Table column title of a metric, with its unit unless dimensionless."""
-    return metric if unit in ("", "1") else f"{metric} [{unit}]"
+            _remove_node(scene, node)
 
 
 def _fill_table(table_node, columns: list) -> None:
-    """Replace the table content by ``[(title, values, unit, description), ...]``."""
+    """Replace the table content by ``[(name, values, unit, description), ...]``.
+
+    A column with a unit (other than "" and the dimensionless "1") gets it as its unit label and
+    the name without the unit's suffix as its title: Slicer shows ``title [unit]``, e.g.
+    ``hd95 [mm]`` for ``hd95_mm``."""
     table = vtk.vtkTable()
-    for title, values, _, _ in columns:
+    for title, values in (column[:2] for column in columns):
         if all(isinstance(v, (int, float)) for v in values):
             array = vtk.vtkDoubleArray()
             for v in values:
@@ -565,15 +693,17 @@ def _fill_table(table_node, columns: list) -> None:
         table.AddColumn(array)
     table_node.RemoveAllColumns()
     table_node.SetAndObserveTable(table)
-    for title, _, unit, description in columns:
-        if unit:
-            table_node.SetColumnUnitLabel(title, unit)
+    for name, _values, unit, description in columns:
+        if unit not in ("", "1"):
+            table_node.SetColumnUnitLabel(name, unit)
+            table_node.SetColumnTitle(name, name.removesuffix(f"_{unit}"))
         if description:
-            table_node.SetColumnDescription(title, description)
+            table_node.SetColumnDescription(name, description)
 
 
 def fill_results_table(table_node, result: ComparisonResult) -> None:
-    """One row per segment pair, one column per metric (unit in the title), a status column."""
+    """One row per segment pair, one column per metric (named as the metric; its unit as the unit
+    label), a status column."""
     specs = metric_specs()
     computed = {v.metric for s in result.structures for v in s.values}
     names = [m for m in specs if m in computed] + sorted(computed - set(specs))
@@ -587,7 +717,7 @@ def fill_results_table(table_node, result: ComparisonResult) -> None:
         values = [next((v for v in s.values if v.metric == name), None) for s in result.structures]
         unit = next(v.unit for v in values if v is not None)
         description = specs[name].description if name in specs else ""
-        columns.append((column_name(name, unit), [math.nan if v is None else v.value for v in values], unit, description))
+        columns.append((name, [math.nan if v is None else v.value for v in values], unit, description))
     columns.append(("Notes", ["; ".join(result.notes)] * len(result.structures), "", "how the inputs were prepared"))
     _fill_table(table_node, columns)
 
@@ -725,9 +855,9 @@ def _write_slice_tables(scene, result, chart_node=None):
     chart.RemoveAllPlotSeriesNodeIDs()
     for plot in (*series, marker):
         chart.AddAndObservePlotSeriesNodeID(plot.GetID())
-    chart.SetTitle("MSI per slice")
-    chart.SetXAxisTitle("slice index")
-    chart.SetYAxisTitle("MSI")
+    chart.SetTitle(_("MSI per slice"))
+    chart.SetXAxisTitle(_("slice index"))
+    chart.SetYAxisTitle(_("MSI"))
     return tables, chart, marker
 
 
@@ -763,6 +893,15 @@ def _usable(model_node) -> bool:
     return model_node is not None and model_node.GetScene() is not None and model_node.GetDisplayNode() is not None
 
 
+def legend_title(array_name: str) -> str:
+    """Colour legend title of a point array: the title of
+    :data:`segmetrics.outputs.render.ARRAY_STYLES` (two lines: narrower than one long line),
+    spelled out here so that Slicer's translation tools find it."""
+    titles = {"SignedDistance_mm": _("signed distance\n(mm, + outside)"), "MSI": _("MSI\n(1 = acceptable)"),
+              "Roughness_mm": _("roughness (mm)")}
+    return titles.get(array_name, array_style(array_name)[2])
+
+
 def show_array(model_node, array_name: str, value_range=None, legend: bool = True) -> bool:
     """Colour a model, in 3-D and in the slice views, by one point array; False (and drawn in its
     plain colour) when the model lacks the array, or has been removed from the scene.
@@ -782,7 +921,7 @@ def show_array(model_node, array_name: str, value_range=None, legend: bool = Tru
         if existing is not None:
             existing.SetVisibility(False)
         return False
-    colormap, rule, title = array_style(array_name)
+    colormap, rule = array_style(array_name)[:2]
     display.SetActiveScalar(array_name, vtk.vtkAssignAttribute.POINT_DATA)
     display.SetAndObserveColorNodeID(color_node(model_node.GetScene(), colormap).GetID())
     display.SetScalarRangeFlag(slicer.vtkMRMLDisplayNode.UseManualScalarRange)
@@ -793,7 +932,7 @@ def show_array(model_node, array_name: str, value_range=None, legend: bool = Tru
             existing.SetVisibility(False)
         return True
     node = existing or slicer.vtkSlicerColorLogic.AddDefaultColorLegendDisplayNode(model_node)
-    node.SetTitleText(title)  # two lines: narrower than one long line
+    node.SetTitleText(legend_title(array_name))
     node.SetSize(*LEGEND_SIZE)
     node.SetLabelFormat(LEGEND_LABEL_FORMAT)
     node.SetVisibility2D(True)
@@ -814,20 +953,21 @@ def shared_range(models, array_name: str):
     return float(ranges[:, 0].min()), float(ranges[:, 1].max())
 
 
-def show_pair_array(test_model, reference_model, array_name: str) -> bool:
-    """Colour a pair's test and reference models by one array with one shared range; the legend is
-    the test model's (one legend per view). True if either model has the array."""
-    value_range = shared_range([test_model, reference_model], array_name)
-    shown = show_array(test_model, array_name, value_range, legend=True)
-    shown_reference = show_array(reference_model, array_name, value_range, legend=not shown)
-    return shown or shown_reference
-
-
 def show_outputs_array(outputs: Outputs, array_name: str) -> int:
-    """Colour every pair's surfaces and contours by one array (see :func:`show_pair_array`);
+    """Colour every pair's surfaces and contours by one array with one shared range (a colour means
+    the same value on every structure) and one colour legend, on the first model showing it;
     removed models are skipped. Returns how many pairs show the array."""
-    names = set(outputs.models) | set(outputs.reference_models)
-    return sum(show_pair_array(outputs.models.get(n), outputs.reference_models.get(n), array_name) for n in names)
+    names = sorted(set(outputs.models) | set(outputs.reference_models))
+    pairs = {name: (outputs.models.get(name), outputs.reference_models.get(name)) for name in names}
+    value_range = shared_range([model for pair in pairs.values() for model in pair], array_name)
+    shown_pairs, legend_shown = 0, False
+    for pair in pairs.values():
+        shown = False
+        for model in pair:
+            if show_array(model, array_name, value_range, legend=not legend_shown):
+                shown = legend_shown = True
+        shown_pairs += shown
+    return shown_pairs
 
 
 def _to_ras(polydata, grid: LabelImage):
@@ -878,11 +1018,10 @@ def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=
     fill_results_table(table, result)
     slice_tables, chart, marker = _write_slice_tables(scene, result, chart_node)
     outputs = Outputs(result, grid, table, slice_tables, chart, _write_models(scene, result, grid, "test"),
-                      _write_models(scene, result, grid, "reference"), marker)
-    for name in set(outputs.models) | set(outputs.reference_models):
-        pair = (outputs.models.get(name), outputs.reference_models.get(name))
-        shown = next((a for a in (color_array, *SURFACE_ARRAYS) if shared_range(pair, a) is not None), color_array)
-        show_pair_array(*pair, shown)
+                      _write_models(scene, result, grid, "reference"), marker, scene)
+    models = [*outputs.models.values(), *outputs.reference_models.values()]
+    shown = next((a for a in (color_array, *SURFACE_ARRAYS) if shared_range(models, a) is not None), color_array)
+    show_outputs_array(outputs, shown)
     return outputs
 
 
@@ -891,35 +1030,40 @@ def run(reference_node, test_node, pairs=None, metrics=None, params=None, table_
     """Compare two segmentation nodes and write the outputs (see :func:`compare_segmentations`).
 
     Nothing is written before every pair is computed, so a run stopped by :class:`Cancelled`
-    (raised by ``progress``) leaves the scene as it was.
+    (raised by ``progress``, or because the scene was closed meanwhile) leaves the scene as it was.
     """
     result, grid = compare_segmentations(reference_node, test_node, pairs, metrics, params, progress)
-    return write_outputs(reference_node.GetScene(), result, grid, table_node, color_array=color_array)
+    scene = reference_node.GetScene()
+    if scene is None:
+        raise Cancelled("the scene was closed during the run")
+    return write_outputs(scene, result, grid, table_node, color_array=color_array)
 
 
-def show_results(app_logic, outputs: Outputs) -> int:
-    """Switch the scene's layout to one with a table and a chart view (a four-up layout with table
-    and plot, as the Tables and Plots module logics choose), show the results table and the MSI
-    chart there. Returns the layout's view arrangement (unchanged when the scene has no layout node).
-    """
-    scene = outputs.table.GetScene()
-    layout = scene.GetFirstNodeByClass("vtkMRMLLayoutNode")
-    if layout is not None:
-        arrangement = slicer.vtkSlicerTablesLogic.GetLayoutWithTable(layout.GetViewArrangement())
-        if outputs.chart is not None:
-            arrangement = slicer.vtkSlicerPlotsLogic.GetLayoutWithPlot(arrangement)
-        layout.SetViewArrangement(arrangement)
-    selection = app_logic.GetSelectionNode()
-    selection.SetActiveTableID(outputs.table.GetID())
-    outputs.table.SetUseColumnTitleAsColumnHeader(True)
-    app_logic.PropagateTableSelection()
-    if outputs.chart is not None:
-        app_logic.GetModuleLogic("Plots").ShowChartInLayout(outputs.chart)
-    return layout.GetViewArrangement() if layout is not None else None
+def show_results(app_logic, outputs: Outputs):
+    """Show the results table and the MSI chart in a layout that has both views, set explicitly
+    (Slicer's four-up view with plot and table; four-up with table when there is no chart):
+    deriving it from the current layout, as the Tables and Plots logics do, turns the one-up 3-D
+    layout into a four-up plot view without a table. Output nodes the user deleted are skipped.
+    Returns the view arrangement set, or None (no layout node, or no output left in the scene)."""
+    scene = outputs_scene(outputs)
+    layout = scene.GetFirstNodeByClass("vtkMRMLLayoutNode") if scene is not None else None
+    if layout is None:
+        return None
+    chart = outputs.chart if outputs.chart is not None and outputs.chart.GetScene() is not None else None
+    layout.SetViewArrangement(slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView if chart is not None
+                              else slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpTableView)
+    if outputs.table.GetScene() is not None:
+        outputs.table.SetUseColumnTitleAsColumnHeader(True)
+        app_logic.GetSelectionNode().SetActiveTableID(outputs.table.GetID())
+        app_logic.PropagateTableSelection()
+    if chart is not None:
+        app_logic.GetModuleLogic("Plots").ShowChartInLayout(chart)
+    return layout.GetViewArrangement()
 
 
 def _offscreen_window(size):
     """Renderer and offscreen window of ``size`` pixels (with the interactor some displayable managers need)."""
+    prefer_headless_window()
     renderer = vtk.vtkRenderer()
     window = vtk.vtkRenderWindow()
     window.SetOffScreenRendering(1)

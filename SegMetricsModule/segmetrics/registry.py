@@ -3,7 +3,9 @@
 A *metric group* computes several related metrics from one expensive intermediate (e.g. the
 surface distances of a structure pair feed HD, HD95, ASSD and NSD). Each group lives in its own
 module and registers itself with :func:`register_group`; :func:`all_groups` imports the built-in
-group modules on first use.
+group modules on first use. Checking metric names (:func:`resolve_selection`) imports none of them:
+the built-in names are listed in :data:`BUILTIN_METRIC_NAMES`, so that validating options in the
+Slicer module or the CLI loads no metric stack.
 """
 from __future__ import annotations
 
@@ -296,33 +298,42 @@ def metric_specs() -> dict:
     return {spec.name: spec for group in all_groups().values() for spec in group.metrics}
 
 
+def metric_names() -> dict:
+    """``{group name: metric names}`` of every group, in :func:`all_groups` order, without importing
+    any group module: the built-in groups from :data:`BUILTIN_METRIC_NAMES`, then the groups
+    registered since (a registered built-in group keeps its place)."""
+    registered = {name: tuple(m.name for m in group.metrics) for name, group in _GROUPS.items()}
+    return {**BUILTIN_METRIC_NAMES, **registered}
+
+
 def resolve_selection(selection=None) -> dict:
     """Map a user's metric/group names to ``{group_name: set(metric names)}``.
 
     ``None`` selects the default groups (every group but :data:`OPT_IN_GROUPS`), ``"all"`` every
     group; a group name selects all its metrics. Raises ``ValueError`` naming unknown metrics.
+    Imports no group module (:func:`metric_names`).
     """
-    groups = all_groups()
+    groups = metric_names()
     if selection is None:
-        return {name: {m.name for m in g.metrics} for name, g in groups.items() if name not in OPT_IN_GROUPS}
+        return {name: set(metrics) for name, metrics in groups.items() if name not in OPT_IN_GROUPS}
     if selection == "all" or selection == ["all"]:
-        return {name: {m.name for m in g.metrics} for name, g in groups.items()}
+        return {name: set(metrics) for name, metrics in groups.items()}
     if isinstance(selection, str):
         selection = [s.strip() for s in selection.split(",") if s.strip()]
     chosen: dict = {}
     unknown = []
     for item in selection:
         if item in groups:
-            chosen.setdefault(item, set()).update(m.name for m in groups[item].metrics)
+            chosen.setdefault(item, set()).update(groups[item])
             continue
         names = ALIASES.get(item, (item, f"{item}_mm"))
-        matched = [(g.name, m.name) for g in groups.values() for m in g.metrics if m.name in names]
+        matched = [(group, metric) for group, metrics in groups.items() for metric in metrics if metric in names]
         if not matched:
             unknown.append(item)
         for group_name, metric_name in matched:
             chosen.setdefault(group_name, set()).add(metric_name)
     if unknown:
-        known = ", ".join(list(groups) + sorted(metric_specs()))
+        known = ", ".join(list(groups) + sorted(metric for metrics in groups.values() for metric in metrics))
         raise ValueError(f"unknown metric(s) {', '.join(unknown)}; known: {known}")
     return chosen
 

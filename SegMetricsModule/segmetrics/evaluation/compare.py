@@ -313,7 +313,9 @@ def compare(
     threshold : float, optional
         Binarise both inputs at ``value >= threshold`` (probability maps); default: integer labels.
     progress : callable, optional
-        Called as ``progress(done, total, structure_name)`` after each structure.
+        Called as ``progress(done, total, structure_name)`` after each metric group of each
+        structure: ``done`` counts structures, with a fraction while one is under way. A caller
+        may raise from it to stop the comparison (e.g. the Slicer module's Cancel).
     input_policy : segmetrics.inputs.io.InputPolicy, optional
         Overrides of the input checks of :mod:`segmetrics.inputs.validation` (lossy pictures, many
         labels, external data files); by default inputs that cannot be trusted are refused with
@@ -387,17 +389,17 @@ def compare(
             contours=_contours(reference, ref_label, test, test_label),
         )
         values = []
-        for group_name, wanted in selection.items():
+        for position, (group_name, wanted) in enumerate(selection.items(), start=1):
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]
+            if progress is not None:
+                progress(index + position / len(selection), len(pairs), name)
         extras = view.surfaces_to_stored(pair.extras, grid.spacing)
         if keep_surfaces and pair.reference.ndim == 3 and ("surface", "test") in pair.cache:  # built by segmetrics.spatial.mesh.cached_surface
             kept = [pair.cache[("surface", side)] for side in ("reference", "test")]  # without their search structures:
             kept = [None if surface is None else replace(surface) for surface in kept]  # results hold less memory
             extras["surfaces"] = PairSurfaces(*kept, view, grid.spacing)
         results.append(StructureResult(name, ref_label, test_label, values, extras))
-        if progress is not None:
-            progress(index + 1, len(pairs), name)
     settings = {"metrics": metrics if metrics is None or isinstance(metrics, str) else list(metrics),
                 "labels": None if labels is None else [str(x) for x in labels], "params": params,
                 "resample_to": resample_to, "threshold": threshold, "input_policy": input_policy}

@@ -29,14 +29,21 @@ def array_style(array_name: str) -> tuple:
     return ARRAY_STYLES.get(array_name, ("viridis", "data", array_name))
 
 
-def prefer_headless_window() -> None:
-    """On Linux without a display, make VTK create EGL windows directly instead of trying X first
-    (which only prints a "bad X server connection" warning before falling back)."""
+def headless_window_environment() -> dict:
+    """On Linux without a display, the environment variable making VTK create EGL windows directly
+    instead of trying X first (which only prints a "bad X server connection" warning before
+    falling back); empty elsewhere."""
     if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
-        os.environ.setdefault("VTK_DEFAULT_OPENGL_WINDOW", "vtkEGLRenderWindow")
+        return {"VTK_DEFAULT_OPENGL_WINDOW": "vtkEGLRenderWindow"}
+    return {}
 
 
-prefer_headless_window()
+def prefer_headless_window() -> None:
+    """Set :func:`headless_window_environment` in this process (unless already set). Called by the
+    offscreen renders, never at import: inside Slicer, importing this module must not change how
+    VTK opens the application's windows."""
+    for name, value in headless_window_environment().items():
+        os.environ.setdefault(name, value)
 
 _PROBE = """
 import vtk
@@ -52,7 +59,8 @@ window.Render()
 def rendering_available() -> tuple:
     """``(True, "")`` if an offscreen VTK window can render here, else ``(False, reason)``."""
     try:
-        done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+        done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120,
+                              env={**headless_window_environment(), **os.environ})
     except (OSError, subprocess.TimeoutExpired) as error:
         return False, f"offscreen rendering probe did not run ({error})"
     if done.returncode != 0:
@@ -143,6 +151,7 @@ def render_surface(polydata, array_name: str, path, *, title: str = "", size=(64
 
     if polydata.GetPointData().GetArray(array_name) is None:
         raise KeyError(f"surface has no point array {array_name!r}")
+    prefer_headless_window()
     colormap, rule, bar_title = array_style(array_name)
     table = lookup_table(colormap, value_range or colour_range(polydata, array_name, rule))
 
