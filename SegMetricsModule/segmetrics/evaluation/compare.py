@@ -326,7 +326,7 @@ def compare(
         :func:`segmetrics.inputs.io.load_pair` for the default grids.
     contour_resolution_mm : float, optional
         Pixel size of a grid built from contour planes (default
-        :data:`segmetrics.inputs.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
+        :data:`segmetrics.inputs.readers.rtstruct.DEFAULT_CONTOUR_RESOLUTION_MM`).
     keep_surfaces : bool
         Keep each structure's 3-D surfaces in ``extras["surfaces"]`` (:class:`PairSurfaces`), e.g.
         for the Slicer review; off by default, so that results of many structures stay small.
@@ -357,7 +357,7 @@ def compare(
             notes += foreground_outside_note(test, reference)
         test = resample_nearest(test, reference)
     elif resample_to is not None:  # an image (e.g. a DICOM series folder) whose grid both go onto
-        from ..inputs.dicom import read_image_grid
+        from ..inputs.readers import read_image_grid
 
         grid = read_image_grid(resample_to, input_policy)
         notes.append(f"reference and test resampled onto the grid of {resample_to} (nearest neighbour)")
