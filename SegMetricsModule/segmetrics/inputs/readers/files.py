@@ -194,14 +194,15 @@ def header_lines(path: Path):
 
 
 
-def read_with_itk(path: Path, voxel_check: VoxelCheck | None = None) -> LabelImage:
+def read_with_itk(path: Path, voxel_check: VoxelCheck | None = None, image_io: str = "") -> LabelImage:
     """Read an image file with SimpleITK (one component per voxel); ``voxel_check`` (from the
     format's header check) is verified on the voxels as read, or names a damaged stream when ITK
-    fails."""
+    fails. ``image_io`` names ITK's reader of the format (e.g. ``"NrrdImageIO"``), so that the
+    content decides and not the file's name; by default ITK picks one."""
     import SimpleITK as sitk
 
     try:
-        image = sitk.ReadImage(str(path))
+        image = sitk.ReadImage(str(path), imageIO=image_io)
     except Exception as error:  # SimpleITK raises RuntimeError, and others for one cause
         if voxel_check is not None:
             voxel_check.check_stream()  # a damaged gzip stream is named as such

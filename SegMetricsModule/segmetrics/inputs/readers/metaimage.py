@@ -33,7 +33,7 @@ def recognises(head: bytes) -> bool:
 
 def read(path: Path, policy: InputPolicy, threshold=None) -> LabelImage:
     """The image of a MetaImage file, its header checked first (:func:`check`)."""
-    return files.read_with_itk(path, check(path, policy, defer_data_check=True))
+    return files.read_with_itk(path, check(path, policy, defer_data_check=True), "MetaImageIO")
 
 
 def header(path: Path):

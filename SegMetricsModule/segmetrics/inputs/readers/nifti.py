@@ -32,7 +32,10 @@ def recognises(head: bytes) -> bool:
 
 def read(path: Path, policy: InputPolicy, threshold=None) -> LabelImage:
     """The image of a NIfTI file or pair, its header checked first (:func:`check`)."""
-    return files.read_with_itk(path, check(path, defer_data_check=True))
+    if not path.name.lower().endswith(SUFFIXES):
+        raise ReadError(f"{path}: is a NIfTI file, but ITK reads NIfTI only under a .nii, .nii.gz or .hdr/.img name: "
+                        "rename it")
+    return files.read_with_itk(path, check(path, defer_data_check=True), "NiftiImageIO")
 
 
 def check(path: Path, defer_data_check: bool = False) -> files.VoxelCheck | None:

@@ -34,7 +34,7 @@ def read(path: Path, policy: InputPolicy, threshold=None) -> LabelImage:
     voxel_check = check(path, policy, defer_data_check=True)
     if is_segmentation(path):
         return read_segmentation(path, voxel_check)
-    return files.read_with_itk(path, voxel_check)
+    return files.read_with_itk(path, voxel_check, "NrrdImageIO")
 
 
 def is_segmentation(path: Path) -> bool:
