@@ -55,8 +55,7 @@ def test_a_picture_is_known_by_its_signature(tmp_path):
 def test_a_segmentation_saved_as_plain_nrrd_keeps_its_segment_names(tmp_path):
     """Slicer's segment fields in a NRRD header make it a segmentation whatever its name (read as a
     plain image it lost every name, and its structures became 1, 2, ...)."""
-    import slicerio
-
+    slicerio = pytest.importorskip("slicerio")
     sample = Path(slicerio.__file__).parent / "data" / "Segmentation.seg.nrrd"
     (tmp_path / "segmentation.nrrd").write_bytes(sample.read_bytes())
     named = load_label_image(sample)

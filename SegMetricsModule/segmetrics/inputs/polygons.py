@@ -165,33 +165,40 @@ def even_odd_area(rings) -> float:
     starts = np.concatenate(rings)
     ends = np.concatenate([np.roll(ring, -1, axis=0) for ring in rings])
     cuts = np.unique(starts[:, 0])
-    cuts = np.union1d(cuts, _crossing_heights(starts, ends, cuts))
-    band, columns = _band_crossings(starts, ends, cuts, 0.5)
+    band, edge = _spans(starts, ends, cuts)
+    crossings = _crossing_heights(starts, ends, cuts, band, edge)
+    if len(crossings):
+        cuts = np.union1d(cuts, crossings)
+        band, edge = _spans(starts, ends, cuts)
+    columns = _columns(starts, ends, edge, (cuts[band] + cuts[band + 1]) / 2)
     order = np.lexsort((columns, band))
     pairs = columns[order].reshape(-1, 2)  # each band is crossed an even number of times
     heights = np.diff(cuts)[band[order][::2]]
     return float(np.sum((pairs[:, 1] - pairs[:, 0]) * heights))
 
 
-def _band_crossings(starts, ends, cuts, fraction: float) -> tuple:
-    """``(band, column)`` of every edge (``starts`` to ``ends``) spanning a band between consecutive
-    ``cuts`` (sorted heights), its column at ``fraction`` of the band's height (0: its bottom,
-    1: its top). Edges along a height span no band."""
+def _spans(starts, ends, cuts) -> tuple:
+    """``(band, edge)`` for every edge (``starts`` to ``ends``) and band between consecutive
+    ``cuts`` (sorted heights, every vertex height among them) that the edge spans; edges along a
+    height span none."""
     low, high = np.minimum(starts[:, 0], ends[:, 0]), np.maximum(starts[:, 0], ends[:, 0])
     first, stop = np.searchsorted(cuts, low), np.searchsorted(cuts, high)  # bands first .. stop - 1
-    counts = np.maximum(stop - first, 0)
+    counts = stop - first
     edge = np.repeat(np.arange(len(starts)), counts)
     band = np.repeat(first, counts) + np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    height = cuts[band] + fraction * (cuts[band + 1] - cuts[band])
+    return band, edge
+
+
+def _columns(starts, ends, edge, heights) -> np.ndarray:
+    """The second coordinate of each ``edge`` (not along a height) at ``heights``."""
     (r0, c0), (r1, c1) = starts[edge].T, ends[edge].T
-    return band, c0 + (height - r0) * (c1 - c0) / (r1 - r0)
+    return c0 + (heights - r0) * (c1 - c0) / (r1 - r0)
 
 
-def _crossing_heights(starts, ends, cuts) -> np.ndarray:
-    """Heights strictly inside the bands between ``cuts`` where two edges spanning the band cross
-    (self-crossing rings, rings crossing each other; none for simple rings)."""
-    band, bottom = _band_crossings(starts, ends, cuts, 0.0)
-    _, top = _band_crossings(starts, ends, cuts, 1.0)
+def _crossing_heights(starts, ends, cuts, band, edge) -> np.ndarray:
+    """Heights strictly inside the bands between ``cuts`` where two edges spanning the band
+    (:func:`_spans`) cross: self-crossing rings, rings crossing each other; none for simple rings."""
+    bottom, top = _columns(starts, ends, edge, cuts[band]), _columns(starts, ends, edge, cuts[band + 1])
     order = np.lexsort((top, bottom, band))
     band, bottom, top = band[order], bottom[order], top[order]
     # sorted by the bottom column, a band whose top columns ever decrease holds a crossing
