@@ -583,7 +583,7 @@ def test_input_policy_is_stored_in_batch_settings(tmp_path):
               input_policy=InputPolicy(allow_many_labels=True))
     settings = json.loads((tmp_path / "out" / "run.json").read_text())
     assert settings["input_policy"] == {"allow_lossy": False, "allow_many_labels": True, "allow_external_data": False,
-                                        "assume_unit_spacing": False}
+                                        "assume_unit_spacing": False, "allow_crop": False}
 
 
 def test_nifti_pair_header_and_data_are_checked(tmp_path):

@@ -11,19 +11,21 @@ no voxel size).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from ..spatial._threads import thread_pool
-from ..spatial.geometry import LabelImage
+from ..spatial.geometry import LabelImage, geometry_differences
 from . import readers
+from .grids import stored_as
 from .readers import arrays, rtstruct
 from .validation import (InputPolicy, ReadError, check_evaluation_options, check_label_map, check_structure_names,
                          check_threshold, check_threshold_separates, check_unique_names)
 
-__all__ = ["InputPolicy", "ReadError", "apply_name_map", "load_label_image", "load_pair", "read_label_image",
-           "read_name_map"]
+__all__ = ["InputPolicy", "ReadError", "apply_name_map", "load_label_image", "load_pair", "name_unnamed",
+           "read_label_image", "read_name_map"]
 
 
 def load_label_image(source, spacing=None, threshold: float | None = None, *,
@@ -76,13 +78,22 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold
 
 def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
               input_policy: InputPolicy | None = None, image=None, contour_resolution_mm: float | None = None):
-    """``(reference, test)`` as :func:`load_label_image` reads them, with RT Structure Sets
-    rasterised on one shared grid: the image series ``image`` (a DICOM folder or an image file)
-    when given, else the other input's grid (an RTSTRUCT against a label map), else a grid built
-    from the contour planes of both structure sets with ``contour_resolution_mm`` pixels (default
-    :data:`segmetrics.inputs.readers.rtstruct.DEFAULT_CONTOUR_RESOLUTION_MM`)."""
+    """``(reference, test)`` as :func:`load_label_image` reads them, paired:
+
+    - RT Structure Sets are rasterised on one shared grid: the image series ``image`` (a DICOM
+      folder or an image file) when given, else the other input's grid (an RTSTRUCT against a label
+      map), else a grid built from the contour planes of both structure sets with
+      ``contour_resolution_mm`` pixels (default
+      :data:`segmetrics.inputs.readers.rtstruct.DEFAULT_CONTOUR_RESOLUTION_MM`). A structure that
+      loses contours to that grid (all of them, or part of them on one side only) is refused unless
+      ``input_policy.allow_crop`` (:func:`_check_contours_kept`);
+    - a test on the reference's lattice of voxels stored in another axis order or direction is
+      stored as the reference is (:func:`segmetrics.inputs.grids.stored_as`): compared voxel for
+      voxel, without resampling.
+    """
     check_evaluation_options(threshold=threshold, image=image, contour_resolution_mm=contour_resolution_mm,
                              input_policy=input_policy)
+    policy = input_policy or InputPolicy()
     sources = {"reference": reference, "test": test}
     structure_sets = {side: rtstruct.read_structure_set(source) for side, source in sources.items()
                       if isinstance(source, (str, Path)) and readers.reader_for(source) is rtstruct}
@@ -105,7 +116,59 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
         for side, structures in structure_sets.items():  # names checked by the reader: no check_label_map again
             loaded[side] = rtstruct.rasterise(structures, grid)
             loaded[side].notes += rtstruct.series_warnings(structures, image, identity[1])
-    return loaded["reference"], loaded["test"]
+        if not policy.allow_crop:
+            grid_name = image if image is not None else sources[sides[0]] if sides else "the contour planes"
+            _check_contours_kept(loaded, structure_sets, str(grid_name))
+    reference, test = loaded["reference"], loaded["test"]
+    if geometry_differences(reference, test):
+        test = stored_as(test, reference) or test
+    return reference, test
+
+
+def _check_contours_kept(loaded: dict, structure_sets: dict, grid_name: str) -> None:
+    """Refuse a structure that loses contours to the grid it is rasterised on (``grid_name``): all
+    of them (it would be compared as empty), or part of them when the other side does not lose
+    that structure too (one side cropped: a biased comparison)."""
+    for side, structures in structure_sets.items():
+        image, other = loaded[side], loaded["test" if side == "reference" else "reference"]
+        cropped_too = {other.names[label] for label in getattr(other, "outside", {})}
+        for label, planes in image.outside.items():
+            name, total = structures.names[label], len(structures.contours[label])
+            if len(planes) < total and name in cropped_too:
+                continue
+            low, high = image.slice_range_mm
+            consequence = (f"{name!r} would be compared without any of its voxels" if len(planes) == total
+                           else f"the {side} alone would lose part of {name!r}")
+            raise ReadError(
+                f"{structures.source}: {len(planes)} of {total} contour(s) of {name!r} (planes at {min(planes):g} to "
+                f"{max(planes):g} mm along the slice normal) lie outside the grid of {grid_name} (slices at {low:g} "
+                f"to {high:g} mm): {consequence}; give the image series the contours were drawn on (CLI: --image), "
+                "or accept the loss with allow_crop=True (CLI: --allow-crop)")
+
+
+def name_unnamed(reference: LabelImage, test: LabelImage, names: dict, source: str = "name map") -> tuple:
+    """``(reference, test, notes)`` with the ``{label value: name}`` map ``names`` (from ``source``, e.g.
+    a JSON file) applied to the side(s) that carry no names of their own; a side whose file names its
+    structures (RT Structure Set, DICOM SEG, ``.seg.nrrd``) keeps them. The inputs are not changed.
+
+    Raises :class:`ReadError` when both sides carry names (the map would name nothing), or when the
+    map names none of the labels an unnamed side holds (a map for other files)."""
+    sides = {"reference": reference, "test": test}
+    unnamed = [side for side, image in sides.items() if not image.names]
+    if not unnamed:
+        raise ReadError(f"{source}: both inputs name their own structures, and a name map only names the labels of "
+                        "a label map without names (NIfTI, NRRD, MHA, pictures); leave it out")
+    for side in unnamed:
+        labels = sides[side].labels()
+        if labels and not set(labels) & set(names):
+            raise ReadError(f"{source}: names none of the labels of the {side} ({', '.join(map(str, labels[:10]))}); "
+                            f"it names {', '.join(map(str, sorted(names)[:10]))}")
+        sides[side] = replace(sides[side])
+        apply_name_map(sides[side], names)
+    named = [side for side in sides if side not in unnamed]
+    own = f" (the {named[0]} keeps the names its file carries)" if named else ""
+    notes = [f"names of {source} given to the labels of the {' and '.join(unnamed)}{own}"]
+    return sides["reference"], sides["test"], notes
 
 
 def apply_name_map(image: LabelImage, names: dict) -> None:

@@ -61,12 +61,18 @@ class InputPolicy:
         Accept NRRD and MetaImage files that state no voxel size at all (no ``space directions``
         or ``spacings``; no ``ElementSpacing`` or ``ElementSize``), read as 1 mm voxels: results in
         millimetres are then in voxel units. Pictures (PNG, TIFF) always have 1 mm pixels.
+    allow_crop : bool
+        Accept losing structures to a grid: RT Structure Set contours outside the image grid they
+        are rasterised on (all of a structure's, or part on one side only), and resampling that
+        discards a whole structure or a field of view that does not overlap (a warning note says
+        what was lost).
     """
 
     allow_lossy: bool = False
     allow_many_labels: bool = False
     allow_external_data: bool = False
     assume_unit_spacing: bool = False
+    allow_crop: bool = False
 
 
 def file_version(status: os.stat_result) -> tuple:

@@ -15,8 +15,8 @@ declared one, repeated names. Polygons are rasterised on a grid (:func:`rasteris
   order of the slice so that every storage of a grid gets the same voxels:
   :func:`~segmetrics.inputs.polygons.fill_in_patient_order`);
 - a polygon is put on the slice nearest to its plane; polygons whose plane is not parallel to
-  the slices are refused, polygons outside the grid are counted per structure
-  (``ContourImage.outside``) and reported in ``notes``;
+  the slices are refused, polygons outside the grid are listed per structure
+  (``ContourImage.outside``) and refused by :func:`segmetrics.inputs.io.load_pair` unless cropping is allowed;
 - the grid is an image series (``--image DIR``), the other input's grid, or
   :func:`contour_grid`: one slice per contour plane and square pixels of
   :data:`DEFAULT_CONTOUR_RESOLUTION_MM`.
@@ -62,11 +62,15 @@ class ContourImage(LabelImage):
     """A rasterised RT Structure Set that keeps its polygons.
 
     ``contours`` maps label value -> list of ``(N, 3)`` arrays of closed planar polygons (patient
-    LPS x, y, z in mm, the last point joined to the first); ``notes`` says what rasterising lost.
+    LPS x, y, z in mm, the last point joined to the first); ``notes`` says what rasterising lost;
+    ``outside`` maps label value -> positions (mm along the contour normal) of the contour planes
+    that lie outside the grid, whose slices span ``slice_range_mm`` along that normal.
     """
 
     contours: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
+    outside: dict = field(default_factory=dict)
+    slice_range_mm: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -222,7 +226,7 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
 
     A polygon goes to the slice nearest to its plane (:func:`nearest_slice`), along whichever grid
     axis is normal to the contour planes (a grid stored transposed gives the same voxels); polygons
-    outside the grid are counted in ``notes``; a polygon not parallel to the slices raises
+    outside the grid are listed in ``outside`` and counted in ``notes``; a polygon not parallel to the slices raises
     :class:`ReadError`. The even-odd rule applies within a plane: when several contour planes fall
     on one slice (slices thicker than the contour spacing), the slice holds the union of their
     fills (and a note says so).
@@ -235,7 +239,8 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     every_polygon = structures.polygons()
     # the ITK axis normal to the contour planes: k for a grid stored in slices of the planes, another
     # one for a grid stored transposed (e.g. sagittal slices of axial contours): the same voxels
-    along_normal = direction.T @ plane_axes(every_polygon)[2] if every_polygon else np.eye(3)[2]
+    contour_normal = plane_axes(every_polygon)[2] if every_polygon else direction[:, 2]
+    along_normal = direction.T @ contour_normal
     normal_axis = int(np.argmax(np.abs(along_normal)))
     rows, columns = sorted(set(range(3)) - {normal_axis}, reverse=True)  # ITK axes of a slice's rows, columns
     patient_axis = np.argmax(np.abs(direction), axis=0)  # of each ITK axis
@@ -254,7 +259,7 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
                 by_slice.setdefault(plane, []).append((index[:, normal_axis].mean() * scale[normal_axis],
                                                        index[:, [rows, columns]]))
             else:
-                outside[label] = outside.get(label, 0) + 1
+                outside.setdefault(label, []).append(float(np.median(points @ contour_normal)))
         in_plane = tuple(n for a, n in enumerate(shape) if a != 2 - normal_axis)
         filled = {plane: _fill_planes(entries, in_plane, *storage) for plane, entries in by_slice.items()}
         masks[label] = {plane: mask for plane, (mask, _count) in filled.items()}
@@ -263,8 +268,12 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     image = pack_masks(masks, structures.names, grid.spacing, grid.origin, grid.direction,
                          ContourImage, shape, slice_axis=2 - normal_axis)
     image.contours = {label: list(polygons) for label, polygons in structures.contours.items()}
-    image.notes = [f"{structures.source}: {count} contour(s) of {structures.names[label]!r} lie outside the grid "
-                   "and were not rasterised" for label, count in outside.items()]
+    image.outside = outside
+    first_slices = [np.asarray(grid.origin) + direction[:, normal_axis] * scale[normal_axis] * index
+                    for index in (0, shape[2 - normal_axis] - 1)]
+    image.slice_range_mm = tuple(sorted(float(position @ contour_normal) for position in first_slices))
+    image.notes = [f"{structures.source}: {len(planes)} contour(s) of {structures.names[label]!r} lie outside the grid "
+                   "and were not rasterised" for label, planes in outside.items()]
     image.notes += [f"{structures.source}: {count} slice(s) of the grid hold several contour planes of "
                     f"{structures.names[label]!r} (slices thicker than the contour spacing): each holds their union"
                     for label, count in shared.items()]
