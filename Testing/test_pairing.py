@@ -53,7 +53,7 @@ def test_a_name_map_names_the_label_map_and_leaves_the_structure_set_its_names(r
     result = compare(rtss, auto, metrics="dice", names={1: "Heart", 2: "Tumor Bed"})
     assert result["Heart"].value("dice") == 1.0
     assert {s.structure for s in result.structures} == {"BODY", "Heart", "Tumor Bed"}
-    assert any("given to the labels of the test (the reference keeps the names its file carries)" in note
+    assert any("name map: names given to the labels of the test (the reference keeps the names its file carries)" in note
                for note in result.notes)
     (tmp_path / "names.json").write_text(json.dumps({"1": "Heart", "2": "Tumor Bed"}))
     out = tmp_path / "out.csv"
@@ -187,3 +187,10 @@ def test_a_grid_off_the_lattice_by_half_a_voxel_is_still_refused():
     moved.origin = (moved.origin[0], moved.origin[1], moved.origin[2] + 0.5)
     with pytest.raises(GeometryMismatchError, match="different grids"):
         compare(reference, moved, metrics="dice")
+
+
+def test_a_dicom_seg_and_the_nrrd_exported_from_it_are_one_grid(data_dir):
+    """dcmqi's liver SEG (stored top-down) and its NRRD export (bottom-up): 'different grids: origin
+    differs ... direction differs'; the same voxels give Dice 1 and HD 0."""
+    result = compare(data_dir / "dcmqi/liver.dcm", data_dir / "dcmqi/liver_seg.nrrd", metrics="dice,hd")
+    assert result["Liver"].value("dice") == 1.0 and result["Liver"].value("hd_mm") == 0.0

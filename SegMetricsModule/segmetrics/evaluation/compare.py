@@ -360,7 +360,7 @@ def compare(
     params.check_dimension(reference.ndim)
     notes = getattr(reference, "notes", []) + getattr(test, "notes", [])
     if names is not None:
-        source = "names" if isinstance(names, dict) else str(names)
+        source = "name map" if isinstance(names, dict) else str(names)
         reference, test, named = name_unnamed(reference, test, names if isinstance(names, dict) else read_name_map(names),
                                               source)
         notes += named

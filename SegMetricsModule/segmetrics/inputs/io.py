@@ -167,7 +167,7 @@ def name_unnamed(reference: LabelImage, test: LabelImage, names: dict, source: s
         apply_name_map(sides[side], names)
     named = [side for side in sides if side not in unnamed]
     own = f" (the {named[0]} keeps the names its file carries)" if named else ""
-    notes = [f"names of {source} given to the labels of the {' and '.join(unnamed)}{own}"]
+    notes = [f"{source}: names given to the labels of the {' and '.join(unnamed)}{own}"]
     return sides["reference"], sides["test"], notes
 
 
