@@ -53,8 +53,8 @@ def test_a_name_map_names_the_label_map_and_leaves_the_structure_set_its_names(r
     result = compare(rtss, auto, metrics="dice", names={1: "Heart", 2: "Tumor Bed"})
     assert result["Heart"].value("dice") == 1.0
     assert {s.structure for s in result.structures} == {"BODY", "Heart", "Tumor Bed"}
-    assert any("name map: names given to the labels of the test (the reference keeps the names its file carries)" in note
-               for note in result.notes)
+    named = "name map: names given to the labels of the test (the reference keeps the names its file carries)"
+    assert named in result.notes
     (tmp_path / "names.json").write_text(json.dumps({"1": "Heart", "2": "Tumor Bed"}))
     out = tmp_path / "out.csv"
     assert main(["compare", str(rtss), str(auto), "--names", str(tmp_path / "names.json"), "--metrics", "dice",
@@ -90,8 +90,8 @@ def test_contours_the_image_grid_misses_are_refused_naming_the_structure_and_ext
                                          "Box": [rectangle(9.5, 4.5, 29.5, 14.5, z) for z in (0.0, 1.0)]})
     ct = label_map(tmp_path / "ct.nii.gz", np.zeros((3, 30, 40)))
     with pytest.raises(ReadError, match=r"3 of 3 contour\(s\) of 'Heart' \(planes at 10 to 12 mm along the slice "
-                                        r"normal\) lie outside the grid of .*ct.nii.gz \(slices at 0 to 2 mm\): 'Heart' "
-                                        r"would be compared without any of its voxels.*--allow-crop"):
+                                        r"normal\) lie outside the grid of .*ct.nii.gz \(slices at 0 to 2 mm\): "
+                                        r"'Heart' would be compared without any of its voxels.*--allow-crop"):
         compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", metrics="dice", image=ct)
     result = compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", metrics="dice", image=ct, input_policy=CROP)
     assert result["Heart"].status == "both_empty" and result["Box"].value("dice") == 1.0

@@ -360,9 +360,8 @@ def compare(
     params.check_dimension(reference.ndim)
     notes = getattr(reference, "notes", []) + getattr(test, "notes", [])
     if names is not None:
-        source = "name map" if isinstance(names, dict) else str(names)
-        reference, test, named = name_unnamed(reference, test, names if isinstance(names, dict) else read_name_map(names),
-                                              source)
+        source, mapping = ("name map", names) if isinstance(names, dict) else (str(names), read_name_map(names))
+        reference, test, named = name_unnamed(reference, test, mapping, source)
         notes += named
     allow_crop = (input_policy or InputPolicy()).allow_crop
     if resample_to == "reference":

@@ -68,10 +68,8 @@ def readable_kind(path: Path) -> str:
     description = sop_class.name if sop_class else "object without SOP Class UID"
     if description.endswith("Image Storage"):
         return "image"
-    raise ReadError(
-            f"{path}: is a DICOM {description}{f' ({modality})' if modality else ''}, not a segmentation; SegMetrics reads "
-            "DICOM RT Structure Sets, DICOM SEG and image label maps"
-        )
+    raise ReadError(f"{path}: is a DICOM {description}{f' ({modality})' if modality else ''}, not a segmentation; "
+                    "SegMetrics reads DICOM RT Structure Sets, DICOM SEG and image label maps")
 
 
 

@@ -65,7 +65,8 @@ def data_file_names(fields: dict, tail: list) -> list:
 
 
 def check(path: Path, policy: InputPolicy, defer_data_check: bool = False) -> files.VoxelCheck | None:
-    """MetaImage data files outside the header's folder (unless allowed), voxel sizes (``ElementSpacing``, else ``ElementSize``: one per ``NDims`` axis; a
+    """MetaImage data files outside the header's folder (unless allowed), voxel sizes
+    (``ElementSpacing``, else ``ElementSize``: one per ``NDims`` axis; a
     header with neither needs ``policy.assume_unit_spacing``), origin and data length.
 
     The data length is checked for data stored ``LOCAL`` or in one file, raw (element count ×
