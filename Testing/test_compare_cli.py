@@ -145,7 +145,11 @@ def test_cli_bad_inputs_exit_2_with_one_line(tmp_path, label_pair, capsys):
     assert main(["compare", str(ref_path), str(other)]) == 2
     err = capsys.readouterr().err
     assert "spacing differs" in err and "--resample-to reference" in err
-    assert main(["compare", str(ref_path), str(other), "--metrics", "dice", "--resample-to", "reference"]) == 0
+    # label 2 of the 2 mm test lies beyond the reference's slices: resampling discards it, on request only
+    assert main(["compare", str(ref_path), str(other), "--metrics", "dice", "--resample-to", "reference"]) == 2
+    assert "would discard all of '2'" in capsys.readouterr().err
+    assert main(["compare", str(ref_path), str(other), "--metrics", "dice", "--resample-to", "reference",
+                 "--allow-crop"]) == 0
 
 
 def test_binary_masks_with_different_foreground_values_pair_as_one(tmp_path):

@@ -126,7 +126,7 @@ def test_mask_apl_of_a_square_missing_a_strip():
 
 
 def test_real_contours_with_dropped_planes_add_their_reference_length(tmp_path, data_dir):
-    from segmetrics.inputs.dicom import read_structure_set
+    from segmetrics.inputs.readers.rtstruct import read_structure_set
 
     real = read_structure_set(data_dir / "dicompyler_core/rtss.dcm")
     heart = real.contours[next(n for n, name in real.names.items() if name == "Heart")]
@@ -141,7 +141,7 @@ def test_real_contours_with_dropped_planes_add_their_reference_length(tmp_path, 
 
 
 def _real_heart(data_dir):
-    from segmetrics.inputs.dicom import read_structure_set
+    from segmetrics.inputs.readers.rtstruct import read_structure_set
 
     real = read_structure_set(data_dir / "dicompyler_core/rtss.dcm")
     return real.contours[next(n for n, name in real.names.items() if name == "Heart")]

@@ -9,9 +9,10 @@ import pytest
 import SimpleITK as sitk
 
 from segmetrics import compare
-from segmetrics.inputs.dicom import DEFAULT_CONTOUR_RESOLUTION_MM, fill_even_odd, read_structure_set
+from segmetrics.inputs.polygons import fill_even_odd
+from segmetrics.inputs.readers.rtstruct import DEFAULT_CONTOUR_RESOLUTION_MM, read_structure_set
 from segmetrics.spatial.geometry import resample_nearest
-from segmetrics.inputs.io import ReadError, apply_name_map, load_label_image, load_pair
+from segmetrics.inputs.io import InputPolicy, ReadError, apply_name_map, load_label_image, load_pair
 from segmetrics.inputs.structure_names import match_key, normalise_name
 
 
@@ -113,18 +114,19 @@ def test_polygon_regions_follow_the_even_odd_rule_of_the_rasteriser(tmp_path):
     """The exact polygon region (MSI, Dice on polygons) and the raster fill agree: a contour traced
     twice or given twice cancels, a second ring inside is a hole, an out-and-back polygon (not on one
     line) encloses nothing. Edges at .5 mm: the 1 mm grid's pixel count is the area, exactly."""
-    from segmetrics.inputs.dicom import even_odd_region
+    from segmetrics.inputs.polygons import even_odd_area
 
     square, hole = rectangle(0.5, 0.5, 10.5, 10.5, 0), rectangle(3.5, 3.5, 6.5, 6.5, 0)
     out_and_back = np.array([[0.5, 0.5, 0], [10.5, 0.5, 0], [10.5, 10.5, 0], [10.5, 0.5, 0]])
     cases = {"traced_twice": ([np.vstack([square, square])], 0), "given_twice": ([square, square], 0),
              "hole": ([square, hole], 100 - 9), "out_and_back": ([square, out_and_back], 100)}
     for name, (rings, area) in cases.items():
-        assert even_odd_region([ring[:, :2] for ring in rings]).area == pytest.approx(area, abs=1e-9), name
+        assert even_odd_area([ring[:, :2] for ring in rings]) == pytest.approx(area, abs=1e-9), name
     write_rtstruct(tmp_path / "rt.dcm", {name: rings for name, (rings, _area) in cases.items()})
     image = load_label_image(tmp_path / "rt.dcm")
     for label, (rings, area) in enumerate(cases.values(), start=1):
         assert image.mask(label).sum() == area, image.names[label]
+    pytest.importorskip("shapely")  # the polygon metrics below
     result = compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", metrics=["dice", "msi", "contours"])
     for name in ("traced_twice", "given_twice"):
         assert result[name].status == "both_empty" and result[name].extras.get("msi_slices", []) == []
@@ -138,8 +140,8 @@ def test_polygon_regions_follow_the_even_odd_rule_of_the_rasteriser(tmp_path):
 def test_polygon_regions_contain_the_pixel_centres_the_rasteriser_fills():
     """Random self-crossing rings, repeated rings and out-and-back rings: the pixel centres inside
     the exact region are those :func:`fill_even_odd` fills (random coordinates: no centre on an edge)."""
-    import shapely
-    from segmetrics.inputs.dicom import even_odd_region
+    shapely = pytest.importorskip("shapely")
+    from segmetrics.inputs.polygons import even_odd_region
 
     rng = np.random.default_rng(3)
     rows, columns = np.mgrid[0:30, 0:30]
@@ -326,7 +328,7 @@ def test_overlapping_segments_survive_resampling(data_dir):
 
 def test_a_dicom_series_folder_as_the_resampling_grid(tmp_path, data_dir):
     series = data_dir / "dcmqi/ct-3slice"
-    from segmetrics.inputs.dicom import read_image_grid
+    from segmetrics.inputs.readers import read_image_grid
     from segmetrics.spatial.geometry import LabelImage
 
     ct = read_image_grid(series)
@@ -359,7 +361,7 @@ def test_slicer_segmentations_with_planar_contour_source(tmp_path):
     assert result["disk"].value("dice") == pytest.approx(lens / (math.pi * radius ** 2), rel=0.01)
     assert result["disk"].value("hd_mm") == pytest.approx(shift, abs=1.0)  # one 1 mm pixel
     assert result["empty"].status == "both_empty"
-    assert any("planar contour (rasterised by segmetrics.inputs.dicom" in note for note in result.notes)
+    assert any("planar contour (rasterised by segmetrics.inputs.readers.rtstruct" in note for note in result.notes)
     assert [n.GetSegmentation().GetSourceRepresentationName() for n in nodes] == ["Planar contour"] * 2
     assert nodes[0].GetSegmentation().GetNumberOfSegments() == 2  # the inputs are left as they were
 
@@ -388,7 +390,8 @@ def test_a_structure_set_from_another_frame_of_reference_is_refused(tmp_path, da
 
     folder = data_dir / "dicompyler_core"
     ct = _modified_copy(folder / "ct.0.dcm", tmp_path / "ct" / "ct.0.dcm")
-    result = compare(folder / "rtss.dcm", folder / "rtss.dcm", image=ct.parent, metrics="dice")
+    one_slice = InputPolicy(allow_crop=True)  # a CT of one slice: the other planes' contours are left out
+    result = compare(folder / "rtss.dcm", folder / "rtss.dcm", image=ct.parent, metrics="dice", input_policy=one_slice)
     assert not any("warning" in note for note in result.notes)  # the series the contours reference
     other = _modified_copy(folder / "rtss.dcm", tmp_path / "other.dcm", FrameOfReferenceUID="1.2.3.4")
     advice = {ct.parent: r"\(give the image series the contours were drawn on \(CLI: --image DIR\)\)$",
@@ -404,7 +407,8 @@ def test_a_structure_set_from_another_frame_of_reference_is_refused(tmp_path, da
 def test_an_image_series_the_structure_set_does_not_reference_gives_a_warning(tmp_path, data_dir):
     folder = data_dir / "dicompyler_core"
     ct = _modified_copy(folder / "ct.0.dcm", tmp_path / "ct" / "ct.0.dcm", SeriesInstanceUID="1.2.3.5")
-    result = compare(folder / "rtss.dcm", folder / "rtss.dcm", image=ct.parent, metrics="dice")
+    result = compare(folder / "rtss.dcm", folder / "rtss.dcm", image=ct.parent, metrics="dice",
+                     input_policy=InputPolicy(allow_crop=True))  # a CT of one slice: other planes left out
     warnings = [note for note in result.notes if note.startswith("warning")]
     assert len(warnings) == 2 and all("1.2.3.5" in w and "references image series" in w for w in warnings)
 
@@ -576,8 +580,8 @@ def test_a_gzipped_image_grid_is_decompressed_once_and_a_damaged_one_refused(tmp
     """An --image / --resample-to .nii.gz has its gzip stream checked on the voxels ITK read (as
     every input): an intact file is decompressed once, not a second time by the file checks; a
     file with one damaged byte in its stream is still refused."""
-    from segmetrics.inputs import validation
-    from segmetrics.inputs.dicom import read_image_grid
+    from segmetrics.inputs.readers import files
+    from segmetrics.inputs.readers import read_image_grid
 
     rng = np.random.default_rng(7)
     image = sitk.GetImageFromArray(rng.integers(-1000, 1000, (6, 20, 30)).astype(np.int16))
@@ -588,7 +592,7 @@ def test_a_gzipped_image_grid_is_decompressed_once_and_a_damaged_one_refused(tmp
         with pytest.raises(ReadError, match="grid.nii.gz.*cut short or damaged"):
             read_image_grid(tmp_path / "grid.nii.gz")
         return
-    monkeypatch.setattr(validation, "_data_length", lambda path: pytest.fail(f"{path} decompressed twice"))
+    monkeypatch.setattr(files, "data_length", lambda path: pytest.fail(f"{path} decompressed twice"))
     grid = read_image_grid(tmp_path / "grid.nii.gz")
     assert grid.array.shape == (6, 20, 30) and grid.spacing == pytest.approx((2.5, 0.75, 0.5))
 
@@ -617,7 +621,7 @@ def test_an_image_series_with_uneven_slices_is_refused(tmp_path, data_dir, capfd
     import pydicom
 
     from segmetrics.cli import main
-    from segmetrics.inputs.dicom import read_image_grid
+    from segmetrics.inputs.readers import read_image_grid
 
     shutil.copytree(data_dir / "dcmqi/ct-3slice", tmp_path / "series")
     read = []
@@ -643,15 +647,15 @@ def test_an_image_series_with_uneven_slices_is_refused(tmp_path, data_dir, capfd
 
 @pytest.mark.parametrize("slice_axis", [0, 1, 2])
 def test_label_packing_takes_whole_masks_and_slice_dicts_along_the_same_axis(slice_axis):
-    """_label_image's two mask forms (a 3-D array, ``{slice: 2-D mask}`` along ``slice_axis``) give
+    """pack_masks's two mask forms (a 3-D array, ``{slice: 2-D mask}`` along ``slice_axis``) give
     the same labels: whole arrays were cut along the first axis whatever ``slice_axis`` said, so a
     (4, 5, 6) mask with slices along axis 1 raised or landed transposed."""
-    from segmetrics.inputs.dicom import _label_image
+    from segmetrics.inputs.masks import pack_masks
 
     rng = np.random.default_rng(slice_axis)
     first, second = rng.random((2, 4, 5, 6)) < 0.3
     second &= ~first
     by_slice = {k: np.take(second, k, axis=slice_axis) for k in range(second.shape[slice_axis])}
-    image = _label_image({1: first, 2: by_slice}, {1: "a", 2: "b"}, "test", (1.0, 1.0, 1.0), (0.0,) * 3,
-                         np.eye(3).ravel(), shape=first.shape, slice_axis=slice_axis)
+    image = pack_masks({1: first, 2: by_slice}, {1: "a", 2: "b"}, (1.0, 1.0, 1.0), (0.0,) * 3, np.eye(3).ravel(),
+                       shape=first.shape, slice_axis=slice_axis)
     np.testing.assert_array_equal(image.array, first * 1 + second * 2)

@@ -1,4 +1,4 @@
-"""Damaged files are refused by the readers' shared checks (segmetrics.inputs.validation), whatever the format:
+"""Damaged files are refused by the readers' shared checks (segmetrics.inputs.readers), whatever the format:
 data cut short or longer than the header declares, damaged or incomplete compressed streams, garbage
 after them, impossible NIfTI dimensions, NRRD axes without a voxel size, NRRD and MetaImage headers that state
 no voxel size at all or not one per axis, and unparsable ASCII data.
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import SimpleITK as sitk
 
-from segmetrics.inputs import validation
+from segmetrics.inputs.readers import files
 from segmetrics.inputs.io import ReadError, load_label_image
 
 ARRAY = np.zeros((6, 20, 24), np.uint8)
@@ -325,7 +325,7 @@ def ct_series(data_dir, tmp_path, edit_middle=None, cut_middle=None):
 @pytest.mark.parametrize("cut", [-10, 20000])
 def test_a_series_with_an_unreadable_slice_file_is_refused(data_dir, tmp_path, cut):
     """GDCM skipped the cut file: the grid had 2 slices 2 mm apart instead of 3 at 1 mm, without a word."""
-    from segmetrics.inputs.dicom import read_image_grid
+    from segmetrics.inputs.readers import read_image_grid
 
     assert read_image_grid(ct_series(data_dir, tmp_path)).array.shape == (3, 512, 512)
     with pytest.raises(ReadError, match="02.dcm: a DICOM image of the series folder .* cannot be read"):
@@ -337,7 +337,7 @@ def test_a_series_with_an_unreadable_slice_file_is_refused(data_dir, tmp_path, c
     ("ImageOrientationPatient", [0, 1, 0, 1, 0, 0], "differ in image orientation"),
 ])
 def test_a_series_whose_slices_disagree_is_refused(data_dir, tmp_path, field, value, message):
-    from segmetrics.inputs.dicom import read_image_grid
+    from segmetrics.inputs.readers import read_image_grid
 
     with pytest.raises(ReadError, match=message):
         read_image_grid(ct_series(data_dir, tmp_path, edit_middle=lambda dataset: setattr(dataset, field, value)))
@@ -350,7 +350,7 @@ def test_a_series_whose_slices_disagree_is_refused(data_dir, tmp_path, field, va
 def test_a_series_whose_slices_differ_only_by_rounding_is_read(data_dir, tmp_path, field, change):
     """Scanners print a slice's spacing and direction cosines with varying precision: values within
     the geometry tolerance (1e-4) are the same, as everywhere else in the package."""
-    from segmetrics.inputs.dicom import read_image_grid
+    from segmetrics.inputs.readers import read_image_grid
 
     def edit(dataset):
         setattr(dataset, field, change(getattr(dataset, field)))
@@ -361,7 +361,7 @@ def test_a_series_whose_slices_differ_only_by_rounding_is_read(data_dir, tmp_pat
 def test_a_series_pixel_spacing_of_zero_is_refused_not_read_as_1mm(data_dir, tmp_path):
     import pydicom
 
-    from segmetrics.inputs.dicom import read_image_grid
+    from segmetrics.inputs.readers import read_image_grid
 
     folder = ct_series(data_dir, tmp_path)
     for path in folder.iterdir():
@@ -585,13 +585,15 @@ def test_a_metaimage_spacing_without_one_value_per_axis_is_refused(tmp_path, spa
 
 def test_a_seg_nrrd_whose_voxel_size_is_in_spacings_is_refused(tmp_path):
     """slicerio takes a .seg.nrrd's geometry from 'space directions' only: 'spacings: 0.8 0.9 2.5' was
-    read as 1 mm voxels (ITK reads the same header as a plain .nrrd correctly)."""
+    read as 1 mm voxels. The content decides, not the name: the same segmentation named .nrrd is
+    refused too."""
     path = header_without_spacing(tmp_path, ".seg.nrrd", "spacings: 0.8 0.9 2.5\n")
     with pytest.raises(ReadError, match=r"a.seg.nrrd: gives its voxel size in NRRD 'spacings'.*1 mm"):
         load_label_image(path)
     plain = tmp_path / "plain.nrrd"
     plain.write_bytes(path.read_bytes())
-    assert tuple(load_label_image(plain).spacing) == pytest.approx(SPACING_XYZ[::-1])
+    with pytest.raises(ReadError, match=r"plain.nrrd: gives its voxel size in NRRD 'spacings'"):
+        load_label_image(plain)
 
 
 def test_a_grid_file_without_any_voxel_size_is_refused_unless_assumed(tmp_path):
@@ -622,7 +624,7 @@ def test_intact_compressed_nrrd_and_metaimage_are_decompressed_once_by_the_reade
     def no_decompression(*args):
         raise AssertionError("the stream was decompressed by the check")
 
-    monkeypatch.setattr(validation, "_inflated_length", no_decompression)
+    monkeypatch.setattr(files, "inflated_length", no_decompression)
     assert np.array_equal(load_label_image(path).array, ARRAY)
 
 
@@ -640,7 +642,7 @@ def gzip_seg_nrrd(tmp_path):
 def test_an_intact_gzip_seg_nrrd_is_decompressed_once_and_a_damaged_one_refused(tmp_path, monkeypatch):
     path, start = gzip_seg_nrrd(tmp_path)
     with monkeypatch.context() as patch:
-        patch.setattr(validation, "_inflated_length", lambda *args: pytest.fail("decompressed by the check"))
+        patch.setattr(files, "inflated_length", lambda *args: pytest.fail("decompressed by the check"))
         image = load_label_image(path)
     assert np.array_equal(image.array, ARRAY) and image.names == {1: "outer", 2: "inner"}
     raw = bytearray(path.read_bytes())

@@ -65,3 +65,19 @@ def test_every_module_is_in_a_layer_folder_or_is_an_application():
     top_level = {p.stem for p in PACKAGE.glob("*.py")}
     assert top_level == {"__init__", "_version", "registry", "cli", "demo", "report", "mrml"}
     assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(LAYERS[2:-1])
+
+
+#: Inside ``inputs`` data flows down too: the generic checks and the polygon, mask and grid helpers, then the
+#: format readers, then ``io`` (reading, label-map checks, pairing); a module imports only its rank or below.
+INPUTS_RANK = {"validation": 0, "structure_names": 0, "polygons": 0, "masks": 0, "grids": 0, "readers": 1, "io": 2}
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "inputs").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_inputs_flow_from_files_to_readers_to_pairing(path):
+    parts = _module_parts(path)
+    if len(parts) < 2:
+        return  # the package's own __init__
+    own = INPUTS_RANK[parts[1]]
+    upward = [f"line {line}: {'.'.join(target)}" for line, target in _imported(path)
+              if target[:1] == ["inputs"] and len(target) > 1 and INPUTS_RANK.get(target[1], 0) > own]
+    assert not upward, f"{path.relative_to(PACKAGE)} imports upward within inputs: {upward}"

@@ -74,11 +74,11 @@ def test_damaged_nii_gz_is_refused(tmp_path, flip_middle_byte):
 
 def test_gzipped_nifti_is_decompressed_once(tmp_path, monkeypatch):
     """The stream's CRC is checked on the voxels ITK decompressed, not by reading the file a second time."""
-    from segmetrics.inputs import validation
+    from segmetrics.inputs.readers import files
 
     array = (np.random.default_rng(5).random((20, 30, 40)) > 0.5).astype(np.uint8)
     path = write(array, tmp_path / "a.nii.gz")
-    monkeypatch.setattr(validation, "_data_length", lambda path: pytest.fail(f"{path} decompressed twice"))
+    monkeypatch.setattr(files, "data_length", lambda path: pytest.fail(f"{path} decompressed twice"))
     assert np.array_equal(load_label_image(path).array, array)
 
 
@@ -96,22 +96,21 @@ def test_cut_nii_gz_with_a_trailer_of_the_right_length_is_refused(tmp_path):
 def test_voxel_check_accepts_an_intact_stream_read_differently(tmp_path, monkeypatch):
     """Voxels that differ from the file's bytes (e.g. converted by the reader) send the check to the
     stream itself, which is intact here: no refusal; the voxels as stored need no second read."""
-    from segmetrics.inputs import validation
-    from segmetrics.inputs.validation import VoxelCheck, check_file
+    from segmetrics.inputs.readers import files, nifti
 
     array = ball()
     path = write(array, tmp_path / "a.nii.gz")
-    check = check_file(path, InputPolicy(), defer_data_check=True)
-    assert isinstance(check, VoxelCheck) and check.path == path
+    check = nifti.check(path, defer_data_check=True)
+    assert isinstance(check, files.VoxelCheck) and check.path == path
     reads = []
-    read_stream = validation._inflated_length
-    monkeypatch.setattr(validation, "_inflated_length",
+    read_stream = files.inflated_length
+    monkeypatch.setattr(files, "inflated_length",
                         lambda path, offset: (reads.append(path), read_stream(path, offset))[1])
     check.verify(array)
     assert reads == []
     check.verify(array.astype(np.float32))
     assert reads == [path]
-    assert check_file(path, InputPolicy()) is None and len(reads) == 2  # by default the stream is read here
+    assert nifti.check(path) is None and len(reads) == 2  # by default the stream is read here
 
 
 @pytest.mark.parametrize("damaged", [False, True])
@@ -584,7 +583,7 @@ def test_input_policy_is_stored_in_batch_settings(tmp_path):
               input_policy=InputPolicy(allow_many_labels=True))
     settings = json.loads((tmp_path / "out" / "run.json").read_text())
     assert settings["input_policy"] == {"allow_lossy": False, "allow_many_labels": True, "allow_external_data": False,
-                                        "assume_unit_spacing": False}
+                                        "assume_unit_spacing": False, "allow_crop": False}
 
 
 def test_nifti_pair_header_and_data_are_checked(tmp_path):

@@ -81,6 +81,10 @@ def _add_input_arguments(p) -> None:
                    help="accept .mhd/.nhdr headers whose data file lies outside the header's folder")
     p.add_argument("--assume-unit-spacing", action="store_true",
                    help="accept NRRD/MetaImage files that state no voxel size, as 1 mm voxels (results in voxel units)")
+    p.add_argument("--allow-crop", action="store_true",
+                   help="accept losing structures to a grid: contours outside the --image grid, resampling that "
+                        "discards a whole structure or onto a field of view that does not overlap (a warning says "
+                        "what was lost)")
 
 
 def _input_policy(args):
@@ -89,7 +93,8 @@ def _input_policy(args):
 
     if args.allow_lossy and args.threshold is None:
         raise UserError("--allow-lossy needs --threshold (e.g. --threshold 128 for 0/255 JPEG masks)")
-    return InputPolicy(args.allow_lossy, args.allow_many_labels, args.allow_external_data, args.assume_unit_spacing)
+    return InputPolicy(args.allow_lossy, args.allow_many_labels, args.allow_external_data, args.assume_unit_spacing,
+                       args.allow_crop)
 
 
 def _parameters(args):
@@ -132,7 +137,9 @@ def _add_compare_parser(subparsers) -> None:
                    "also match ignoring case and separators")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
     p.add_argument("--threshold", type=float, help="binarise both inputs at value >= THRESHOLD (probability maps)")
-    p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"}')
+    p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"}, '
+                   "for the input(s) without names of their own (label maps); names an RTSTRUCT, SEG or .seg.nrrd "
+                   "carries are kept")
     p.add_argument("--metrics", help="comma-separated metric or group names, or all (default: every group but "
                                       "lesions, which --metrics lesions adds)")
     _add_parameter_arguments(p)
@@ -172,7 +179,7 @@ def _structure_progress():
 
 def _run_compare(args) -> int:
     from .evaluation.compare import compare
-    from .inputs.io import apply_name_map, load_pair, read_name_map
+    from .inputs.io import load_pair, read_name_map
     from .outputs.tables import write_result
     from .outputs.slices import write_slice_table
     from .inputs.structure_names import read_synonyms
@@ -182,13 +189,11 @@ def _run_compare(args) -> int:
     names = read_name_map(args.names) if args.names else None
     reference, test = load_pair(args.reference, args.test, threshold=args.threshold, input_policy=policy,
                                 image=args.image, contour_resolution_mm=args.contour_resolution)
-    if names is not None:
-        for image in (reference, test):
-            apply_name_map(image, names)
     labels = _labels(args)
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
-                         resample_to=args.resample_to, progress=progress, input_policy=policy, synonyms=synonyms)
+                         resample_to=args.resample_to, progress=progress, input_policy=policy, synonyms=synonyms,
+                         names=names)
     result.provenance.update(command=args.command_line, inputs=_input_files(
         reference=args.reference, test=args.test, names=args.names))
     fmt, layout = ("csv", "wide") if args.format == "wide-csv" else (args.format, args.layout)

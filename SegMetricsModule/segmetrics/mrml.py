@@ -305,16 +305,16 @@ def _working_copy(temporary: _TemporaryNodes, node, role: str, notes: list):
             if source != PLANAR_CONTOUR:
                 raise RuntimeError(f"could not create a binary labelmap of {role} segmentation {node.GetName()!r}")
             _rasterise_planar_contours(segmentation, node.GetName())
-            source += " (rasterised by segmetrics.inputs.dicom: pixel centres inside, even-odd)"
+            source += " (rasterised by segmetrics.inputs.readers.rtstruct: pixel centres inside, even-odd)"
         notes.append(_("{role} binary labelmap created from its {source} source").format(role=role, source=source.lower()))
     return copy
 
 
 def _rasterise_planar_contours(segmentation, name: str) -> None:
     """Give every segment of a planar-contour segmentation a binary labelmap, rasterised by
-    :func:`segmetrics.inputs.dicom.rasterise` on a grid built from its contour planes (when no
+    :func:`segmetrics.inputs.readers.rtstruct.rasterise` on a grid built from its contour planes (when no
     converter, such as SlicerRT's, is installed)."""
-    from .inputs.dicom import StructureSet, contour_grid, rasterise
+    from .inputs.readers.rtstruct import StructureSet, contour_grid, rasterise
 
     segments = dict(enumerate((segmentation.GetNthSegment(i) for i in range(segmentation.GetNumberOfSegments())),
                               start=1))  # label value -> segment
@@ -378,7 +378,7 @@ def contour_polydata(polygons) -> vtk.vtkPolyData:
 
 def add_segmentation_from_contours(scene, image, name: str):
     """Add a segmentation node whose source representation is planar contours (as SlicerRT makes
-    from an RT structure set), one segment per structure of a :class:`segmetrics.inputs.dicom.ContourImage`."""
+    from an RT structure set), one segment per structure of a :class:`segmetrics.inputs.readers.rtstruct.ContourImage`."""
     node = scene.AddNewNodeByClass("vtkMRMLSegmentationNode", name)
     segmentation = node.GetSegmentation()
     segmentation.SetSourceRepresentationName(PLANAR_CONTOUR)

@@ -223,14 +223,12 @@ def load_case(case: Case, threshold: float | None = None, input_policy=None):
     ``threshold`` binarises both (``value >= threshold``), e.g. 0.5 for probability maps;
     ``input_policy`` (:class:`segmetrics.inputs.io.InputPolicy`) overrides the input checks.
     """
-    from ..inputs.io import apply_name_map, load_pair, read_name_map
+    from ..inputs.io import load_pair, name_unnamed, read_name_map
 
     # RT structure sets: rasterised on the other input's grid, or both on one contour grid
     reference, test = load_pair(case.reference, case.test, threshold=threshold, input_policy=input_policy)
-    if case.names:  # as `segmetrics compare --names`: each image names the labels it holds
-        names = read_name_map(case.names)
-        for image in (reference, test):
-            apply_name_map(image, names)
+    if case.names:  # as `segmetrics compare --names`: the side(s) without names of their own
+        reference, test, _notes = name_unnamed(reference, test, read_name_map(case.names), str(case.names))
     return reference, test
 
 

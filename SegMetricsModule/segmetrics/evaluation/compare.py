@@ -6,8 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..spatial.geometry import (LabelImage, check_same_geometry, foreground_outside_note, geometry_differences,
-                       resample_nearest, union_box)
+from ..spatial.geometry import LabelImage, check_same_geometry, geometry_differences, resample_nearest, union_box
 from ..spatial.orientation import Reorientation, canonical
 from ..registry import (MetricValue, Parameters, Status, StructurePair, all_groups, as_parameters,
                        resolve_selection)
@@ -290,6 +289,7 @@ def compare(
     image=None,
     contour_resolution_mm: float | None = None,
     keep_surfaces: bool = False,
+    names=None,
 ) -> ComparisonResult:
     """Compare a test segmentation with a reference, structure by structure.
 
@@ -309,7 +309,10 @@ def compare(
     resample_to : {None, "reference"} or path
         ``"reference"`` resamples the test onto the reference grid (nearest neighbour); a path to
         a DICOM image series folder (or an image file) resamples both onto its grid; otherwise a
-        grid mismatch raises :class:`~segmetrics.spatial.geometry.GeometryMismatchError`.
+        grid mismatch raises :class:`~segmetrics.spatial.geometry.GeometryMismatchError` (grids that
+        are one lattice stored in another axis order are compared without resampling). Resampling
+        that would discard a whole structure, or fields of view that do not overlap, are refused
+        unless ``input_policy.allow_crop`` (:func:`segmetrics.inputs.grids.check_resampling`).
     threshold : float, optional
         Binarise both inputs at ``value >= threshold`` (probability maps); default: integer labels.
     progress : callable, optional
@@ -328,7 +331,11 @@ def compare(
         :func:`segmetrics.inputs.io.load_pair` for the default grids.
     contour_resolution_mm : float, optional
         Pixel size of a grid built from contour planes (default
-        :data:`segmetrics.inputs.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
+        :data:`segmetrics.inputs.readers.rtstruct.DEFAULT_CONTOUR_RESOLUTION_MM`).
+    names : dict or path, optional
+        ``{label value: name}`` (or a JSON file of it, as ``--names``) for the side(s) whose file
+        carries no names of its own (label maps); names an RT Structure Set, DICOM SEG or
+        ``.seg.nrrd`` carries are kept (:func:`segmetrics.inputs.io.name_unnamed`).
     keep_surfaces : bool
         Keep each structure's 3-D surfaces in ``extras["surfaces"]`` (:class:`PairSurfaces`), e.g.
         for the Slicer review; off by default, so that results of many structures stay small.
@@ -342,7 +349,9 @@ def compare(
     refers to the array (``msi_axis``, per-slice MSI rows, surface polydata in ``extras``) stays in
     the stored array's indices and index-scaled frame.
     """
-    from ..inputs.io import load_pair
+    from ..inputs.grids import check_fields_of_view, check_resampling
+    from ..inputs.io import load_pair, name_unnamed, read_name_map
+    from ..inputs.validation import InputPolicy
     from .provenance import describe_input, grid_info, provenance
 
     params = as_parameters(params)
@@ -352,18 +361,26 @@ def compare(
                                 contour_resolution_mm=contour_resolution_mm)
     params.check_dimension(reference.ndim)
     notes = getattr(reference, "notes", []) + getattr(test, "notes", [])
+    if names is not None:
+        source, mapping = ("name map", names) if isinstance(names, dict) else (str(names), read_name_map(names))
+        reference, test, named = name_unnamed(reference, test, mapping, source)
+        notes += named
+    allow_crop = (input_policy or InputPolicy()).allow_crop
     if resample_to == "reference":
         differences = geometry_differences(reference, test)
         if differences:
             notes.append("test resampled onto the reference grid (nearest neighbour): " + "; ".join(differences))
-            notes += foreground_outside_note(test, reference)
+            notes += check_resampling(test, reference, "test", "reference", allow_crop)
         test = resample_nearest(test, reference)
     elif resample_to is not None:  # an image (e.g. a DICOM series folder) whose grid both go onto
-        from ..inputs.dicom import read_image_grid
+        from ..inputs.readers import read_image_grid
 
         grid = read_image_grid(resample_to, input_policy)
         notes.append(f"reference and test resampled onto the grid of {resample_to} (nearest neighbour)")
+        for side, image in (("reference", reference), ("test", test)):
+            notes += check_resampling(image, grid, side, str(resample_to), allow_crop)
         reference, test = resample_nearest(reference, grid), resample_nearest(test, grid)
+    check_fields_of_view(reference, test)
     check_same_geometry(reference, test)
     orientation = canonical(reference)  # metrics must not depend on how the grid is stored
 

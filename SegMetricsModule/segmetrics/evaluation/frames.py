@@ -543,7 +543,7 @@ def check_frame_grid(name, what: str, path, image, reference_path, reference_ima
     ground truth: frames are compared voxel by voxel, so another storage of the same grid (flipped,
     transposed) or another spacing or origin would pair other voxels. With a file without geometry
     on either side (``.npy``, pictures such as PNG: 1 mm pixels at 0) only the shapes are compared."""
-    from ..inputs.io import PICTURE_SUFFIXES
+    from ..inputs.readers.pictures import SUFFIXES as PICTURE_SUFFIXES
 
     differences = geometry_differences(reference_image, image)
     if {Path(path).suffix.lower(), Path(reference_path).suffix.lower()} & {".npy", *PICTURE_SUFFIXES}:

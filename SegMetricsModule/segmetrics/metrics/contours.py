@@ -5,8 +5,8 @@ themselves, without rasterising. For masks the contours are those of slice-wise 
 squares boundaries (:func:`segmetrics.spatial.mesh.contours_2d`) of each slice along the MSI slice axis
 (:func:`segmetrics.metrics.msi.pair_slice_axis`: ``Parameters.msi_axis`` or the through-plane axis). Polygons
 are grouped by plane (:func:`segmetrics.metrics.msi.compared_planes`, shared with the polygon MSI; planes
-closer than :data:`segmetrics.inputs.dicom.PLANE_TOLERANCE_MM` are one); each side's contour on a plane is
-the boundary of its even-odd region (:func:`segmetrics.inputs.dicom.even_odd_region`, as rasterised: a
+closer than :data:`segmetrics.inputs.polygons.PLANE_TOLERANCE_MM` are one); each side's contour on a plane is
+the boundary of its even-odd region (:func:`segmetrics.inputs.polygons.even_odd_region`, as rasterised: a
 contour given twice is none, a keyhole's channel and an out-and-back spur are not drawn), measured
 in the plane with shapely:
 
@@ -82,7 +82,7 @@ def boundary(rings):
 
 
 def polygon_dice(reference, test) -> float:
-    """Dice of two sides' filled contours on one plane (:func:`segmetrics.inputs.dicom.even_odd_region`, exact
+    """Dice of two sides' filled contours on one plane (:func:`segmetrics.inputs.polygons.even_odd_region`, exact
     areas, mm²); NaN when both are empty."""
     total = reference.area + test.area
     return 2 * reference.intersection(test).area / total if total > 0 else math.nan

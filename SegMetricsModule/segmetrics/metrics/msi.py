@@ -35,7 +35,7 @@ from scipy.spatial import cKDTree
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from ..spatial import _bundled_planar, accelerator, mesh
-from ..inputs.dicom import even_odd_region, nearest_slice, rings_by_plane
+from ..inputs.polygons import even_odd_region, nearest_slice, rings_by_plane
 from ..spatial.geometry import through_plane_axis
 from ..spatial.orientation import Reorientation
 from ..registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
@@ -50,7 +50,7 @@ SUBDIVISION = 0.25
 #: of a slice stay bounded (a 1e4 x 1e-4 mm pixel asked for 4e8 points per segment: MemoryError).
 MAX_SEGMENT_PIECES = 256
 #: Polygon segments (RT Structure Sets) are subdivided to at most this length (mm): SUBDIVISION of
-#: the 1 mm pixel of a contour grid (:data:`segmetrics.inputs.dicom.DEFAULT_CONTOUR_RESOLUTION_MM`).
+#: the 1 mm pixel of a contour grid (:data:`segmetrics.inputs.readers.rtstruct.DEFAULT_CONTOUR_RESOLUTION_MM`).
 POLYGON_SEGMENT_MM = 0.25
 #: Number of worst slices listed in the ``msi`` value's params.
 WORST_SLICES = 5
@@ -297,7 +297,7 @@ def _score_objects(ref_objects, test_objects, overlap, sizes_ref, sizes_test, il
 
 
 def polygon_objects(region, max_segment_mm: float = POLYGON_SEGMENT_MM) -> tuple:
-    """``(objects, regions)`` of one side's :func:`~segmetrics.inputs.dicom.even_odd_region` on one plane (in-plane mm): one
+    """``(objects, regions)`` of one side's :func:`~segmetrics.inputs.polygons.even_odd_region` on one plane (in-plane mm): one
     object per connected region (shapely ``Polygon``) with its outer and hole contours subdivided
     to at most ``max_segment_mm``."""
     import shapely
@@ -311,7 +311,7 @@ def polygon_objects(region, max_segment_mm: float = POLYGON_SEGMENT_MM) -> tuple
 
 def polygon_slice(reference_region, test_region, il: float = 1.0, ol: float = 1.0, align: str = "none") -> tuple:
     """``(msi, weight, counts, status)`` of one plane of two sides' filled contours
-    (:func:`~segmetrics.inputs.dicom.even_odd_region`, in-plane mm), as :func:`slice_table` scores the slice of two masks,
+    (:func:`~segmetrics.inputs.polygons.even_odd_region`, in-plane mm), as :func:`slice_table` scores the slice of two masks,
     with exact areas instead of pixel counts: objects paired by the same rule (IoU and centroid
     distance), BLD between the subdivided polygons, even-odd inside test against the reference
     polygons."""
@@ -325,7 +325,7 @@ def polygon_slice(reference_region, test_region, il: float = 1.0, ol: float = 1.
 
 
 def contour_planes(pair: StructurePair) -> tuple:
-    """:func:`segmetrics.inputs.dicom.rings_by_plane` of a pair's polygons (``pair.contours``), found once
+    """:func:`segmetrics.inputs.polygons.rings_by_plane` of a pair's polygons (``pair.contours``), found once
     per pair and shared by the groups (``pair.cache["contour_planes"]``)."""
     if "contour_planes" not in pair.cache:
         pair.cache["contour_planes"] = rings_by_plane(*pair.contours)
@@ -333,7 +333,7 @@ def contour_planes(pair: StructurePair) -> tuple:
 
 
 def contour_regions(pair: StructurePair) -> list:
-    """Per plane of :func:`contour_planes`, in its order, ``(reference, test)`` :func:`~segmetrics.inputs.dicom.even_odd_region`
+    """Per plane of :func:`contour_planes`, in its order, ``(reference, test)`` :func:`~segmetrics.inputs.polygons.even_odd_region`
     (found once per pair, ``pair.cache["contour_regions"]``)."""
     if "contour_regions" not in pair.cache:
         pair.cache["contour_regions"] = [tuple(even_odd_region(rings) for rings in sides)
@@ -345,7 +345,7 @@ def plane_slices(pair: StructurePair, planes, normal) -> tuple:
     """``(stored axis, stored slice indices)``: the array axis of the user's stored grid (the one
     the pair's polygons were rasterised on) normal to the contour planes, and the slice along it
     that holds each plane (``planes``: positions in mm along the unit vector ``normal``, patient
-    LPS), as :func:`segmetrics.inputs.dicom.rasterise` assigns them (nearest slice); ``None`` for a plane
+    LPS), as :func:`segmetrics.inputs.readers.rtstruct.rasterise` assigns them (nearest slice); ``None`` for a plane
     beyond the stored grid (e.g. an ``--image`` series shorter than the contours), which the
     rasteriser leaves out too."""
     image, orientation = pair.image, pair.orientation or Reorientation.identity(pair.reference.shape)
