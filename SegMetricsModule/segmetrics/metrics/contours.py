@@ -91,6 +91,11 @@ METRICS = (
 # ---------------------------------------------------------------- boundaries
 
 
+def _cross(a, b) -> np.ndarray:
+    """z component of the cross products of rows of 2-D vectors."""
+    return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+
+
 def boundary_segments(rings) -> np.ndarray:
     """``(N, 2, 2)`` segments (start, end; in-plane mm) of the boundary of the even-odd region of
     closed ``(M, 2)`` rings (closed implicitly): the ring edges, less every stretch that an even
@@ -106,7 +111,7 @@ def boundary_segments(rings) -> np.ndarray:
     unit = vector / length[:, None]
     unit *= np.where((unit[:, 0] < 0) | ((unit[:, 0] == 0) & (unit[:, 1] < 0)), -1.0, 1.0)[:, None]
     angle = np.arctan2(unit[:, 1], unit[:, 0])  # the line's direction, in (-pi/2, pi/2]
-    offset = np.cross(unit, segments[:, 0])  # signed distance of the line from the origin
+    offset = _cross(unit, segments[:, 0])  # signed distance of the line from the origin
     along = np.einsum("ni,nki->nk", unit, segments)
     start, end = along.min(axis=1), along.max(axis=1)
     scale = OVERLAP_TOLERANCE_MM / max(1.0, float(np.abs(segments).max()))  # angle tolerance (rad)
@@ -263,7 +268,7 @@ def _candidate_pairs(starts, units, lengths, target) -> tuple:
 def _segment_distance(p0, p1, q0, q1) -> np.ndarray:
     """Distance (mm) between segments ``p0 p1`` and ``q0 q1`` (0 when they cross or touch)."""
     def side(a, b, c):
-        return np.cross(b - a, c - a)
+        return _cross(b - a, c - a)
 
     crossing = (side(q0, q1, p0) * side(q0, q1, p1) <= 0) & (side(p0, p1, q0) * side(p0, p1, q1) <= 0)
     ends = np.minimum.reduce([_point_segment_distance(p0, q0, q1 - q0), _point_segment_distance(p1, q0, q1 - q0),
@@ -288,7 +293,7 @@ def _segment_pieces(starts, units, lengths, edge, segment, target) -> tuple:
 
     def vertex(point):
         offset = point - p0
-        return np.ones(len(edge)), np.einsum("ni,ni->n", offset, u), np.cross(u, offset) ** 2
+        return np.ones(len(edge)), np.einsum("ni,ni->n", offset, u), _cross(u, offset) ** 2
 
     normal = np.column_stack([-w[:, 1], w[:, 0]]) / np.sqrt(squared_w)[:, None]
     alpha, beta = np.einsum("ni,ni->n", normal, u), np.einsum("ni,ni->n", normal, p0 - a)
