@@ -164,3 +164,64 @@ def test_distances_within_1e6_mm_of_high_precision(name):
         for tolerance in (0.3, 1.0):
             assert profile.length_beyond(tolerance) == pytest.approx(
                 float(truth.length - truth.length_within(tolerance)), abs=TOLERANCE_MM)
+
+
+# ---------------------------------------------------------------- closed forms
+
+
+def concentric_squares(side, margin):
+    """Closed forms of a square of ``side`` inside one ``margin`` wider on every side: from the inner
+    one the distance is ``margin`` everywhere; along each outer side (length ``side + 2 margin``) it is
+    ``sqrt(margin² + max(0, |x| - side / 2)²)``. Returns (largest, mean, percentile function) outwards."""
+    outer_side = side + 2 * margin
+    mean = (side * margin + margin ** 2 * (math.sqrt(2) + math.asinh(1))) / outer_side
+
+    def percentile(percent):
+        share = percent / 100 * outer_side - side  # length beyond the flat part, both ends of a side
+        return margin if share <= 0 else math.hypot(margin, share / 2)
+
+    return margin * math.sqrt(2), mean, percentile
+
+
+@pytest.mark.parametrize("angle", [0.0, 0.3, math.pi / 4])
+def test_concentric_squares_rotated_match_their_closed_form(angle):
+    side, margin = 10.0, 1.0
+    inner, outer = [square(side / 2, (2.0, -1.0), angle)], [square(side / 2 + margin, (2.0, -1.0), angle)]
+    largest, mean, percentile = concentric_squares(side, margin)
+    inwards = distance_profile(boundary_segments(inner), boundary_segments(outer))
+    outwards = distance_profile(boundary_segments(outer), boundary_segments(inner))
+    for percent in (10, 50, 95, 100):
+        assert inwards.percentile(percent) == pytest.approx(margin, abs=TOLERANCE_MM)
+        assert outwards.percentile(percent) == pytest.approx(percentile(percent), abs=TOLERANCE_MM)
+    assert inwards.mean() == pytest.approx(margin, abs=TOLERANCE_MM)
+    assert outwards.mean() == pytest.approx(mean, abs=TOLERANCE_MM)
+    assert outwards.maximum() == pytest.approx(largest, abs=TOLERANCE_MM)
+    # APL: the outer contour's corners farther than the tolerance, 8 stretches per plane
+    tolerance = 1.2
+    assert outwards.length_beyond(tolerance) == pytest.approx(8 * (margin - math.sqrt(tolerance ** 2 - margin ** 2)),
+                                                              abs=TOLERANCE_MM)
+
+
+def test_a_keyhole_contour_is_its_outline_and_hole():
+    """A keyhole walks in to the hole and back along one channel: the channel is not boundary, so the
+    distances are those of the outline with a separate hole ring; a ring given twice is no boundary,
+    an out-and-back spur leaves none."""
+    outline, hole = square(10.0), square(3.0)[::-1]
+    keyhole = np.array([[-10, -10], [10, -10], [10, 10], [-10, 10], [-10, 0], [-3, 0], [-3, 3], [3, 3], [3, -3],
+                        [-3, -3], [-3, 0], [-10, 0]], float)
+    separate = boundary_segments([outline, hole])
+    assert _length(boundary_segments([keyhole])) == pytest.approx(_length(separate)) == pytest.approx(80 + 24)
+    other = [polygon(6.0, 9, angle=0.2)]
+    for source, target in ((boundary_segments([keyhole]), boundary_segments(other)),
+                           (boundary_segments(other), boundary_segments([keyhole]))):
+        expected = (distance_profile(separate, target) if len(source) > 9 else distance_profile(source, separate))
+        profile = distance_profile(source, target)
+        assert profile.maximum() == pytest.approx(expected.maximum(), abs=1e-12)
+        assert profile.mean() == pytest.approx(expected.mean(), abs=1e-12)
+    assert len(boundary_segments([outline, outline[::-1]])) == 0
+    spur = np.array([[0, 0], [4, 0], [4, 4], [4, 6], [4, 4], [0, 4]], float)  # out to (4, 6) and back
+    assert _length(boundary_segments([spur])) == pytest.approx(16.0)
+
+
+def _length(segments):
+    return float(np.hypot(*(segments[:, 1] - segments[:, 0]).T).sum())

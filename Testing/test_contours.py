@@ -59,7 +59,9 @@ def test_shifted_circle_gives_the_shift_as_hausdorff_and_the_analytic_mean(tmp_p
         return abs(math.sqrt(radius ** 2 + shift ** 2 - 2 * radius * shift * math.cos(t)) - radius)
 
     mean, _ = quad(distance, 0, 2 * math.pi)
-    assert result.value("contour_mean_distance_mm") == pytest.approx(mean / (2 * math.pi), abs=EXACT_MM)
+    # the polygons lie within their sagitta r (1 - cos(pi / 2000)) of the circles: distances within twice it
+    sagitta = radius * (1 - math.cos(math.pi / 2000))
+    assert result.value("contour_mean_distance_mm") == pytest.approx(mean / (2 * math.pi), abs=2 * sagitta + EXACT_MM)
     # the reference arc farther than 1 mm from the shifted circle
     far = quad(lambda t: float(distance(t) > 1), 0, 2 * math.pi, limit=200, points=[1.2, 1.9, 4.4, 5.1])[0]
     assert result.value("apl_mm") == pytest.approx(len(PLANES) * far * radius, rel=0.01)
@@ -250,3 +252,38 @@ def test_contours_of_pixels_far_longer_than_wide_take_bounded_samples(seed):
     rows = result.extras["contour_slices"]
     expected = [sum(c.length for c in contours_2d(mask[:, k, :], (1e-4, 1e6))) for k in range(4) if mask[:, k, :].any()]
     assert [row["reference_length_mm"] for row in rows] == pytest.approx(expected, rel=1e-9)
+
+
+def test_cuboids_with_planes_one_side_lacks_follow_the_closed_form_and_say_so(tmp_path):
+    """A 10 mm square prism inside one 1 mm wider: inwards every point is 1 mm away, outwards the
+    distance along each side of 12 mm is sqrt(1 + max(0, |x| - 5)²). The reference lacks plane 12,
+    the test plane 9: the distances are over planes 0-6 and say that planes are missing."""
+    side, margin, tolerance = 10.0, 1.0, 1.5
+    reference = [rectangle(0, 0, side, side, z) for z in (0.0, 3.0, 6.0, 9.0)]
+    test = [rectangle(-margin, -margin, side + margin, side + margin, z) for z in (0.0, 3.0, 6.0, 12.0)]
+    result = compare_sets(tmp_path, {"box": reference, "same": reference}, {"box": test, "same": reference},
+                          metrics="contours", params=Parameters(apl_tolerance_mm=tolerance))
+    box = result["box"]
+    outer = side + 2 * margin
+    mean_out = (side * margin + margin ** 2 * (math.sqrt(2) + math.asinh(1))) / outer
+    q95_out = math.hypot(margin, (0.95 * outer - side) / 2)
+    expected = {"contour_hd_mm": margin * math.sqrt(2), "contour_hd95_mm": q95_out, "contour_median_mm": margin,
+                "contour_mean_distance_mm": (margin + mean_out) / 2,
+                "contour_hd_reference_to_test_mm": margin, "contour_hd_test_to_reference_mm": margin * math.sqrt(2),
+                "contour_hd95_reference_to_test_mm": margin, "contour_hd95_test_to_reference_mm": q95_out,
+                "contour_mean_reference_to_test_mm": margin, "contour_mean_test_to_reference_mm": mean_out}
+    for metric, value in expected.items():
+        assert box.value(metric) == pytest.approx(value, abs=1e-9), metric
+        assert box.get(metric).status == "missing_planes"
+        assert box.get(metric).params["reference_only_planes_mm"] == [9.0]
+        assert box.get(metric).params["test_only_planes_mm"] == [12.0]
+    assert box.get("contour_median_mm").params["test_to_reference_mm"] == pytest.approx(margin)
+    # APL counts the missing plane: the whole reference square there
+    assert box.value("apl_mm") == pytest.approx(4 * side) and box.get("apl_mm").status == "ok"
+    assert "missing_planes" in box.status
+    same = result["same"]
+    assert same.status == "ok" and same.value("contour_hd_mm") == 0 and same.value("contour_hd95_mm") == 0
+    rows = {row["position_mm"]: row for row in box.extras["contour_slices"]}
+    assert rows[0.0]["hd_mm"] == pytest.approx(margin * math.sqrt(2))
+    assert rows[0.0]["mean_distance_mm"] == pytest.approx((margin + mean_out) / 2)
+    assert math.isnan(rows[9.0]["hd_mm"]) and rows[9.0]["apl_mm"] == pytest.approx(4 * side)
