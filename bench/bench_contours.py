@@ -8,7 +8,7 @@ count):
 - a head-and-neck-sized set of 40 structures, 3 to 60 planes each, 8 to 60 mm across.
 
 Printed per set: the time of the group's own work on the plane rings (boundaries, both directions'
-exact distance profiles, APL, HD, HD95, HDp, median and mean), planes, vertices and the values of
+exact distance profiles, APL, HD, HD95, HDp, median and mean: ``measure``), planes, vertices and the values of
 the largest structure. With the shared data, also ``segmetrics.compare(metrics="contours")`` on the
 real breast structure set (``dicompyler_core/rtss.dcm``) against a copy scaled by 2 % about each
 contour's centroid (reading, grid and plane grouping included).
@@ -25,7 +25,8 @@ import numpy as np
 
 import segmetrics
 from common import DEFAULT_DATA, best_time
-from segmetrics.metrics.contours import DistanceProfile, boundary_segments, distance_profile
+from segmetrics.metrics.contours import Plane, boundary_segments, measure
+from segmetrics.registry import Parameters
 
 RNG = np.random.default_rng(0)
 
@@ -48,18 +49,12 @@ def structure(semi_axes, planes):
     return pairs
 
 
-def contour_metrics(planes, tolerance_mm=1.0, percentile=95.0):
-    """The group's work on one structure's plane rings: values over the planes of both sides."""
-    profiles, apl = [], 0.0
-    for reference, test in planes:
-        reference, test = boundary_segments([reference]), boundary_segments([test])
-        both = distance_profile(reference, test), distance_profile(test, reference)
-        apl += both[0].length_beyond(tolerance_mm)
-        profiles.append(both)
-    directed = [DistanceProfile.join(side) for side in zip(*profiles)]
-    return {"apl_mm": apl, "hd_mm": max(p.maximum() for p in directed),
-            "hd95_mm": max(p.percentile(95) for p in directed), "hdp_mm": max(p.percentile(percentile) for p in directed),
-            "median_mm": max(p.percentile(50) for p in directed), "mean_mm": sum(p.mean() for p in directed) / 2}
+def contour_metrics(planes):
+    """The group's work on one structure's plane rings (:func:`segmetrics.metrics.contours.measure`):
+    ``{metric: value}``."""
+    planes = [Plane(k, float(k), boundary_segments([reference]), boundary_segments([test]), math.nan)
+              for k, (reference, test) in enumerate(planes)]
+    return {value.metric: value.value for value in measure(planes, Parameters())[1]}
 
 
 def report(label, structures):
@@ -67,7 +62,8 @@ def report(label, structures):
     planes = sum(len(s) for s in structures)
     elapsed, values = best_time(lambda: [contour_metrics(s) for s in structures], repeats=2)
     largest = max(range(len(structures)), key=lambda i: len(structures[i]))
-    shown = ", ".join(f"{k} {v:.4f}" for k, v in values[largest].items())
+    shown = ", ".join(f"{k} {values[largest][k]:.4f}" for k in ("apl_mm", "contour_hd_mm", "contour_hd95_mm",
+                                                                  "contour_median_mm", "contour_mean_distance_mm"))
     print(f"{label:<34s} {len(structures):3d} structures {planes:4d} planes {vertices:7d} vertices  {elapsed:6.2f} s")
     print(f"{'':<34s} largest: {shown}")
 
@@ -92,7 +88,7 @@ def real_structure_set(data: Path):
         start = time.perf_counter()
         result = segmetrics.compare(source, scaled, metrics="contours")
         elapsed = time.perf_counter() - start
-    body = max(result.structures, key=lambda s: s.extras.get("contour_slices", []) and len(s.extras["contour_slices"]))
+    body = max(result.structures, key=lambda s: len(s.extras.get("contour_slices", [])))
     print(f"{'real rtss.dcm vs scaled 2 % (compare)':<34s} {len(result.structures):3d} structures"
           f"{'':>27s}{elapsed:6.2f} s")
     print(f"{'':<34s} {body.structure}: contour_hd_mm {body.value('contour_hd_mm'):.4f}, "

@@ -144,23 +144,21 @@ def _odd_stretches(start, end, unit, offset) -> np.ndarray:
 # ---------------------------------------------------------------- the distance along a boundary
 
 
+_PROFILE_FIELDS = ("plane", "low", "high", "curvature", "centre", "floor")
+
+
 @dataclass
 class DistanceProfile:
     """The exact distance (mm) from a boundary to another, piece by piece: on piece ``i``, at ``t``
     mm along its edge (``low[i] <= t <= high[i]``), the distance is
-    ``sqrt(curvature[i] (t - centre[i])² + floor[i])``."""
+    ``sqrt(curvature[i] (t - centre[i])² + floor[i])``; ``plane[i]`` is the plane the piece lies on."""
 
+    plane: np.ndarray
     low: np.ndarray
     high: np.ndarray
     curvature: np.ndarray
     centre: np.ndarray
     floor: np.ndarray
-
-    @classmethod
-    def join(cls, profiles) -> DistanceProfile:
-        """The pieces of several profiles together (e.g. one direction over every plane)."""
-        return cls(*(np.concatenate([getattr(p, name) for p in profiles]) for name in
-                     ("low", "high", "curvature", "centre", "floor")))
 
     def _at(self, t) -> np.ndarray:
         return np.sqrt(self.curvature * (t - self.centre) ** 2 + self.floor)
@@ -176,6 +174,10 @@ class DistanceProfile:
 
     def integral(self) -> float:
         """Integral of the distance along the boundary (mm²), in closed form."""
+        return float(self._integrals().sum())
+
+    def _integrals(self) -> np.ndarray:
+        """Per piece, the integral of the distance along it (mm²), in closed form."""
         width = self.high - self.low
         u_low, u_high = self.low - self.centre, self.high - self.centre
         curved = self.curvature > 0
@@ -187,13 +189,23 @@ class DistanceProfile:
         with np.errstate(divide="ignore", invalid="ignore"):
             hyperbola = (u_high * np.hypot(u_high, h) - u_low * np.hypot(u_low, h)
                          + squared_h * (np.arcsinh(u_high / h) - np.arcsinh(u_low / h))) / 2
-        pieces = np.where(~curved, np.sqrt(self.floor) * width,
-                          np.sqrt(self.curvature) * np.where(h > 0, hyperbola, straight))
-        return float(pieces.sum())
+        return np.where(~curved, np.sqrt(self.floor) * width, np.sqrt(self.curvature) * np.where(h > 0, hyperbola, straight))
 
     def mean(self) -> float:
         """Length-weighted mean distance (mm)."""
         return self.integral() / self.length
+
+    def by_plane(self, planes: int, tolerance_mm: float) -> tuple:
+        """``(length, largest, mean, length beyond tolerance_mm)`` (mm) per plane ``0 .. planes - 1``."""
+        def total(values):
+            return np.bincount(self.plane, weights=values, minlength=planes)
+
+        largest = np.zeros(planes)
+        np.maximum.at(largest, self.plane, np.maximum(self._at(self.low), self._at(self.high)))
+        length = total(self.high - self.low)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = total(self._integrals()) / length
+        return length, largest, mean, total(self.high - self.low - self._within(tolerance_mm))
 
     def _within(self, distance: float) -> np.ndarray:
         """Per piece, its length (mm) at most ``distance`` mm from the other boundary."""
@@ -213,25 +225,37 @@ class DistanceProfile:
 
     def percentile(self, percent: float) -> float:
         """The smallest distance (mm) within which ``percent`` % of the boundary's length lies
-        (bisection to 1e-12 of the largest distance)."""
+        (bisection to 1e-12 of the largest distance; pieces wholly within or beyond the bracket
+        leave the search)."""
         wanted, low, high = percent / 100 * self.length, 0.0, self.maximum()
         if percent >= 100:
             return high
+        ends = self._at(self.low), self._at(self.high)
+        inner = (self.centre > self.low) & (self.centre < self.high)
+        nearest = np.where(inner, np.sqrt(self.floor), np.minimum(*ends))
+        farthest = np.maximum(*ends)
+        active, counted = np.ones(len(self.low), bool), 0.0
+        piece = self
         while high - low > 1e-12 * max(high, 1e-300):
             middle = (low + high) / 2
-            low, high = (low, middle) if self.length_within(middle) >= wanted else (middle, high)
+            low, high = (low, middle) if counted + piece.length_within(middle) >= wanted else (middle, high)
+            below, beyond = active & (farthest <= low), active & (nearest > high)
+            if below.any() or beyond.any():
+                counted += float(np.sum((self.high - self.low)[below]))
+                active &= ~(below | beyond)
+                piece = DistanceProfile(*(getattr(self, name)[active] for name in _PROFILE_FIELDS))
         return high
 
 
 def _pieces_of_edges(segments, count) -> tuple:
-    """``(starts, units, lengths, pieces)``: each segment cut into equal pieces, ``count[i]`` for
-    segment ``i`` (starts in mm, unit directions, lengths in mm)."""
+    """``(owner, starts, units, lengths)``: each segment cut into equal pieces, ``count[i]`` for
+    segment ``i`` (the segment of each piece, its start in mm, unit direction and length in mm)."""
     owner = np.repeat(np.arange(len(segments)), count)
     index = np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)
     vector = segments[:, 1] - segments[:, 0]
     step = vector[owner] / count[owner, None]
     length = np.hypot(*step.T)
-    return segments[owner, 0] + index[:, None] * step, step / length[:, None], length
+    return owner, segments[owner, 0] + index[:, None] * step, step / length[:, None], length
 
 
 def _point_segment_distance(points, starts, vectors) -> np.ndarray:
@@ -240,20 +264,28 @@ def _point_segment_distance(points, starts, vectors) -> np.ndarray:
     return np.hypot(*(points - starts - s[:, None] * vectors).T)
 
 
-def _candidate_pairs(starts, units, lengths, target) -> tuple:
-    """``(edge, segment)`` index arrays: for each source edge, every target segment that can be
-    the nearest one somewhere on it (its distance to the edge is at most the least, over target
-    segments, of the larger distance from the edge's two ends: a bound on the distance along
-    the whole edge, as the distance to one segment is convex along the edge)."""
+def _candidate_pairs(starts, units, lengths, source_planes, target, target_planes) -> tuple:
+    """``(edge, segment)`` index arrays: for each source edge, every target segment on its plane
+    that can be the nearest one somewhere on it (its distance to the edge is at most the least,
+    over target segments, of the larger distance from the edge's two ends: a bound on the
+    distance along the whole edge, as the distance to one segment is convex along the edge).
+    The search runs on every plane at once: planes are set apart along a third axis by more than
+    any in-plane distance."""
     ends = starts + units * lengths[:, None]
     target_vectors = target[:, 1] - target[:, 0]
-    middles = (target[:, 0] + target[:, 1]) / 2
-    tree = cKDTree(middles)
-    nearest = tree.query((starts + ends) / 2)[1]
+    everything = np.concatenate([starts, ends, target[:, 0], target[:, 1]])
+    apart = 4 * float(np.ptp(everything, axis=0).sum()) + 1.0
+
+    def stacked(points, planes):
+        return np.column_stack([points, planes * apart])
+
+    tree = cKDTree(stacked((target[:, 0] + target[:, 1]) / 2, target_planes))
+    middles = stacked((starts + ends) / 2, source_planes)
+    nearest = tree.query(middles)[1]
     bound = np.maximum(_point_segment_distance(starts, target[nearest, 0], target_vectors[nearest]),
                        _point_segment_distance(ends, target[nearest, 0], target_vectors[nearest]))
     radius = bound + lengths / 2 + np.hypot(*target_vectors.T).max() / 2
-    found = tree.query_ball_point((starts + ends) / 2, radius * (1 + 1e-9) + 1e-12)
+    found = tree.query_ball_point(middles, radius * (1 + 1e-9) + 1e-12)
     edge = np.repeat(np.arange(len(starts)), [len(f) for f in found])
     segment = np.concatenate(found).astype(int) if len(edge) else np.empty(0, int)
     a, v = target[segment, 0], target_vectors[segment]
@@ -261,7 +293,7 @@ def _candidate_pairs(starts, units, lengths, target) -> tuple:
     least = np.full(len(starts), np.inf)
     np.minimum.at(least, edge, far)
     gap = _segment_distance(starts[edge], ends[edge], a, a + v)
-    keep = gap <= least[edge] * (1 + 1e-9) + 1e-12
+    keep = (gap <= least[edge] * (1 + 1e-9) + 1e-12) & (source_planes[edge] == target_planes[segment])
     return edge[keep], segment[keep]
 
 
@@ -336,16 +368,21 @@ def _crossings(curvature, centre, floor, i, j, low, high) -> tuple:
     return pair[inside], t[inside]
 
 
-def distance_profile(source, target) -> DistanceProfile:
+def distance_profile(source, target, source_planes=None, target_planes=None) -> DistanceProfile:
     """The exact distance from every point of the ``source`` segments to the ``target`` segments
-    (``(N, 2, 2)`` arrays of :func:`boundary_segments`, mm): per source edge, the lower envelope of
-    the distances to the target segments that can be nearest, cut where they cross."""
+    on the same plane (``(N, 2, 2)`` arrays of :func:`boundary_segments`, mm; ``*_planes``: each
+    segment's plane number, default all 0; every source plane needs target segments): per
+    source edge, the lower envelope of the distances to the target segments that can be
+    nearest, cut where they cross."""
+    source_planes = np.zeros(len(source), int) if source_planes is None else np.asarray(source_planes)
+    target_planes = np.zeros(len(target), int) if target_planes is None else np.asarray(target_planes)
     lengths = np.hypot(*(source[:, 1] - source[:, 0]).T)
     typical = np.median(np.hypot(*(target[:, 1] - target[:, 0]).T))
     count = np.clip(np.ceil(lengths / (2 * typical)), 1, MAX_EDGE_PIECES).astype(int)
-    starts, units, lengths = _pieces_of_edges(source, count)
+    owner, starts, units, lengths = _pieces_of_edges(source, count)
+    edge_planes = source_planes[owner]
     edge, owner, low, high, curvature, centre, floor = _segment_pieces(
-        starts, units, lengths, *_candidate_pairs(starts, units, lengths, target), target)
+        starts, units, lengths, *_candidate_pairs(starts, units, lengths, edge_planes, target, target_planes), target)
     order = np.lexsort((low, edge))
     edge, owner, low, high, curvature, centre, floor = (x[order] for x in (edge, owner, low, high, curvature,
                                                                           centre, floor))
@@ -371,7 +408,8 @@ def distance_profile(source, target) -> DistanceProfile:
     value = curvature[piece] * (middle - centre[piece]) ** 2 + floor[piece]
     order = np.lexsort((value, span))
     lowest = piece[order][np.r_[True, span[order][1:] != span[order][:-1]]]
-    return DistanceProfile(span_low, span_high, curvature[lowest], centre[lowest], floor[lowest])
+    return DistanceProfile(edge_planes[span_edge], span_low, span_high, curvature[lowest], centre[lowest],
+                           floor[lowest])
 
 
 
@@ -440,25 +478,41 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     """The contour metrics of one pair: on its polygons when both inputs are RT Structure Sets,
     else on the slice contours of its masks."""
     axis, planes = _planes(pair, params)
+    rows, values = measure(planes, params)
+    if rows is not None:
+        pair.extras["contour_slices"] = rows
+        pair.extras["contour_axis"] = axis
+    return values
+
+
+def measure(planes, params: Parameters) -> tuple:
+    """``(rows, values)``: the per-plane rows and the :class:`MetricValue` list of a structure's
+    :class:`Plane` list (rows None when neither side has a contour)."""
     tolerance = {"tolerance_mm": float(params.apl_tolerance_mm)}
     status = emptiness_status(any(len(p.reference) for p in planes), any(len(p.test) for p in planes))
     if status == Status.BOTH_EMPTY:
-        return [undefined(spec, status, tolerance if spec.name.startswith("apl") else {}) for spec in METRICS]
-    rows, profiles = [], []
-    for plane in planes:
+        return None, [undefined(spec, status, tolerance if spec.name.startswith("apl") else {}) for spec in METRICS]
+    shared = {k: i for i, k in enumerate(k for k, p in enumerate(planes) if len(p.reference) and len(p.test))}
+    profiles = None
+    if shared:  # every plane both sides contour at once
+        sides = [(np.concatenate([getattr(planes[k], side) for k in shared]),
+                  np.repeat(np.arange(len(shared)), [len(getattr(planes[k], side)) for k in shared]))
+                 for side in ("reference", "test")]
+        (reference, reference_planes), (test, test_planes) = sides
+        profiles = (distance_profile(reference, test, reference_planes, test_planes),
+                    distance_profile(test, reference, test_planes, reference_planes))
+        forward, backward = (profile.by_plane(len(shared), params.apl_tolerance_mm) for profile in profiles)
+    rows = []
+    for k, plane in enumerate(planes):
         row = {"slice": plane.slice, "position_mm": plane.position_mm, "dice": plane.dice,
                "reference_length_mm": _length(plane.reference), "test_length_mm": _length(plane.test),
                "apl_mm": _length(plane.reference) if not len(plane.test) else 0.0,
                "hd_mm": math.nan, "mean_distance_mm": math.nan}
-        if len(plane.reference) and len(plane.test):
-            both = distance_profile(plane.reference, plane.test), distance_profile(plane.test, plane.reference)
-            row.update(apl_mm=both[0].length_beyond(params.apl_tolerance_mm),
-                       hd_mm=max(profile.maximum() for profile in both),
-                       mean_distance_mm=(both[0].mean() + both[1].mean()) / 2)
-            profiles.append(both)
+        if k in shared:
+            i = shared[k]
+            row.update(apl_mm=float(forward[3][i]), hd_mm=float(max(forward[1][i], backward[1][i])),
+                       mean_distance_mm=float(forward[2][i] + backward[2][i]) / 2)
         rows.append(row)
-    pair.extras["contour_slices"] = rows
-    pair.extras["contour_axis"] = axis
     apl = sum(row["apl_mm"] for row in rows)
     reference_length = sum(row["reference_length_mm"] for row in rows)
     values = {"apl_mm": (apl, tolerance),
@@ -468,25 +522,24 @@ def compute(pair: StructurePair, params: Parameters) -> list:
                                           if len(getattr(p, side)) and not len(getattr(p, other))]
                for side, other in (("reference", "test"), ("test", "reference"))}
     distance_status = Status.MISSING_PLANES if status == Status.OK and any(missing.values()) else status
-    return [MetricValue(spec.name, values[spec.name][0], spec.unit,
-                        status if spec.name.startswith("apl") else distance_status,
-                        {**values[spec.name][1], **(missing if distance_status == Status.MISSING_PLANES else {})})
-            for spec in METRICS]
+    return rows, [MetricValue(spec.name, values[spec.name][0], spec.unit,
+                              status if spec.name.startswith("apl") else distance_status,
+                              {**values[spec.name][1], **(missing if distance_status == Status.MISSING_PLANES else {})})
+                  for spec in METRICS]
 
 
 def _distance_values(profiles, percentile: float) -> dict:
     """``{metric: (value mm, params)}`` of the distance metrics over the planes both sides
-    contour (``profiles``: per plane, the reference-to-test and test-to-reference
-    :class:`DistanceProfile`); ``inf`` without such a plane."""
-    if not profiles:
+    contour (``profiles``: the reference-to-test and test-to-reference :class:`DistanceProfile`
+    of those planes); ``inf`` without such a plane (``profiles`` None)."""
+    if profiles is None:
         return {spec.name: (math.inf, {"percentile": float(percentile)} if spec.name == "contour_hdp_mm" else {})
                 for spec in METRICS if not spec.name.startswith("apl")}
-    directed = [DistanceProfile.join(side) for side in zip(*profiles)]
-    statistics = {"hd": [p.maximum() for p in directed], "hd95": [p.percentile(95) for p in directed],
-                  "hdp": [p.percentile(percentile) for p in directed], "median": [p.percentile(50) for p in directed],
-                  "mean": [p.mean() for p in directed]}
-    values = {f"contour_{name}_{direction}_mm": (pair[k], {})
-              for name, pair in statistics.items() for k, direction in enumerate(_DIRECTIONS)}
+    statistics = {"hd": [p.maximum() for p in profiles], "hd95": [p.percentile(95) for p in profiles],
+                  "hdp": [p.percentile(percentile) for p in profiles], "median": [p.percentile(50) for p in profiles],
+                  "mean": [p.mean() for p in profiles]}
+    values = {f"contour_{name}_{direction}_mm": (statistics[name][k], {})
+              for name in ("hd", "hd95", "mean") for k, direction in enumerate(_DIRECTIONS)}
     values.update({f"contour_{name}_mm": (max(statistics[name]), {}) for name in ("hd", "hd95")})
     for name, extra in (("hdp", {"percentile": float(percentile)}), ("median", {})):
         values[f"contour_{name}_mm"] = (max(statistics[name]), {**extra, **{
