@@ -265,10 +265,11 @@ def _point_segment_distance(points, starts, vectors) -> np.ndarray:
 
 
 def _candidate_pairs(starts, units, lengths, source_planes, target, target_planes) -> tuple:
-    """``(edge, segment)`` index arrays: for each source edge, every target segment on its plane
+    """``(edge, segment, bound)``: for each source edge, every target segment on its plane
     that can be the nearest one somewhere on it (its distance to the edge is at most the least,
     over target segments, of the larger distance from the edge's two ends: a bound on the
-    distance along the whole edge, as the distance to one segment is convex along the edge).
+    distance along the whole edge, as the distance to one segment is convex along the edge),
+    and that bound per source edge (mm).
     The search runs on every plane at once: planes are set apart along a third axis by more than
     any in-plane distance."""
     ends = starts + units * lengths[:, None]
@@ -294,7 +295,7 @@ def _candidate_pairs(starts, units, lengths, source_planes, target, target_plane
     np.minimum.at(least, edge, far)
     gap = _segment_distance(starts[edge], ends[edge], a, a + v)
     keep = (gap <= least[edge] * (1 + 1e-9) + 1e-12) & (source_planes[edge] == target_planes[segment])
-    return edge[keep], segment[keep]
+    return edge[keep], segment[keep], least
 
 
 def _segment_distance(p0, p1, q0, q1) -> np.ndarray:
@@ -340,6 +341,14 @@ def _segment_pieces(starts, units, lengths, edge, segment, target) -> tuple:
     return tuple(column[keep] for column in columns)
 
 
+def _can_be_lowest(low, high, curvature, centre, floor, bound) -> np.ndarray:
+    """Whether each piece's least distance is within ``bound`` (mm, what the distance never exceeds on
+    the piece's edge)."""
+    ends = np.minimum(curvature * (low - centre) ** 2, curvature * (high - centre) ** 2)
+    least = np.where((centre > low) & (centre < high), 0.0, ends) + floor
+    return least <= (bound * (1 + 1e-9) + 1e-12) ** 2
+
+
 def _group_pairs(group) -> tuple:
     """Index pairs ``(i, j)``, ``i < j``, of the entries of a sorted group array in one group."""
     first_of_group = np.searchsorted(group, group, side="right")
@@ -381,8 +390,10 @@ def distance_profile(source, target, source_planes=None, target_planes=None) -> 
     count = np.clip(np.ceil(lengths / (2 * typical)), 1, MAX_EDGE_PIECES).astype(int)
     owner, starts, units, lengths = _pieces_of_edges(source, count)
     edge_planes = source_planes[owner]
-    edge, owner, low, high, curvature, centre, floor = _segment_pieces(
-        starts, units, lengths, *_candidate_pairs(starts, units, lengths, edge_planes, target, target_planes), target)
+    edge, segment, bound = _candidate_pairs(starts, units, lengths, edge_planes, target, target_planes)
+    pieces = _segment_pieces(starts, units, lengths, edge, segment, target)
+    edge, owner, low, high, curvature, centre, floor = (x[_can_be_lowest(*pieces[2:], bound[pieces[0]])]
+                                                        for x in pieces)
     order = np.lexsort((low, edge))
     edge, owner, low, high, curvature, centre, floor = (x[order] for x in (edge, owner, low, high, curvature,
                                                                           centre, floor))
