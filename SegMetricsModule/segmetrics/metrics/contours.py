@@ -53,7 +53,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial import cKDTree
 
-from ..spatial.mesh import contours_2d
 from .msi import compared_planes, contour_planes, pair_slice_axis
 from ..spatial.orientation import Reorientation
 from ..registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
@@ -450,6 +449,8 @@ def mask_slices(reference, test, spacing, axis: int):
     """Per slice of two masks along array ``axis`` holding either: ``(slice index, reference rings,
     test rings, Dice)``, rings ``(N, 2)`` in in-plane (row, column) mm (marching squares,
     :func:`segmetrics.spatial.mesh.contours_2d`). A 2-D pair is one slice."""
+    from ..spatial.mesh import contours_2d  # the mask path only: polygons need no mesh module
+
     reference, test, spacing = np.asarray(reference, bool), np.asarray(test, bool), np.asarray(spacing, float)
     if reference.ndim == 2:
         reference, test, spacing, axis = reference[None], test[None], np.r_[1.0, spacing], 0
