@@ -173,7 +173,3 @@ def match_structures(reference_names, test_names, synonyms: dict | None = None) 
                       n not in {r for a in ambiguities for r in a.references}]
     return matches, ambiguities
 
-
-def match_names(reference_names, test_names, synonyms: dict | None = None) -> dict:
-    """``{test name: reference name}`` of :func:`match_structures`' matches."""
-    return {match.test: match.reference for match in match_structures(reference_names, test_names, synonyms)[0]}
