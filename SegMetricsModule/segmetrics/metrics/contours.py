@@ -285,9 +285,7 @@ def _candidate_pairs(starts, units, lengths, source_planes, target, target_plane
     bound = np.maximum(_point_segment_distance(starts, target[nearest, 0], target_vectors[nearest]),
                        _point_segment_distance(ends, target[nearest, 0], target_vectors[nearest]))
     radius = bound + lengths / 2 + np.hypot(*target_vectors.T).max() / 2
-    found = tree.query_ball_point(middles, radius * (1 + 1e-9) + 1e-12)
-    edge = np.repeat(np.arange(len(starts)), [len(f) for f in found])
-    segment = np.concatenate(found).astype(int) if len(edge) else np.empty(0, int)
+    edge, segment = _within_radius(tree, middles, radius * (1 + 1e-9) + 1e-12)
     a, v = target[segment, 0], target_vectors[segment]
     far = np.maximum(_point_segment_distance(starts[edge], a, v), _point_segment_distance(ends[edge], a, v))
     least = np.full(len(starts), np.inf)
@@ -295,6 +293,20 @@ def _candidate_pairs(starts, units, lengths, source_planes, target, target_plane
     gap = _segment_distance(starts[edge], ends[edge], a, a + v)
     keep = (gap <= least[edge] * (1 + 1e-9) + 1e-12) & (source_planes[edge] == target_planes[segment])
     return edge[keep], segment[keep], least
+
+
+def _within_radius(tree, points, radius, nearest: int = 8) -> tuple:
+    """``(point, found)`` index arrays of the tree's points within ``radius[point]`` of each point:
+    the ``nearest`` ones first, a ball search for the points with more."""
+    distance, index = tree.query(points, k=min(nearest, tree.n))
+    distance, index = distance.reshape(len(points), -1), index.reshape(len(points), -1)
+    inside = distance <= radius[:, None]
+    more = np.flatnonzero(inside[:, -1])
+    inside[more] = False
+    point, column = np.nonzero(inside)
+    found = tree.query_ball_point(points[more], radius[more])
+    return (np.concatenate([point, np.repeat(more, [len(f) for f in found])]),
+            np.concatenate([index[point, column], *[np.asarray(f, int) for f in found]]))
 
 
 def _segment_distance(p0, p1, q0, q1) -> np.ndarray:
@@ -329,7 +341,7 @@ def _segment_pieces(starts, units, lengths, edge, segment, target) -> tuple:
 
     normal = np.column_stack([-w[:, 1], w[:, 0]]) / np.sqrt(squared_w)[:, None]
     alpha, beta = np.einsum("ni,ni->n", normal, u), np.einsum("ni,ni->n", normal, p0 - a)
-    parallel = alpha == 0
+    parallel = np.abs(alpha) < 1e-100  # (t - centre)² would overflow: the distance is |beta| within 1e-94 mm
     inner = (alpha ** 2, np.where(parallel, 0.0, -beta / np.where(parallel, 1.0, alpha)),
              np.where(parallel, beta ** 2, 0.0))
     parts = [(np.zeros(len(edge)), enters, vertex(first)), (enters, leaves, inner),
@@ -416,8 +428,9 @@ def distance_profile(source, target, source_planes=None, target_planes=None) -> 
     covers = (low[piece] <= middle) & (middle <= high[piece])
     span, piece, middle = span[covers], piece[covers], middle[covers]
     value = curvature[piece] * (middle - centre[piece]) ** 2 + floor[piece]
-    order = np.lexsort((value, span))
-    lowest = piece[order][np.r_[True, span[order][1:] != span[order][:-1]]]
+    group = np.flatnonzero(np.r_[True, span[1:] != span[:-1]])  # spans run in order, each covered
+    least = np.flatnonzero(value == np.repeat(np.minimum.reduceat(value, group), np.diff(np.r_[group, len(span)])))
+    lowest = piece[least[np.r_[True, span[least][1:] != span[least][:-1]]]]
     return DistanceProfile(edge_planes[span_edge], span_low, span_high, curvature[lowest], centre[lowest],
                            floor[lowest])
 
