@@ -7,9 +7,10 @@ count):
 - a BODY outline of 100 planes (an ellipse of 350 x 250 mm, ~950 vertices per plane);
 - a head-and-neck-sized set of 40 structures, 3 to 60 planes each, 8 to 60 mm across.
 
-Printed per set: the time of the group's own work on the plane rings (boundaries, both directions'
-exact distance profiles, APL, HD, HD95, HDp, median and mean: ``measure``), planes, vertices and the values of
-the largest structure. With the shared data, also ``segmetrics.compare(metrics="contours")`` on the
+Printed per set: the wall and CPU time (the machine's other load shows in the wall time) of the
+group's own work on the plane rings (:func:`segmetrics.metrics.contours.measure`: boundaries, both
+directions' exact distance profiles, APL, HD, HD95, HDp, median and mean), planes, vertices and the
+values of the largest structure. With the shared data, also ``segmetrics.compare(metrics="contours")`` on the
 real breast structure set (``dicompyler_core/rtss.dcm``) against a copy scaled by 2 % about each
 contour's centroid (reading, grid and plane grouping included).
 
@@ -60,11 +61,14 @@ def contour_metrics(planes):
 def report(label, structures):
     vertices = sum(len(r) + len(t) for planes in structures for r, t in planes)
     planes = sum(len(s) for s in structures)
+    cpu = time.process_time()
     elapsed, values = best_time(lambda: [contour_metrics(s) for s in structures], repeats=2)
+    cpu = (time.process_time() - cpu) / 2
     largest = max(range(len(structures)), key=lambda i: len(structures[i]))
     shown = ", ".join(f"{k} {values[largest][k]:.4f}" for k in ("apl_mm", "contour_hd_mm", "contour_hd95_mm",
                                                                   "contour_median_mm", "contour_mean_distance_mm"))
-    print(f"{label:<34s} {len(structures):3d} structures {planes:4d} planes {vertices:7d} vertices  {elapsed:6.2f} s")
+    print(f"{label:<34s} {len(structures):3d} structures {planes:4d} planes {vertices:7d} vertices  "
+          f"{elapsed:6.2f} s wall {cpu:6.2f} s CPU")
     print(f"{'':<34s} largest: {shown}")
 
 
@@ -85,12 +89,12 @@ def real_structure_set(data: Path):
     with tempfile.TemporaryDirectory() as folder:
         scaled = Path(folder) / "scaled.dcm"
         dataset.save_as(scaled)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = segmetrics.compare(source, scaled, metrics="contours")
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     body = max(result.structures, key=lambda s: len(s.extras.get("contour_slices", [])))
     print(f"{'real rtss.dcm vs scaled 2 % (compare)':<34s} {len(result.structures):3d} structures"
-          f"{'':>27s}{elapsed:6.2f} s")
+          f"{'':>27s}{elapsed:6.2f} s wall {cpu:6.2f} s CPU")
     print(f"{'':<34s} {body.structure}: contour_hd_mm {body.value('contour_hd_mm'):.4f}, "
           f"contour_hd95_mm {body.value('contour_hd95_mm'):.4f}, apl_mm {body.value('apl_mm'):.2f}")
 

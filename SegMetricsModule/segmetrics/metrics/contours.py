@@ -232,17 +232,17 @@ class DistanceProfile:
         ends = self._at(self.low), self._at(self.high)
         inner = (self.centre > self.low) & (self.centre < self.high)
         nearest = np.where(inner, np.sqrt(self.floor), np.minimum(*ends))
-        farthest = np.maximum(*ends)
-        active, counted = np.ones(len(self.low), bool), 0.0
-        piece = self
+        farthest, width = np.maximum(*ends), self.high - self.low
+        piece, counted = self, 0.0
         while high - low > 1e-12 * max(high, 1e-300):
             middle = (low + high) / 2
             low, high = (low, middle) if counted + piece.length_within(middle) >= wanted else (middle, high)
-            below, beyond = active & (farthest <= low), active & (nearest > high)
+            below, beyond = farthest <= low, nearest > high
             if below.any() or beyond.any():
-                counted += float(np.sum((self.high - self.low)[below]))
-                active &= ~(below | beyond)
-                piece = DistanceProfile(*(getattr(self, name)[active] for name in _PROFILE_FIELDS))
+                counted += float(width[below].sum())
+                keep = ~(below | beyond)
+                piece = DistanceProfile(*(getattr(piece, name)[keep] for name in _PROFILE_FIELDS))
+                nearest, farthest, width = nearest[keep], farthest[keep], width[keep]
         return high
 
 
