@@ -61,8 +61,9 @@ from ..registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status
 #: Edges closer than this (mm, across and along their line) are taken as one where they overlap
 #: (:func:`boundary_segments`); far below any drawing precision (RTSTRUCT files keep ~1e-6 mm).
 OVERLAP_TOLERANCE_MM = 1e-7
-#: Edges are cut into at most this many pieces before their nearest segments are searched: a
-#: long edge facing a finely drawn contour then meets a few segments per piece (values unchanged).
+#: Edges of both contours are cut into pieces at most twice the median segment of the other
+#: contour long, but into no more than this many, before the nearest segments are searched: a long
+#: edge facing a finely drawn contour then meets a few segments per piece (values unchanged).
 MAX_EDGE_PIECES = 256
 
 _DIRECTIONS = ("reference_to_test", "test_to_reference")
@@ -246,9 +247,12 @@ class DistanceProfile:
         return high
 
 
-def _pieces_of_edges(segments, count) -> tuple:
-    """``(owner, starts, units, lengths)``: each segment cut into equal pieces, ``count[i]`` for
-    segment ``i`` (the segment of each piece, its start in mm, unit direction and length in mm)."""
+def _pieces_of_edges(segments, typical: float) -> tuple:
+    """``(owner, starts, units, lengths)``: each segment cut into equal pieces at most twice
+    ``typical`` mm long, but into no more than :data:`MAX_EDGE_PIECES` (the segment of each piece,
+    its start in mm, unit direction and length in mm)."""
+    count = np.clip(np.ceil(np.hypot(*(segments[:, 1] - segments[:, 0]).T) / (2 * typical)), 1,
+                    MAX_EDGE_PIECES).astype(int)
     owner = np.repeat(np.arange(len(segments)), count)
     index = np.arange(len(owner)) - np.repeat(np.cumsum(count) - count, count)
     vector = segments[:, 1] - segments[:, 0]
@@ -396,11 +400,12 @@ def distance_profile(source, target, source_planes=None, target_planes=None) -> 
     nearest, cut where they cross."""
     source_planes = np.zeros(len(source), int) if source_planes is None else np.asarray(source_planes)
     target_planes = np.zeros(len(target), int) if target_planes is None else np.asarray(target_planes)
-    lengths = np.hypot(*(source[:, 1] - source[:, 0]).T)
     typical = np.median(np.hypot(*(target[:, 1] - target[:, 0]).T))
-    count = np.clip(np.ceil(lengths / (2 * typical)), 1, MAX_EDGE_PIECES).astype(int)
-    owner, starts, units, lengths = _pieces_of_edges(source, count)
+    owner, starts, units, lengths = _pieces_of_edges(source, typical)
     edge_planes = source_planes[owner]
+    target_owner, target_starts, target_units, target_lengths = _pieces_of_edges(target, typical)
+    target = np.stack([target_starts, target_starts + target_units * target_lengths[:, None]], axis=1)
+    target_planes = target_planes[target_owner]
     edge, segment, bound = _candidate_pairs(starts, units, lengths, edge_planes, target, target_planes)
     pieces = _segment_pieces(starts, units, lengths, edge, segment, target)
     edge, owner, low, high, curvature, centre, floor = (x[_can_be_lowest(*pieces[2:], bound[pieces[0]])]
