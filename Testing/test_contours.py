@@ -10,7 +10,9 @@ import pytest
 from scipy.integrate import quad
 
 from segmetrics import compare
-from segmetrics.metrics.contours import SAMPLE_STEP_MM
+# the contour distances are exact (within 1e-6 mm); the test files keep 6 decimals, which moves each
+# point by up to sqrt(2) 5e-7 mm and a distance between two points by twice that from the values drawn
+EXACT_MM = 1e-6 + 2 * math.hypot(5e-7, 5e-7)
 from segmetrics.registry import Parameters
 from test_dicom import circle, rectangle, write_rtstruct
 from test_slices import polygon_area
@@ -39,7 +41,7 @@ def test_apl_of_a_square_missing_a_strip_on_one_side(tmp_path):
     assert result.value("apl_mm") == pytest.approx(len(PLANES) * expected_per_plane, rel=1e-6)
     assert result.value("apl_fraction") == pytest.approx(expected_per_plane / (4 * side), rel=1e-6)
     assert result.get("apl_mm").params == {"tolerance_mm": tolerance}
-    assert result.value("contour_hd_mm") == pytest.approx(strip, abs=SAMPLE_STEP_MM)
+    assert result.value("contour_hd_mm") == pytest.approx(strip, abs=EXACT_MM)
     rows = result.extras["contour_slices"]
     assert [row["position_mm"] for row in rows] == pytest.approx(list(PLANES))
     assert all(row["apl_mm"] == pytest.approx(expected_per_plane) for row in rows)
@@ -50,14 +52,16 @@ def test_shifted_circle_gives_the_shift_as_hausdorff_and_the_analytic_mean(tmp_p
     reference = [circle(radius, z, vertices=2000) for z in PLANES]
     test = [circle(radius, z, centre=(shift, 0.0), vertices=2000) for z in PLANES]
     result = compare_sets(tmp_path, {"disk": reference}, {"disk": test}, metrics="contours")["disk"]
-    assert result.value("contour_hd_mm") == pytest.approx(shift, abs=SAMPLE_STEP_MM)
+    assert result.value("contour_hd_mm") == pytest.approx(shift, abs=EXACT_MM)
 
     def distance(t):
         """From the point at angle t of one circle to the other circle."""
         return abs(math.sqrt(radius ** 2 + shift ** 2 - 2 * radius * shift * math.cos(t)) - radius)
 
     mean, _ = quad(distance, 0, 2 * math.pi)
-    assert result.value("contour_mean_distance_mm") == pytest.approx(mean / (2 * math.pi), abs=SAMPLE_STEP_MM)
+    # the polygons lie within their sagitta r (1 - cos(pi / 2000)) of the circles: distances within twice it
+    sagitta = radius * (1 - math.cos(math.pi / 2000))
+    assert result.value("contour_mean_distance_mm") == pytest.approx(mean / (2 * math.pi), abs=2 * sagitta + EXACT_MM)
     # the reference arc farther than 1 mm from the shifted circle
     far = quad(lambda t: float(distance(t) > 1), 0, 2 * math.pi, limit=200, points=[1.2, 1.9, 4.4, 5.1])[0]
     assert result.value("apl_mm") == pytest.approx(len(PLANES) * far * radius, rel=0.01)
@@ -71,7 +75,7 @@ def test_scaled_circle_and_dropped_planes(tmp_path):
     # every reference point is r (s - 1) = 2 mm > 1 mm away: the whole reference length is added
     assert result.value("apl_mm") == pytest.approx(len(PLANES) * perimeter(reference[0]), rel=1e-6)
     assert result.value("apl_fraction") == pytest.approx(1.0)
-    assert result.value("contour_hd_mm") == pytest.approx(radius * (scale - 1), abs=SAMPLE_STEP_MM)
+    assert result.value("contour_hd_mm") == pytest.approx(radius * (scale - 1), abs=EXACT_MM)
     rows = result.extras["contour_slices"]
     assert [row["test_length_mm"] == 0 for row in rows] == [False, True, True]
     assert math.isnan(rows[1]["hd_mm"])
@@ -105,7 +109,7 @@ def test_polygon_and_rasterised_results_agree_within_one_pixel(tmp_path, shift):
     masks = compare(*(LabelImage(r.array, r.spacing, r.origin, r.direction, r.names) for r in rasters),
                     metrics="contours")["disk"]  # plain label maps: the masks' slice contours
     exact = polygons[tolerance]
-    assert exact.value("contour_hd_mm") == pytest.approx(math.hypot(*shift), abs=SAMPLE_STEP_MM)
+    assert exact.value("contour_hd_mm") == pytest.approx(math.hypot(*shift), abs=EXACT_MM)
     assert abs(exact.value("hd_mm") - exact.value("contour_hd_mm")) <= resolution
     for metric in ("contour_hd_mm", "contour_mean_distance_mm"):
         assert abs(masks.value(metric) - exact.value(metric)) <= resolution
@@ -122,7 +126,7 @@ def test_mask_apl_of_a_square_missing_a_strip():
     result = compare(reference, test, spacing=(1.0, 1.0), metrics="contours")["1"]
     # marching squares cuts each corner by half a pixel diagonal: within one pixel of the polygon value
     assert result.value("apl_mm") == pytest.approx(side + 2 * (strip - 1.0), abs=1.0)
-    assert result.value("contour_hd_mm") == pytest.approx(strip, abs=SAMPLE_STEP_MM)
+    assert result.value("contour_hd_mm") == pytest.approx(strip, abs=EXACT_MM)
 
 
 def test_real_contours_with_dropped_planes_add_their_reference_length(tmp_path, data_dir):
@@ -149,7 +153,7 @@ def _real_heart(data_dir):
 
 def _distances_to(boundary, points):
     """Brute force: each point's distance to a closed polygon boundary (shapely, point by point)."""
-    import shapely
+    shapely = pytest.importorskip("shapely")
 
     return shapely.distance(shapely.points(points), shapely.LinearRing(boundary))
 
@@ -167,7 +171,7 @@ def test_a_notch_cut_in_a_real_contour(tmp_path, data_dir):
     """The test misses a disc of radius 5 mm around one point of the largest real Heart contour:
     APL, HD and Dice of that plane against brute force on densely sampled boundaries and exact
     areas; the other planes are untouched."""
-    import shapely
+    shapely = pytest.importorskip("shapely")
 
     heart = _real_heart(data_dir)
     largest = max(range(len(heart)), key=lambda i: len(heart[i]))
@@ -184,7 +188,8 @@ def test_a_notch_cut_in_a_real_contour(tmp_path, data_dir):
     assert 2 * (radius - tolerance) - 1 < result.value("apl_mm") < 2 * (radius - tolerance) + 1
     test_points, _ = _dense(cut)
     hd = max(_distances_to(cut, reference_points).max(), _distances_to(polygon, test_points).max())
-    assert result.value("contour_hd_mm") == pytest.approx(hd, abs=SAMPLE_STEP_MM)
+    # samples at most 0.02 mm apart, and the distance changes by at most 1 mm per mm along a contour
+    assert hd - EXACT_MM <= result.value("contour_hd_mm") <= hd + 0.01 + EXACT_MM
     rows = result.extras["contour_slices"]
     notch_row = min(rows, key=lambda row: abs(row["position_mm"] - z))
     area, cut_area = polygon_area(polygon), polygon_area(cut)
@@ -203,7 +208,7 @@ def test_real_contours_shifted_within_the_tolerance_add_no_path(tmp_path, data_d
     result = compare_sets(tmp_path, {"Heart": heart}, {"Heart": [p + shift for p in heart]}, metrics="contours",
                           params=Parameters(apl_tolerance_mm=0.7))["Heart"]
     assert result.value("apl_mm") == 0.0
-    assert 0.3 < result.value("contour_hd_mm") <= np.linalg.norm(shift) + SAMPLE_STEP_MM
+    assert 0.3 < result.value("contour_hd_mm") <= np.linalg.norm(shift) + EXACT_MM
 
 
 def test_real_contours_scaled_about_their_centroid(tmp_path, data_dir):
@@ -217,7 +222,7 @@ def test_real_contours_scaled_about_their_centroid(tmp_path, data_dir):
     result = compare_sets(tmp_path, {"Heart": heart}, {"Heart": scaled}, metrics="contours",
                           params=Parameters(apl_tolerance_mm=largest_move + 0.01))["Heart"]
     assert result.value("apl_mm") == 0.0
-    assert result.value("contour_hd_mm") <= largest_move + SAMPLE_STEP_MM
+    assert result.value("contour_hd_mm") <= largest_move + EXACT_MM
     for row in result.extras["contour_slices"]:
         assert row["test_length_mm"] == pytest.approx(scale * row["reference_length_mm"], rel=1e-6)  # 6 decimals in the file
         assert row["dice"] <= 2 / (1 + scale ** 2) + 1e-9  # at most the smaller area over the mean area
@@ -247,3 +252,38 @@ def test_contours_of_pixels_far_longer_than_wide_take_bounded_samples(seed):
     rows = result.extras["contour_slices"]
     expected = [sum(c.length for c in contours_2d(mask[:, k, :], (1e-4, 1e6))) for k in range(4) if mask[:, k, :].any()]
     assert [row["reference_length_mm"] for row in rows] == pytest.approx(expected, rel=1e-9)
+
+
+def test_cuboids_with_planes_one_side_lacks_follow_the_closed_form_and_say_so(tmp_path):
+    """A 10 mm square prism inside one 1 mm wider: inwards every point is 1 mm away, outwards the
+    distance along each side of 12 mm is sqrt(1 + max(0, |x| - 5)²). The reference lacks plane 12,
+    the test plane 9: the distances are over planes 0-6 and say that planes are missing."""
+    side, margin, tolerance = 10.0, 1.0, 1.5
+    reference = [rectangle(0, 0, side, side, z) for z in (0.0, 3.0, 6.0, 9.0)]
+    test = [rectangle(-margin, -margin, side + margin, side + margin, z) for z in (0.0, 3.0, 6.0, 12.0)]
+    result = compare_sets(tmp_path, {"box": reference, "same": reference}, {"box": test, "same": reference},
+                          metrics="contours", params=Parameters(apl_tolerance_mm=tolerance))
+    box = result["box"]
+    outer = side + 2 * margin
+    mean_out = (side * margin + margin ** 2 * (math.sqrt(2) + math.asinh(1))) / outer
+    q95_out = math.hypot(margin, (0.95 * outer - side) / 2)
+    expected = {"contour_hd_mm": margin * math.sqrt(2), "contour_hd95_mm": q95_out, "contour_median_mm": margin,
+                "contour_mean_distance_mm": (margin + mean_out) / 2,
+                "contour_hd_reference_to_test_mm": margin, "contour_hd_test_to_reference_mm": margin * math.sqrt(2),
+                "contour_hd95_reference_to_test_mm": margin, "contour_hd95_test_to_reference_mm": q95_out,
+                "contour_mean_reference_to_test_mm": margin, "contour_mean_test_to_reference_mm": mean_out}
+    for metric, value in expected.items():
+        assert box.value(metric) == pytest.approx(value, abs=1e-9), metric
+        assert box.get(metric).status == "missing_planes"
+        assert box.get(metric).params["reference_only_planes_mm"] == [9.0]
+        assert box.get(metric).params["test_only_planes_mm"] == [12.0]
+    assert box.get("contour_median_mm").params["test_to_reference_mm"] == pytest.approx(margin)
+    # APL counts the missing plane: the whole reference square there
+    assert box.value("apl_mm") == pytest.approx(4 * side) and box.get("apl_mm").status == "ok"
+    assert "missing_planes" in box.status
+    same = result["same"]
+    assert same.status == "ok" and same.value("contour_hd_mm") == 0 and same.value("contour_hd95_mm") == 0
+    rows = {row["position_mm"]: row for row in box.extras["contour_slices"]}
+    assert rows[0.0]["hd_mm"] == pytest.approx(margin * math.sqrt(2))
+    assert rows[0.0]["mean_distance_mm"] == pytest.approx((margin + mean_out) / 2)
+    assert math.isnan(rows[9.0]["hd_mm"]) and rows[9.0]["apl_mm"] == pytest.approx(4 * side)

@@ -30,6 +30,7 @@ class Status:
     REFERENCE_SMOOTH = "reference_smooth"
     NOT_APPLICABLE = "not_applicable"
     MULTIPLE_OBJECTS = "multiple_objects"
+    MISSING_PLANES = "missing_planes"  # contour distances: planes only one side contours were left out
 
 
 @dataclass
@@ -265,7 +266,10 @@ BUILTIN_METRIC_NAMES = {
                  "mean_distance_test_to_reference_mm", "nsd"),
     "msi": ("msi", "msi_3d"),
     "roughness": ("ri_reference_mm", "ri_test_mm", "rr", "ard_mm"),
-    "contours": ("apl_mm", "apl_fraction", "contour_hd_mm", "contour_mean_distance_mm"),
+    "contours": ("apl_mm", "apl_fraction", "contour_hd_mm", "contour_hd95_mm", "contour_hdp_mm", "contour_median_mm",
+                 "contour_mean_distance_mm", "contour_hd_reference_to_test_mm", "contour_hd_test_to_reference_mm",
+                 "contour_hd95_reference_to_test_mm", "contour_hd95_test_to_reference_mm",
+                 "contour_mean_reference_to_test_mm", "contour_mean_test_to_reference_mm"),
     "lesions": ("lesion_f1", "lesion_precision", "lesion_recall", "lesion_tp", "lesion_fp", "lesion_fn",
                 *(f"lesion_{kind}_{size}" for size in ("small", "medium", "large")
                   for kind in ("recall", "tp", "fn", "fp"))),

@@ -177,7 +177,7 @@ def is_image_file(path: Path) -> bool:
     """Whether a folder run reads ``path`` as a case: a name ending in one of :data:`IMAGE_SUFFIXES`,
     or a DICOM file by its content (DICOM files often have no suffix). Other files (``index.csv``,
     notes, JSON) are not images."""
-    from ..inputs.validation import looks_like_dicom
+    from ..inputs.readers.dicom_header import looks_like_dicom
 
     if path.name.lower().endswith(IMAGE_SUFFIXES):
         return True

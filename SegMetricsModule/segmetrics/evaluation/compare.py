@@ -10,7 +10,7 @@ from ..spatial.geometry import LabelImage, check_same_geometry, geometry_differe
 from ..spatial.orientation import Reorientation, canonical
 from ..registry import (MetricValue, Parameters, Status, StructurePair, all_groups, as_parameters,
                        resolve_selection)
-from ..inputs.structure_names import match_names
+from ..inputs.structure_names import match_structures
 from ..inputs.validation import NothingToCompareError, check_evaluation_options
 
 
@@ -193,9 +193,12 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
             side = "test" if reference.names else "reference"
             notes += [f"{side} label {name} (its image names no structures) paired by value with {new!r}"
                       for name, new in valued.items()]
-        renamed = match_names(ref_entries, test_entries, synonyms)
+        matches, ambiguities = match_structures(ref_entries, test_entries, synonyms)
+        renamed = {match.test: match.reference for match in matches}
         test_entries = {renamed.get(name, name): label for name, label in test_entries.items()}
-        notes += [f"test structure {t!r} paired with reference {r!r}" for t, r in renamed.items()]
+        notes += [f"test structure {m.test!r} paired with reference {m.reference!r} ({m.rule})" for m in matches]
+        notes += [f"ambiguous names left unpaired ({a.rule}): test {', '.join(map(repr, a.tests))} and reference "
+                  f"{', '.join(map(repr, a.references))}" for a in ambiguities]
         if reference.names and test.names:
             notes += [f"{side} only: {', '.join(map(repr, only))}" for side, only in (
                 ("unmatched structures, reference", [n for n in ref_entries if n not in test_entries]),

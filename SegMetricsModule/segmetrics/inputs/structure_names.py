@@ -1,27 +1,118 @@
 """How structures of two sets are matched by name: the one place for the name rules.
 
-1. exact name;
-2. the same name ignoring case and separators: :func:`normalise_name` (``Lung_L`` = ``lung l`` =
-   ``LUNG-L``);
-3. synonyms: a JSON object ``{"canonical name": ["synonym", ...]}`` (e.g. TG-263 names and the
-   local ones, ``{"Lung_L": ["Lt Lung", "Left lung"]}``), compared after normalising too.
+A test structure without a reference structure of exactly its name is paired by the first of
+these rules that gives it a partner among the reference structures still unpaired (each rule's
+key is compared; the rule is reported with every match):
 
-Names that match nothing stay as they are (and are reported unmatched by ``compare``).
+1. ``case and separators``: the same words ignoring case, separators and word breaks
+   (:func:`words`: ``Lung_L`` = ``lung l`` = ``LUNG-L``, ``SpinalCord`` = ``Spinal Cord``);
+2. ``laterality``: the same words once a side word at either end is read as the side (``L``,
+   ``Lt``, ``Left``, ``R``, ``Rt``, ``Right``: ``Lt Lung`` = ``Lung_L`` = ``Left Lung`` = ``L_Lung``);
+3. ``synonyms``: the user's synonyms (``--synonyms``, :func:`read_synonyms`: a JSON object
+   ``{"canonical name": ["synonym", ...]}``), each name replaced by its canonical one;
+4. ``TG-263``: each name replaced by its AAPM TG-263 standard name, through the table of TG-263
+   names and their descriptions (``tg263_names.csv``, derived from the TG-263 list: ``Brain Stem``
+   = ``Brainstem``, ``Urinary Bladder`` = ``Bladder``, ``Left Mastoid Bone`` = ``Bone_Mastoid_L``)
+   and :data:`ABBREVIATIONS` (``SC``, ``Cord`` → ``SpinalCord``, ``Esoph`` → ``Esophagus``).
+
+A match is never made when it is ambiguous: a test name whose key equals that of several
+unpaired reference names, or several test names sharing the key of one reference name, stay
+unpaired and are listed (:class:`Ambiguity`). Names that match nothing stay as they are (and are
+reported unmatched by ``compare``).
 """
 from __future__ import annotations
 
+import csv
 import json
 import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .validation import ReadError
 
 _SEPARATORS = re.compile(r"[\W_]+")
+_WORD_BREAK = re.compile(r"(?<=[a-z])(?=[A-Z])")
+_SIDES = {"l": "left", "lt": "left", "left": "left", "r": "right", "rt": "right", "right": "right"}
+#: Common abbreviations of structure names and the TG-263 name each stands for.
+ABBREVIATIONS = {"SC": "SpinalCord", "Cord": "SpinalCord", "Esoph": "Esophagus", "Oesophagus": "Esophagus"}
+TG263_TABLE = Path(__file__).with_name("tg263_names.csv")
+
+
+@dataclass(frozen=True)
+class NameMatch:
+    """A test structure paired with a reference structure of another name, and the rule that did it."""
+
+    test: str
+    reference: str
+    rule: str
+
+
+@dataclass(frozen=True)
+class Ambiguity:
+    """Names one rule would pair in more than one way: all are left unpaired."""
+
+    tests: tuple
+    references: tuple
+    rule: str
 
 
 def normalise_name(name) -> str:
     """Lower case (Unicode case folding), every run of non-alphanumeric characters one space."""
     return _SEPARATORS.sub(" ", str(name).casefold()).strip()
+
+
+def words(name) -> list:
+    """The words of a name, lower case: split at separators and where a lower-case letter meets
+    an upper-case one (``SpinalCord_L`` → ``spinal``, ``cord``, ``l``)."""
+    return [w.casefold() for part in _SEPARATORS.split(str(name)) for w in _WORD_BREAK.split(part) if w]
+
+
+def _joined(name) -> str:
+    return "".join(words(name))
+
+
+def _lateral(name) -> str:
+    """``side:rest``: a side word at either end of a name (not its only word) read as the side."""
+    parts = words(name)
+    ends = [_SIDES.get(parts[0]), _SIDES.get(parts[-1])] if len(parts) > 1 else [None, None]
+    if ends[0] and not ends[1]:
+        return f"{ends[0]}:{''.join(parts[1:])}"
+    if ends[1] and not ends[0]:
+        return f"{ends[1]}:{''.join(parts[:-1])}"
+    return f":{''.join(parts)}"
+
+
+@lru_cache(maxsize=1)
+def tg263_names() -> dict:
+    """``{laterality key of a description or abbreviation: TG-263 name}`` from ``tg263_names.csv``
+    and :data:`ABBREVIATIONS`; a description shared by several names (``Carotid Artery`` for
+    ``A_Carotid_L`` and ``A_Carotid_R``, read with the name's side) is left out."""
+    with TG263_TABLE.open(newline="") as table:
+        rows = list(csv.DictReader(line for line in table if not line.startswith("#")))
+    names = {}
+    for row in rows:
+        side = _lateral(row["name"]).split(":")[0]
+        description = _lateral(row["description"])
+        if side and not description.split(":")[0]:
+            description = f"{side}{description}"
+        names.setdefault(description, set()).add(row["name"])
+    table = {key: next(iter(found)) for key, found in names.items() if len(found) == 1}
+    table.update({_lateral(short): name for short, name in ABBREVIATIONS.items()})
+    return table
+
+
+def _tg263(name) -> str:
+    """The laterality key of a name's TG-263 name (:func:`tg263_names`; a sided name whose words
+    without the side are in the table keeps its side), else of the name."""
+    key = _lateral(name)
+    side, rest = key.split(":", 1)
+    if key in tg263_names():
+        return _lateral(tg263_names()[key])
+    if side and f":{rest}" in tg263_names():
+        return f"{side}:{_lateral(tg263_names()[f':{rest}']).split(':', 1)[1]}"
+    return key
 
 
 def read_synonyms(path) -> dict:
@@ -42,19 +133,43 @@ def read_synonyms(path) -> dict:
 
 
 def match_key(name, synonyms: dict | None = None) -> str:
-    """The key two names must share to be one structure (after rules 2 and 3)."""
-    key = normalise_name(name)
-    return normalise_name((synonyms or {}).get(key, key))
+    """The key two names share when the user's synonyms make them one structure (rule 3)."""
+    return _lateral((synonyms or {}).get(normalise_name(name), name))
 
 
-def match_names(reference_names, test_names, synonyms: dict | None = None) -> dict:
-    """``{test name: reference name}`` for test names without an exact partner whose
-    :func:`match_key` equals that of exactly one unpaired reference name."""
-    unpaired_reference = [n for n in reference_names if n not in test_names]
-    unpaired_test = [n for n in test_names if n not in reference_names]
-    matched = {}
-    for name in unpaired_test:
-        candidates = [r for r in unpaired_reference if match_key(r, synonyms) == match_key(name, synonyms)]
-        if len(candidates) == 1 and candidates[0] not in matched.values():
-            matched[name] = candidates[0]
-    return matched
+def _rules(synonyms):
+    """``(rule, key function)`` in the order they are tried."""
+    rules = [("case and separators", _joined), ("laterality", _lateral)]
+    if synonyms:
+        rules.append(("synonyms", lambda name: match_key(name, synonyms)))
+    rules.append(("TG-263", lambda name: _tg263(match_key(name, synonyms))))
+    return rules
+
+
+def match_structures(reference_names, test_names, synonyms: dict | None = None) -> tuple:
+    """``(matches, ambiguities)``: the :class:`NameMatch` of each test name without an exact
+    partner paired by the first rule that gives it exactly one unpaired reference name (and no
+    other test name that reference name), and the :class:`Ambiguity` of the names left unpaired
+    because a rule would pair them in more than one way."""
+    references = [n for n in reference_names if n not in test_names]
+    tests = [n for n in test_names if n not in reference_names]
+    matches, ambiguities = [], []
+    for rule, key in _rules(synonyms):
+        keys = {name: key(name) for name in references}
+        proposals = {name: [r for r in references if keys[r] == key(name)] for name in tests}
+        claims = Counter(found[0] for found in proposals.values() if len(found) == 1)
+        for name, found in proposals.items():
+            if len(found) > 1:
+                ambiguities.append(Ambiguity((name,), tuple(found), rule))
+            elif found and claims[found[0]] == 1:
+                matches.append(NameMatch(name, found[0], rule))
+        for reference, count in claims.items():
+            if count > 1:
+                ambiguities.append(Ambiguity(tuple(n for n, f in proposals.items() if f == [reference]),
+                                             (reference,), rule))
+        settled = {m.test for m in matches} | {n for a in ambiguities for n in a.tests}
+        tests = [n for n in tests if n not in settled]
+        references = [n for n in references if n not in {m.reference for m in matches} and
+                      n not in {r for a in ambiguities for r in a.references}]
+    return matches, ambiguities
+
