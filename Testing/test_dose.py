@@ -1,0 +1,138 @@
+"""RT Dose input and the dose metrics, against analytic dose fields with closed-form DVHs.
+
+The RTDOSE files are written here with pydicom from analytic fields (a linear gradient, a radial
+field); structures are boxes, spheres and cylinders whose dose-volume histograms follow in closed
+form. dicompyler-core, when installed, computes the DVH of the same files (test-only reference).
+"""
+import math
+
+import numpy as np
+import pytest
+
+from segmetrics.inputs.rtdose import DoseGrid, check_dose_frame, read_rtdose
+from segmetrics.inputs.validation import ReadError
+
+FRAME = "1.2.826.0.1.3680043.8.498.1"
+OTHER_FRAME = "1.2.826.0.1.3680043.8.498.2"
+
+
+def write_rtdose(path, dose_gy, spacing, origin, orientation=(1, 0, 0, 0, 1, 0), *, frame=FRAME,
+                 scaling=1e-4, offsets=None, **tags):
+    """An RTDOSE file of ``dose_gy`` (frames, rows, columns) in Gy, stored as 32-bit integers times
+    ``scaling``; ``spacing`` = (frame step, row spacing, column spacing) mm; ``origin`` = the
+    ImagePositionPatient (mm); ``offsets`` the GridFrameOffsetVector (default relative, even);
+    other keyword arguments set or (None) delete tags."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.uid import ExplicitVRLittleEndian, RTDoseStorage, generate_uid
+
+    dose_gy = np.asarray(dose_gy, dtype=float)
+    dataset = Dataset()
+    dataset.file_meta = FileMetaDataset()
+    dataset.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    dataset.file_meta.MediaStorageSOPClassUID = RTDoseStorage
+    dataset.SOPClassUID, dataset.SOPInstanceUID, dataset.Modality = RTDoseStorage, generate_uid(), "RTDOSE"
+    dataset.FrameOfReferenceUID = frame
+    dataset.ImagePositionPatient = [float(v) for v in origin]
+    dataset.ImageOrientationPatient = [float(v) for v in orientation]
+    dataset.PixelSpacing = [float(spacing[1]), float(spacing[2])]
+    dataset.NumberOfFrames, dataset.Rows, dataset.Columns = dose_gy.shape
+    dataset.GridFrameOffsetVector = list(np.arange(dose_gy.shape[0]) * float(spacing[0])) if offsets is None \
+        else [float(v) for v in offsets]
+    dataset.FrameIncrementPointer = 0x3004000C
+    dataset.SamplesPerPixel, dataset.PhotometricInterpretation = 1, "MONOCHROME2"
+    dataset.BitsAllocated, dataset.BitsStored, dataset.HighBit, dataset.PixelRepresentation = 32, 32, 31, 0
+    dataset.DoseUnits, dataset.DoseType, dataset.DoseSummationType = "GY", "PHYSICAL", "PLAN"
+    dataset.DoseGridScaling = f"{scaling:.10g}"
+    dataset.PixelData = np.round(dose_gy / scaling).astype("<u4").tobytes()
+    for keyword, value in tags.items():
+        if value is None:
+            delattr(dataset, keyword)
+        else:
+            setattr(dataset, keyword, value)
+    dataset.save_as(path, enforce_file_format=True)
+    return path
+
+
+def linear_field(shape, spacing, origin, gradient_gy_per_mm, offset_gy=0.0):
+    """Dose ``offset + gradient . (x, y, z)`` at the voxel centres of an axial grid (array order z, y, x)."""
+    z, y, x = np.meshgrid(*(origin[::-1][a] + np.arange(shape[a]) * spacing[a] for a in range(3)), indexing="ij")
+    gx, gy, gz = gradient_gy_per_mm
+    return offset_gy + gx * x + gy * y + gz * z
+
+
+# ---------------------------------------------------------------------------------- reader
+def test_the_reader_scales_and_places_the_dose_grid(tmp_path):
+    spacing, origin = (3.0, 2.0, 2.5), (-20.0, -30.0, 40.0)
+    dose = linear_field((5, 7, 9), spacing, origin, (0.1, 0.2, 0.3), offset_gy=20)
+    grid = read_rtdose(write_rtdose(tmp_path / "d.dcm", dose, spacing, origin))
+    assert grid.frame_of_reference == FRAME
+    assert grid.spacing == spacing and grid.origin == origin
+    np.testing.assert_allclose(grid.dose, dose, atol=1e-4)
+    # the index map of an image on the same grid is the identity
+    from segmetrics.spatial.geometry import LabelImage
+
+    image = LabelImage(np.zeros((5, 7, 9), np.uint8), spacing, origin)
+    matrix, offset = grid.index_map(image)
+    np.testing.assert_allclose(matrix, np.eye(3), atol=1e-12)
+    np.testing.assert_allclose(offset, 0, atol=1e-12)
+
+
+def test_absolute_and_decreasing_frame_offsets_give_the_same_grid(tmp_path):
+    spacing, origin = (2.0, 2.0, 2.0), (0.0, 0.0, 10.0)
+    dose = linear_field((4, 3, 3), spacing, origin, (0, 0, 1.0))
+    relative = read_rtdose(write_rtdose(tmp_path / "r.dcm", dose, spacing, origin))
+    absolute = read_rtdose(write_rtdose(tmp_path / "a.dcm", dose, spacing, origin, offsets=[10, 12, 14, 16]))
+    top = (0.0, 0.0, 16.0)  # the same planes stored from the top down
+    decreasing = read_rtdose(write_rtdose(tmp_path / "d.dcm", dose[::-1], spacing, top, offsets=[0, -2, -4, -6]))
+    for grid in (absolute, decreasing):
+        assert grid.origin == relative.origin and grid.spacing == relative.spacing
+        np.testing.assert_allclose(grid.dose, relative.dose)
+
+
+@pytest.mark.parametrize("tags, message", [
+    ({"DoseUnits": "RELATIVE"}, "DoseUnits is 'RELATIVE'"),
+    ({"DoseType": "ERROR"}, "error map"),
+    ({"DoseGridScaling": None}, "DoseGridScaling must be 1 finite"),
+    ({"DoseGridScaling": "0"}, "DoseGridScaling 0 must be positive"),
+    ({"FrameOfReferenceUID": None}, "no FrameOfReferenceUID"),
+    ({"GridFrameOffsetVector": [0, 2, 5]}, "not evenly spaced"),
+    ({"GridFrameOffsetVector": [0, 2]}, "GridFrameOffsetVector must be 3"),
+    ({"GridFrameOffsetVector": [7, 9, 11]}, "neither 0 (relative) nor the z"),
+    ({"ImageOrientationPatient": [1, 0, 0, 0, 2, 0]}, "not orthonormal"),
+    ({"PixelSpacing": [0, 1]}, "voxel size must be positive"),
+])
+def test_a_dose_that_cannot_be_trusted_is_one_line(tmp_path, tags, message):
+    path = write_rtdose(tmp_path / "d.dcm", np.ones((3, 2, 2)), (2, 1, 1), (0, 0, 0), **tags)
+    with pytest.raises(ReadError) as error:
+        read_rtdose(path)
+    assert message in str(error.value) and str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_not_a_dose_file_is_one_line(tmp_path):
+    from test_dicom import rectangle, write_rtstruct
+
+    path = tmp_path / "s.dcm"
+    write_rtstruct(path, {"box": [rectangle(0, 0, 5, 5, 0)]})
+    with pytest.raises(ReadError, match="not an RT Dose"):
+        read_rtdose(path)
+    with pytest.raises(ReadError, match="no such dose file"):
+        read_rtdose(tmp_path / "missing.dcm")
+
+
+def test_a_dose_from_another_frame_of_reference_is_refused(tmp_path):
+    from test_dicom import rectangle, write_rtstruct
+    import pydicom
+
+    structures = tmp_path / "s.dcm"
+    write_rtstruct(structures, {"box": [rectangle(0, 0, 5, 5, 0)]})
+    dataset = pydicom.dcmread(structures)
+    dataset.StructureSetROISequence[0].ReferencedFrameOfReferenceUID = FRAME
+    dataset.save_as(structures)
+    same = read_rtdose(write_rtdose(tmp_path / "same.dcm", np.ones((2, 2, 2)), (1, 1, 1), (0, 0, 0)))
+    other = read_rtdose(write_rtdose(tmp_path / "other.dcm", np.ones((2, 2, 2)), (1, 1, 1), (0, 0, 0),
+                                     frame=OTHER_FRAME))
+    assert check_dose_frame(same, {"reference": structures}) == []
+    with pytest.raises(ReadError, match="not the same patient coordinates"):
+        check_dose_frame(other, {"reference": structures})
+    notes = check_dose_frame(same, {"test": np.zeros((2, 2, 2))})
+    assert len(notes) == 1 and "no frame of reference" in notes[0]
