@@ -136,3 +136,53 @@ def test_a_dose_from_another_frame_of_reference_is_refused(tmp_path):
         check_dose_frame(other, {"reference": structures})
     notes = check_dose_frame(same, {"test": np.zeros((2, 2, 2))})
     assert len(notes) == 1 and "no frame of reference" in notes[0]
+
+
+# ------------------------------------------------------------------------- dose metrics
+def _grid(shape, spacing, origin=(0.0, 0.0, 0.0)):
+    from segmetrics.spatial.geometry import LabelImage
+
+    return LabelImage(np.zeros(shape, np.uint8), spacing, origin)
+
+
+def test_a_box_in_a_linear_gradient_has_its_closed_form_dvh(tmp_path):
+    """Dose 1 Gy/mm along x over a 40 mm box: uniform on [x0, x1], every statistic in closed form."""
+    import segmetrics
+
+    spacing, origin = (2.0, 2.0, 2.0), (-50.0, -50.0, -50.0)
+    dose = linear_field((51, 51, 51), spacing, origin, (1.0, 0.0, 0.0), offset_gy=60)  # 10..110 Gy
+    path = write_rtdose(tmp_path / "d.dcm", dose, spacing, origin)
+    # structures on a 0.5 mm grid: the box x in [-20, 20) mm -> voxel centres -19.75 .. 19.75
+    image = _grid((20, 20, 80), (0.5, 0.5, 0.5), (-20 + 0.25, -5 + 0.25, -5 + 0.25))
+    reference = np.zeros(image.array.shape, np.uint8)
+    reference[:, :, :] = 1
+    test = np.zeros_like(reference)
+    test[:, :, 40:] = 1  # the hotter half, x in [0, 20)
+    image_ref = image.with_array(reference)
+    image_test = image.with_array(test)
+    result = segmetrics.compare(image_ref, image_test, metrics="dose", dose=path,
+                                params=segmetrics.Parameters(dose_levels_gy=(70, 200)))
+    values = result.structures[0]
+    n = 80  # voxels along x; dose of voxel k (hottest first) = 60 + 19.75 - 0.5 (k - 1)
+    hottest_first = 60 + 19.75 - 0.5 * np.arange(n)
+    assert values.value("dose_dmean_reference_gy") == pytest.approx(60.0, abs=1e-3)
+    assert values.value("dose_dmin_reference_gy") == pytest.approx(40.25, abs=1e-3)
+    voxel_cc = 0.125e-3
+    slab = 20 * 20  # voxels sharing one x
+    assert values.value("dose_dmax_reference_gy") == pytest.approx(hottest_first[math.ceil(0.03 / voxel_cc / slab) - 1],
+                                                                     abs=1e-3)
+    for p in (2, 50, 95, 98):
+        k = math.ceil(p / 100 * n * slab - 1e-9)
+        assert values.value(f"dose_d{p}_reference_gy") == pytest.approx(hottest_first[(k - 1) // slab], abs=1e-3)
+    assert values.value("dose_volume_reference_cc") == pytest.approx(4.0)  # 40 x 10 x 10 mm
+    assert values.value("dose_volume_test_cc") == pytest.approx(2.0)
+    # V70Gy: x >= 10 mm, a quarter of the box
+    assert values.value("dose_v70gy_reference_cc") == pytest.approx(1.0)
+    assert values.value("dose_v70gy_reference_percent") == pytest.approx(25.0)
+    assert values.value("dose_v70gy_test_percent") == pytest.approx(50.0)
+    assert values.value("dose_v200gy_test_cc") == 0
+    assert values.value("dose_dmean_test_gy") == pytest.approx(70.0, abs=1e-3)
+    assert values.value("dose_dmean_difference_gy") == pytest.approx(10.0, abs=1e-3)
+    assert values.value("dose_volume_difference_cc") == pytest.approx(-2.0)
+    assert values.status == "ok"
+    assert any("interpolated trilinearly" in note for note in result.notes)

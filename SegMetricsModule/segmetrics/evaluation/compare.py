@@ -274,6 +274,19 @@ def _mask(image: LabelImage, label, view: Reorientation) -> np.ndarray:
     return view.mask(image.array, label)
 
 
+def _read_dose(dose, structures: dict) -> tuple:
+    """``(DoseGrid, notes)``: an RTDOSE path read, a DoseGrid kept; checked against the frames of
+    reference of the ``structures`` inputs, with a note saying how the dose is sampled."""
+    from ..inputs.rtdose import DoseGrid, check_dose_frame, read_rtdose
+
+    if not isinstance(dose, DoseGrid):
+        dose = read_rtdose(dose)
+    spacing = " x ".join(f"{s:g}" for s in dose.spacing)
+    return dose, check_dose_frame(dose, structures) + [
+        f"dose {dose.source} ({spacing} mm voxels, z, y, x; maximum {dose.max_gy:.4g} Gy) interpolated trilinearly "
+        "at the centres of the structures' voxels (their masks on the comparison grid)"]
+
+
 def compare(
     reference,
     test,
@@ -290,6 +303,7 @@ def compare(
     image=None,
     contour_resolution_mm: float | None = None,
     keep_surfaces: bool = False,
+    dose=None,
 ) -> ComparisonResult:
     """Compare a test segmentation with a reference, structure by structure.
 
@@ -330,6 +344,11 @@ def compare(
     keep_surfaces : bool
         Keep each structure's 3-D surfaces in ``extras["surfaces"]`` (:class:`PairSurfaces`), e.g.
         for the Slicer review; off by default, so that results of many structures stay small.
+    dose : path or DoseGrid, optional
+        The planned dose (RTDOSE file or :class:`segmetrics.inputs.rtdose.DoseGrid`) of the dose
+        metrics (:mod:`segmetrics.metrics.dose`; V levels in ``params.dose_levels_gy``); refused
+        when its frame of reference is not the structures'. Without it the dose group is skipped
+        (asking for a dose metric by name raises ``ValueError``).
 
     Raises :class:`NothingToCompareError` when neither image holds a structure and no ``labels``
     were given, and ``ValueError`` for parameters that do not fit the images (e.g. ``msi_axis``).
@@ -346,6 +365,10 @@ def compare(
     params = as_parameters(params)
     check_evaluation_options(metrics=metrics, labels=labels, resample_to=resample_to)  # load_pair checks the others
     inputs = {"reference": describe_input(reference), "test": describe_input(test)}
+    dose_notes = []
+    if dose is not None:
+        inputs["dose"] = describe_input(dose)
+        dose, dose_notes = _read_dose(dose, {"reference": reference, "test": test})
     reference, test = load_pair(reference, test, spacing, threshold, input_policy=input_policy, image=image,
                                 contour_resolution_mm=contour_resolution_mm)
     params.check_dimension(reference.ndim)
@@ -366,6 +389,11 @@ def compare(
     orientation = canonical(reference)  # metrics must not depend on how the grid is stored
 
     selection = resolve_selection(metrics)
+    if dose is None and "dose" in selection:
+        if metrics not in (None, "all", ["all"]):
+            raise ValueError("the dose metrics need the planned dose: give dose= (CLI: --dose RTDOSE.dcm)")
+        del selection["dose"]
+    notes += dose_notes
     groups = all_groups()
     whole_image = any(groups[name].whole_image(params) for name in selection)
     pairs, pairing_notes = _structure_pairs(reference, test, labels, synonyms)
@@ -385,9 +413,11 @@ def compare(
             image=grid,
             orientation=view,
             contours=_contours(reference, ref_label, test, test_label),
+            dose=dose,
         )
         values = []
         for group_name, wanted in selection.items():
+            wanted = wanted | {spec.name for spec in groups[group_name].level_metrics(params)}
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]
         extras = view.surfaces_to_stored(pair.extras, grid.spacing)
@@ -398,9 +428,14 @@ def compare(
         results.append(StructureResult(name, ref_label, test_label, values, extras))
         if progress is not None:
             progress(index + 1, len(pairs), name)
+    if "dose" in selection:
+        from ..metrics.dose import outside_notes
+
+        notes += outside_notes(results, dose)
     settings = {"metrics": metrics if metrics is None or isinstance(metrics, str) else list(metrics),
                 "labels": None if labels is None else [str(x) for x in labels], "params": params,
-                "resample_to": resample_to, "threshold": threshold, "input_policy": input_policy}
+                "resample_to": resample_to, "threshold": threshold, "input_policy": input_policy,
+                "dose": None if dose is None else dose.source}
     return ComparisonResult(results, notes, params,
                             provenance(inputs, settings, grid=grid_info(reference)))
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,11 @@ class DoseGrid:
             raise ValueError(f"{self.source}: a dose grid is 3-D, got shape {self.dose.shape}")
         check_spacing(self.spacing, f"{self.source}: dose spacing (array order)")
         check_placement(self.origin, self.direction, 3)
+
+    @cached_property
+    def max_gy(self) -> float:
+        """The highest dose of the grid (Gy)."""
+        return float(self.dose.max())
 
     def index_map(self, image) -> tuple:
         """``(matrix, offset)`` taking array-order indices ``(..., 3)`` of ``image`` (a
