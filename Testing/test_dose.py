@@ -134,8 +134,12 @@ def test_a_dose_from_another_frame_of_reference_is_refused(tmp_path):
     assert check_dose_frame(same, {"reference": structures}) == []
     with pytest.raises(ReadError, match="not the same patient coordinates"):
         check_dose_frame(other, {"reference": structures})
-    notes = check_dose_frame(same, {"test": np.zeros((2, 2, 2))})
-    assert len(notes) == 1 and "no frame of reference" in notes[0]
+    import SimpleITK as sitk
+
+    label_map = tmp_path / "mask.nii.gz"
+    sitk.WriteImage(sitk.GetImageFromArray(np.ones((2, 2, 2), np.uint8)), str(label_map))
+    notes = check_dose_frame(same, {"test": label_map, "reference": np.zeros((2, 2, 2))})
+    assert len(notes) == 1 and "carries no frame of reference" in notes[0]  # in-memory inputs: left to the caller
 
 
 # ------------------------------------------------------------------------- dose metrics
@@ -186,3 +190,61 @@ def test_a_box_in_a_linear_gradient_has_its_closed_form_dvh(tmp_path):
     assert values.value("dose_volume_difference_cc") == pytest.approx(-2.0)
     assert values.status == "ok"
     assert any("interpolated trilinearly" in note for note in result.notes)
+
+
+def _box_case(tmp_path, frame=FRAME):
+    """Reference and test RT Structure Sets (boxes 40 x 20 mm on planes z = -4 .. 4 mm, the test 10 mm
+    shorter in x) in frame ``frame``, and a dose of 1 Gy/mm along x on a 2 mm grid."""
+    import pydicom
+    from test_dicom import rectangle, write_rtstruct
+
+    planes = np.arange(-4.0, 4.1, 2.0)
+    paths = {}
+    for side, x1 in (("reference", 20.0), ("test", 10.0)):
+        paths[side] = tmp_path / f"{side}.dcm"
+        write_rtstruct(paths[side], {"PTV": [rectangle(-20, -10, x1, 10, z) for z in planes]})
+        dataset = pydicom.dcmread(paths[side])
+        dataset.StructureSetROISequence[0].ReferencedFrameOfReferenceUID = frame
+        dataset.save_as(paths[side])
+    spacing, origin = (2.0, 2.0, 2.0), (-40.0, -40.0, -20.0)
+    dose = linear_field((21, 41, 41), spacing, origin, (1.0, 0.0, 0.0), offset_gy=50)
+    paths["dose"] = write_rtdose(tmp_path / "dose.dcm", dose, spacing, origin)
+    return paths
+
+
+def test_cli_writes_dose_metrics_and_the_dvh_table(tmp_path, capsys):
+    import csv
+    import json
+
+    from segmetrics.cli import main
+
+    paths = _box_case(tmp_path)
+    out, dvh = tmp_path / "out.json", tmp_path / "dvh.csv"
+    code = main(["compare", str(paths["reference"]), str(paths["test"]), "--dose", str(paths["dose"]),
+                 "--metrics", "dose", "--dose-levels", "40,60Gy", "--format", "json", "-o", str(out),
+                 "--dvh", str(dvh)])
+    assert code == 0, capsys.readouterr().err
+    values = {r["metric"]: r["value"] for r in json.loads(out.read_text())["records"]}
+    # 1 mm pixels whose centres lie in x in [-20, 20) (reference) and [-20, 10) (test): dose 50 + x
+    assert values["dose_dmean_reference_gy"] == pytest.approx(49.5)
+    assert values["dose_dmean_difference_gy"] == pytest.approx(-5.0)
+    assert values["dose_v60gy_reference_percent"] == pytest.approx(25.0)  # x >= 10: 10 of 40 columns
+    assert values["dose_v60gy_test_cc"] == 0
+    rows = list(csv.DictReader(dvh.open()))
+    assert set(rows[0]) == {"structure", "dose_gy", "reference_cc", "reference_percent", "test_cc", "test_percent"}
+    by_dose = {float(row["dose_gy"]): row for row in rows}
+    assert float(by_dose[0.0]["reference_percent"]) == pytest.approx(100.0)
+    assert float(by_dose[60.0]["reference_cc"]) == pytest.approx(values["dose_v60gy_reference_cc"])
+
+
+def test_cli_refuses_a_dose_of_another_frame_and_a_dvh_without_dose(tmp_path, capsys):
+    from segmetrics.cli import main
+
+    paths = _box_case(tmp_path, frame=OTHER_FRAME)
+    code = main(["compare", str(paths["reference"]), str(paths["test"]), "--dose", str(paths["dose"])])
+    error = capsys.readouterr().err
+    assert code == 2 and "not the same patient coordinates" in error and error.count("\n") == 1
+    code = main(["compare", str(paths["reference"]), str(paths["test"]), "--dvh", str(tmp_path / "d.csv")])
+    assert code == 2 and "--dvh" in capsys.readouterr().err
+    code = main(["compare", str(paths["reference"]), str(paths["test"]), "--dose-levels", "95%"])
+    assert code == 2 and "not a dose in Gy" in capsys.readouterr().err

@@ -55,12 +55,14 @@ class BatchError(ValueError):
 
 @dataclass(frozen=True)
 class Case:
-    """One reference/test pair; ``names`` is an optional JSON file mapping label values to names."""
+    """One reference/test pair; ``names`` is an optional JSON file mapping label values to names,
+    ``dose`` an optional RT Dose file for the dose metrics."""
 
     case_id: str
     reference: str
     test: str
     names: str | None = None
+    dose: str | None = None
 
 
 @dataclass
@@ -105,10 +107,11 @@ class BatchSummary:
 
 # ---------------------------------------------------------------------------------------- inputs
 def read_manifest(path) -> list:
-    """Read a manifest CSV with columns ``case_id, reference, test`` and optional ``names``.
+    """Read a manifest CSV with columns ``case_id, reference, test`` and optional ``names`` and ``dose``.
 
     Relative paths are taken relative to the manifest's folder. ``names`` (also accepted as
-    ``labels`` or ``label_map``) is a JSON file mapping label values to structure names. A UTF-8
+    ``labels`` or ``label_map``) is a JSON file mapping label values to structure names; ``dose``
+    an RT Dose file (the case's planned dose, for the dose metrics; may be empty). A UTF-8
     byte-order mark (Excel's "CSV UTF-8") is accepted. Raises :class:`BatchError` (one line naming
     the file and row) for a folder, undecodable text, missing columns, empty fields or duplicate ids.
     """
@@ -138,8 +141,9 @@ def read_manifest(path) -> list:
             raise BatchError(f"manifest {path} line {line}: empty {', '.join(empty)} "
                              "(each row needs case_id, reference and test)")
         names = row.get("names") or row.get("labels") or row.get("label_map") or None
+        dose = (row.get("dose") or "").strip() or None
         cases.append(Case(row["case_id"], str(path.parent / row["reference"]), str(path.parent / row["test"]),
-                          str(path.parent / names) if names else None))
+                          str(path.parent / names) if names else None, str(path.parent / dose) if dose else None))
     duplicates = _duplicate_ids(cases)
     if duplicates:
         raise BatchError(f"manifest {path}: duplicate case ids {duplicates}")
@@ -200,20 +204,24 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
     Runs in worker processes too, so it only takes and returns picklable objects. Records carry
     ``case_id`` plus the fields of :meth:`ComparisonResult.records`.
     """
+    from ..inputs.rtdose import load_dose
     from .compare import compare
 
     start = time.perf_counter()
     try:
+        # the dose is checked against the case's files, then given to compare read
+        dose, dose_notes = load_dose(case.dose, {"reference": case.reference, "test": case.test}) if case.dose \
+            else (None, [])
         reference, test = load_case(case, threshold, input_policy)
         result = compare(reference, test, labels=labels, metrics=metrics, params=params,
-                         resample_to=resample_to, input_policy=input_policy)
+                         resample_to=resample_to, input_policy=input_policy, dose=dose)
     except Exception as error:  # MemoryError included: a failed case is data, not a crash of the run
         message = f"{type(error).__name__}: {str(error).strip() or 'no message'}"
         return CaseOutcome(case.case_id, "failed", error=message, seconds=time.perf_counter() - start)
     diagonal = float(np.linalg.norm(np.asarray(reference.array.shape) * np.asarray(reference.spacing)))
     records = [{"case_id": case.case_id, **r} for r in result.records()]
     return CaseOutcome(case.case_id, "ok", records, diagonal_mm=diagonal, seconds=time.perf_counter() - start,
-                       notes=list(result.notes))
+                       notes=dose_notes + list(result.notes))
 
 
 # --------------------------------------------------------------------------------- executors
@@ -458,7 +466,7 @@ def _fingerprint(case: Case, settings: dict) -> str:
     from ..inputs.validation import file_version
 
     files = []
-    for path in (case.reference, case.test, case.names):
+    for path in (case.reference, case.test, case.names, *([case.dose] if case.dose else [])):  # unchanged without
         absolute = None if path is None else os.path.abspath(path)
         try:
             info = os.stat(absolute) if absolute else None

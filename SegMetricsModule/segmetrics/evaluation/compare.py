@@ -11,7 +11,9 @@ from ..spatial.geometry import (LabelImage, check_same_geometry, foreground_outs
 from ..spatial.orientation import Reorientation, canonical
 from ..registry import (MetricValue, Parameters, Status, StructurePair, all_groups, as_parameters,
                        resolve_selection)
+from ..inputs.rtdose import load_dose
 from ..inputs.structure_names import match_names
+from ..metrics.dose import outside_notes, sampling_note
 from ..inputs.validation import NothingToCompareError, check_evaluation_options
 
 
@@ -274,19 +276,6 @@ def _mask(image: LabelImage, label, view: Reorientation) -> np.ndarray:
     return view.mask(image.array, label)
 
 
-def _read_dose(dose, structures: dict) -> tuple:
-    """``(DoseGrid, notes)``: an RTDOSE path read, a DoseGrid kept; checked against the frames of
-    reference of the ``structures`` inputs, with a note saying how the dose is sampled."""
-    from ..inputs.rtdose import DoseGrid, check_dose_frame, read_rtdose
-
-    if not isinstance(dose, DoseGrid):
-        dose = read_rtdose(dose)
-    spacing = " x ".join(f"{s:g}" for s in dose.spacing)
-    return dose, check_dose_frame(dose, structures) + [
-        f"dose {dose.source} ({spacing} mm voxels, z, y, x; maximum {dose.max_gy:.4g} Gy) interpolated trilinearly "
-        "at the centres of the structures' voxels (their masks on the comparison grid)"]
-
-
 def compare(
     reference,
     test,
@@ -347,8 +336,9 @@ def compare(
     dose : path or DoseGrid, optional
         The planned dose (RTDOSE file or :class:`segmetrics.inputs.rtdose.DoseGrid`) of the dose
         metrics (:mod:`segmetrics.metrics.dose`; V levels in ``params.dose_levels_gy``); refused
-        when its frame of reference is not the structures'. Without it the dose group is skipped
-        (asking for a dose metric by name raises ``ValueError``).
+        when its frame of reference is not that of the structure files (in-memory images carry
+        none: check the files they came from with :func:`segmetrics.inputs.rtdose.check_dose_frame`).
+        Without it the dose group is skipped (asking for a dose metric by name raises ``ValueError``).
 
     Raises :class:`NothingToCompareError` when neither image holds a structure and no ``labels``
     were given, and ``ValueError`` for parameters that do not fit the images (e.g. ``msi_axis``).
@@ -368,7 +358,8 @@ def compare(
     dose_notes = []
     if dose is not None:
         inputs["dose"] = describe_input(dose)
-        dose, dose_notes = _read_dose(dose, {"reference": reference, "test": test})
+        dose, dose_notes = load_dose(dose, {"reference": reference, "test": test})
+        dose_notes.append(sampling_note(dose))
     reference, test = load_pair(reference, test, spacing, threshold, input_policy=input_policy, image=image,
                                 contour_resolution_mm=contour_resolution_mm)
     params.check_dimension(reference.ndim)
@@ -429,8 +420,6 @@ def compare(
         if progress is not None:
             progress(index + 1, len(pairs), name)
     if "dose" in selection:
-        from ..metrics.dose import outside_notes
-
         notes += outside_notes(results, dose)
     settings = {"metrics": metrics if metrics is None or isinstance(metrics, str) else list(metrics),
                 "labels": None if labels is None else [str(x) for x in labels], "params": params,

@@ -193,18 +193,29 @@ def input_frames_of_reference(source) -> set:
 
 def check_dose_frame(dose: DoseGrid, structures: dict) -> list:
     """Refuse (one :class:`ReadError` line) a dose whose frame of reference differs from that of a
-    structure input; ``structures`` maps a name (``"reference"``) to its input (path or image).
-    Returns notes naming the inputs whose frame could not be checked (no FrameOfReferenceUID)."""
+    structure file; ``structures`` maps a name (``"reference"``) to its input. Returns notes for
+    what cannot be checked: a dose without a frame of reference, structure files that carry none
+    (label map files). In-memory images carry none either and are left to the caller, who knows
+    their files (the CLI and batch runs check those)."""
+    files = {side: source for side, source in structures.items() if isinstance(source, (str, Path))}
+    if dose.frame_of_reference is None:
+        return [f"the dose {dose.source} carries no frame of reference: it is placed on the structures by patient "
+                "coordinates alone"] if files else []
     notes = []
-    for side, source in structures.items():
+    for side, source in files.items():
         frames = input_frames_of_reference(source)
-        if dose.frame_of_reference is None:
-            notes.append(f"the dose {dose.source} carries no frame of reference: it is placed on the {side} by "
-                         "patient coordinates alone")
-        elif not frames:
-            notes.append(f"the {side} carries no frame of reference (not DICOM): the dose {dose.source} is placed on it "
-                         "by patient coordinates alone")
+        if not frames:
+            notes.append(f"the {side} {source} carries no frame of reference (not DICOM): the dose {dose.source} is "
+                         "placed on it by patient coordinates alone")
         elif dose.frame_of_reference not in frames:
             raise ReadError(f"{dose.source}: dose is in frame of reference {dose.frame_of_reference} but the {side} "
                             f"{source} is in {', '.join(sorted(frames))}: not the same patient coordinates")
     return notes
+
+
+def load_dose(dose, structures: dict) -> tuple:
+    """``(DoseGrid, notes)``: ``dose`` (an RTDOSE path, or a :class:`DoseGrid` kept as it is)
+    checked against the frames of reference of the ``structures`` inputs (:func:`check_dose_frame`)."""
+    if not isinstance(dose, DoseGrid):
+        dose = read_rtdose(dose)
+    return dose, check_dose_frame(dose, structures)

@@ -120,11 +120,11 @@ class StructureDose:
                       dmin=float(ordered[0]), dmean=float(self.doses.mean()))
         return values
 
-    def dvh(self, step_gy: float, points: int) -> np.ndarray:
-        """The cumulative DVH (cc) at doses ``0, step_gy, ..., (points - 1) step_gy``: the volume
-        receiving at least each dose."""
-        bins = np.minimum(np.floor(self.doses / step_gy).astype(np.int64), points - 1)
-        counts = np.bincount(bins, minlength=points)
+    def dvh(self, dose_gy: np.ndarray) -> np.ndarray:
+        """The cumulative DVH (cc) at the increasing doses ``dose_gy`` (from 0): the volume
+        receiving at least each dose (the comparison of the V metrics)."""
+        bins = np.searchsorted(dose_gy, self.doses, side="right") - 1  # the highest dose each voxel reaches
+        counts = np.bincount(bins, minlength=len(dose_gy))
         return np.cumsum(counts[::-1])[::-1] * self.voxel_cc
 
 
@@ -232,8 +232,8 @@ def compute(pair: StructurePair, params: Parameters) -> list:
                                 for name in statistics["reference"]}
     step = dvh_step_gy(pair.dose.max_gy)
     points = int(math.ceil(max((d.doses.max(initial=0.0) for d in doses.values())) / step)) + 2
-    pair.extras["dvh"] = DoseVolumeHistogram(np.arange(points) * step,
-                                             *(doses[side].dvh(step, points) for side in SIDES[:2]),
+    dose_axis = np.round(np.arange(points) * step, 9)  # 0.1 Gy steps as 0.3, not 0.30000000000000004
+    pair.extras["dvh"] = DoseVolumeHistogram(dose_axis, *(doses[side].dvh(dose_axis) for side in SIDES[:2]),
                                              *(len(doses[side].doses) * doses[side].voxel_cc for side in SIDES[:2]))
     values = []
     for spec in specs:
@@ -252,6 +252,13 @@ def _parts(spec: MetricSpec) -> tuple:
     side = next(s for s in SIDES if f"_{s}_" in name)
     statistic = name[:name.index(f"_{side}_")]
     return (f"{statistic}_{spec.unit}" if statistic.startswith("v") and statistic.endswith("gy") else statistic), side
+
+
+def sampling_note(dose) -> str:
+    """The note saying how the dose metrics sample the dose ``dose`` (a DoseGrid)."""
+    spacing = " x ".join(f"{s:g}" for s in dose.spacing)
+    return (f"dose {dose.source} ({spacing} mm voxels, z, y, x; maximum {dose.max_gy:.4g} Gy) interpolated "
+            "trilinearly at the centres of the structures' voxels (their masks on the comparison grid)")
 
 
 def outside_notes(results, dose) -> list:
