@@ -248,3 +248,165 @@ def test_cli_refuses_a_dose_of_another_frame_and_a_dvh_without_dose(tmp_path, ca
     assert code == 2 and "--dvh" in capsys.readouterr().err
     code = main(["compare", str(paths["reference"]), str(paths["test"]), "--dose-levels", "95%"])
     assert code == 2 and "not a dose in Gy" in capsys.readouterr().err
+
+
+def _sphere_image(radius_mm, voxel_mm, half_width_mm):
+    """A sphere of ``radius_mm`` centred on the patient origin, on a cubic grid of ``voxel_mm``
+    voxels whose centres are symmetric about the origin; returns ``(LabelImage, centres r² in mm²)``."""
+    n = int(round(2 * half_width_mm / voxel_mm))
+    centres = (np.arange(n) - (n - 1) / 2) * voxel_mm
+    z, y, x = np.meshgrid(centres, centres, centres, indexing="ij")
+    r2 = x ** 2 + y ** 2 + z ** 2
+    image = _grid((n, n, n), (voxel_mm,) * 3, (centres[0],) * 3).with_array((r2 <= radius_mm ** 2).astype(np.uint8))
+    return image, r2
+
+
+def _brute_force(doses, voxel_cc, levels=()):
+    """The dose statistics of voxel doses, by sorting (the definitions of docs/METRICS.md)."""
+    hottest = np.sort(doses)[::-1]
+    n = len(hottest)
+    values = {"dmean": doses.mean(), "dmin": hottest[-1], "dmax": hottest[math.ceil(0.03 / voxel_cc - 1e-9) - 1]}
+    values |= {f"d{p}": hottest[max(1, math.ceil(p * n / 100 - 1e-9)) - 1] for p in (2, 50, 95, 98)}
+    values |= {f"v{level:g}gy": 100.0 * np.count_nonzero(doses >= level) / n for level in levels}
+    return values
+
+
+def test_a_sphere_in_a_radial_field_on_a_coarser_dose_grid(tmp_path):
+    """Dose 60 − 0.1 r² Gy on a 2 mm grid, a sphere of 15 mm on 0.5 mm voxels. Continuum: the share
+    of the sphere within r is (r / R)³, so Dx% = 60 − 0.1 R² (x / 100)^(2/3), Dmean = 60 − 0.06 R².
+    Trilinear interpolation of r² overestimates it by at most 3 h² / 4 (h = 2 mm): dose low by <= 0.3 Gy."""
+    import segmetrics
+
+    radius, h = 15.0, 2.0
+    dose_origin = (-23.3,) * 3  # voxel centres off the structure's
+    z, y, x = np.meshgrid(*[dose_origin[0] + np.arange(25) * h] * 3, indexing="ij")
+    dose = DoseGrid(60 - 0.1 * (x ** 2 + y ** 2 + z ** 2), (h,) * 3, dose_origin, tuple(np.eye(3).ravel()))
+    image, r2 = _sphere_image(radius, 0.5, 20.0)
+    result = segmetrics.compare(image, image, metrics="dose", dose=dose,
+                                params=segmetrics.Parameters(dose_levels_gy=(50,)))
+    values = result.structures[0]
+    inside = r2 <= radius ** 2
+    exact = _brute_force(60 - 0.1 * r2[inside], 0.125e-3, levels=(50,))  # the field itself at the voxel centres
+    bound = 0.1 * 3 * h ** 2 / 4
+    for name in ("dmean", "dmin", "dmax", "d2", "d50", "d95", "d98"):
+        measured = values.value(f"dose_{name}_reference_gy")
+        assert exact[name] - bound - 1e-9 <= measured <= exact[name] + 1e-9, name
+        assert values.value(f"dose_{name}_difference_gy") == 0
+    continuum = {"dmean": 60 - 0.06 * radius ** 2, "dmin": 60 - 0.1 * radius ** 2,
+                 **{f"d{p}": 60 - 0.1 * radius ** 2 * (p / 100) ** (2 / 3) for p in (2, 50, 95, 98)}}
+    for name, value in continuum.items():  # + the voxelised sphere: boundary within half a voxel diagonal
+        assert values.value(f"dose_{name}_reference_gy") == pytest.approx(value, abs=bound + 0.2), name
+    # V50Gy: r² <= 100, (10 / 15)³ of the sphere
+    assert values.value("dose_v50gy_reference_percent") == pytest.approx(100 * (10 / 15) ** 3, abs=1.5)
+    assert values.value("dose_volume_reference_cc") == pytest.approx(4 / 3 * math.pi * radius ** 3 / 1000, rel=0.01)
+
+
+def _rotation(degrees_z, degrees_x):
+    a, b = np.radians(degrees_z), np.radians(degrees_x)
+    about_z = np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]])
+    about_x = np.array([[1, 0, 0], [0, np.cos(b), -np.sin(b)], [0, np.sin(b), np.cos(b)]])
+    return about_z @ about_x
+
+
+def test_a_cylinder_in_a_linear_field_on_an_oblique_dose_grid(tmp_path):
+    """An RTDOSE grid rotated 30° about z and 20° about x holding 40 + 1.5 z Gy (z in mm): trilinear
+    interpolation of a linear field is exact, so every statistic equals the brute force on the
+    field at the cylinder's voxel centres (radius 10 mm, z in [-10, 10) mm, axis along z)."""
+    import segmetrics
+
+    rotation = _rotation(30, 20)
+    spacing = 2.5
+    origin = -rotation @ np.full(3, 30.0)  # a 60 mm cube of 2.5 mm voxels around the origin
+    ijk = np.stack(np.meshgrid(*[np.arange(25)] * 3, indexing="ij"), axis=-1)[..., ::-1]  # (k, j, i) -> (i, j, k)
+    points = origin + (ijk * spacing) @ rotation.T  # patient x, y, z of each dose voxel, array (frame, row, column)
+    dose_gy = 40 + 1.5 * points[..., 2]
+    path = write_rtdose(tmp_path / "oblique.dcm", dose_gy, (spacing,) * 3, origin,
+                        orientation=(*rotation[:, 0], *rotation[:, 1]))
+    grid = read_rtdose(path)
+    np.testing.assert_allclose(np.asarray(grid.direction).reshape(3, 3), rotation, atol=1e-9)
+    voxel = 0.5
+    centres = (np.arange(40) - 19.5) * voxel
+    z, y, x = np.meshgrid(centres, centres, centres, indexing="ij")
+    cylinder = (x ** 2 + y ** 2 <= 100.0)
+    image = _grid(cylinder.shape, (voxel,) * 3, (centres[0],) * 3)
+    test = cylinder & (z < 5)  # the test stops 5 mm short: misses the hottest quarter
+    result = segmetrics.compare(image.with_array(cylinder.astype(np.uint8)), image.with_array(test.astype(np.uint8)),
+                                metrics="dose", dose=path, params=segmetrics.Parameters(dose_levels_gy=(40,)))
+    values = result.structures[0]
+    voxel_cc = voxel ** 3 / 1000
+    for side, mask in (("reference", cylinder), ("test", test)):
+        exact = _brute_force(40 + 1.5 * z[mask], voxel_cc, levels=(40,))
+        for name in ("dmean", "dmin", "dmax", "d2", "d50", "d95", "d98"):
+            assert values.value(f"dose_{name}_{side}_gy") == pytest.approx(exact[name], abs=2e-4), (side, name)
+        assert values.value(f"dose_v40gy_{side}_percent") == pytest.approx(exact["v40gy"])
+    assert values.value("dose_v40gy_reference_percent") == pytest.approx(50.0)  # z >= 0: half the height
+    assert values.value("dose_dmean_difference_gy") == pytest.approx(1.5 * (-2.5 - 0.0), abs=2e-4)
+
+
+def test_a_structure_partly_outside_the_dose_grid_is_flagged_with_its_share():
+    import segmetrics
+
+    image = _grid((40, 10, 10), (1.0, 1.0, 1.0), (0.0, 0.0, -19.5))  # z from -19.5 to 19.5 mm
+    mask = image.with_array(np.ones((40, 10, 10), np.uint8))
+    # a dose grid from z = 0 up: the upper 20 slices (z = 0.5 .. 19.5) inside, dose 10 + z
+    dose = DoseGrid(np.broadcast_to(10 + np.arange(21.0)[:, None, None], (21, 12, 12)).copy(), (1.0, 1.0, 1.0),
+                    (-1.0, -1.0, 0.0), tuple(np.eye(3).ravel()))
+    result = segmetrics.compare(mask, mask, metrics="dose", dose=dose)
+    values = result.structures[0]
+    assert values.get("dose_dmean_reference_gy").status == "outside_dose_grid"
+    assert values.value("dose_dmean_reference_gy") == pytest.approx(20.0)  # z from 0.5 to 19.5
+    assert values.get("dose_volume_reference_cc").status == "ok"
+    assert values.value("dose_volume_reference_cc") == pytest.approx(4.0)  # the whole structure
+    warning = [note for note in result.notes if "outside the dose grid" in note]
+    assert len(warning) == 1 and "50.0% of the reference" in warning[0] and warning[0].startswith("warning:")
+
+
+def test_empty_sides_and_missing_dose():
+    import segmetrics
+
+    image = _grid((10, 10, 10), (1.0, 1.0, 1.0))
+    reference = np.zeros((10, 10, 10), np.uint8)
+    reference[2:8, 2:8, 2:8] = 1
+    dose = DoseGrid(np.full((12, 12, 12), 7.0), (1.0, 1.0, 1.0), (-1.0, -1.0, -1.0), tuple(np.eye(3).ravel()))
+    result = segmetrics.compare(image.with_array(reference), image.with_array(np.zeros_like(reference)),
+                                labels=[1], metrics="dose", dose=dose, params={"dose_levels_gy": [5]})
+    values = result.structures[0]
+    assert values.value("dose_dmean_reference_gy") == 7.0 and values.value("dose_dmax_reference_gy") == 7.0
+    assert math.isnan(values.value("dose_dmean_test_gy")) and math.isnan(values.value("dose_dmean_difference_gy"))
+    assert values.value("dose_volume_test_cc") == 0 and values.value("dose_v5gy_test_cc") == 0
+    assert math.isnan(values.value("dose_v5gy_test_percent"))
+    assert {v.status for v in values.values} == {"test_empty"}
+    # a structure smaller than 0.03 cc has no near-maximum
+    tiny = np.zeros_like(reference)
+    tiny[5, 5, 5] = 1
+    small = segmetrics.compare(image.with_array(tiny), image.with_array(tiny), metrics="dose", dose=dose)
+    assert math.isnan(small.structures[0].value("dose_dmax_reference_gy"))
+    assert small.structures[0].value("dose_dmean_reference_gy") == 7.0
+    # without a dose: the dose group is left out of "all", refused when asked for by name
+    plain = segmetrics.compare(image.with_array(reference), image.with_array(reference))
+    assert not any(m.startswith("dose_") for m in plain.metrics())
+    with pytest.raises(ValueError, match="need the planned dose"):
+        segmetrics.compare(image.with_array(reference), image.with_array(reference), metrics="dose_dmean_test_gy")
+
+
+def test_batch_manifest_dose_column_and_report_dvh(tmp_path):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("jinja2")
+    from segmetrics.evaluation.batch import read_manifest, read_results, run_batch
+    from segmetrics.report import report_batch
+
+    paths = _box_case(tmp_path)
+    manifest = tmp_path / "manifest.csv"
+    manifest.write_text("case_id,reference,test,dose\n"
+                        f"withdose,{paths['reference'].name},{paths['test'].name},{paths['dose'].name}\n"
+                        f"nodose,{paths['reference'].name},{paths['test'].name},\n")
+    cases = read_manifest(manifest)
+    assert cases[0].dose == str(paths["dose"]) and cases[1].dose is None
+    job = {"metrics": "dice,msi,dose", "params": None, "resample_to": None, "threshold": None}
+    summary = run_batch(cases, tmp_path / "out", progress=False, workers=0, **job)
+    assert list(summary.failed) == ["nodose"] and "planned dose" in summary.failed["nodose"]
+    records = read_results(tmp_path / "out")
+    dose_means = [r["value"] for r in records if r["metric"] == "dose_dmean_difference_gy"]
+    assert dose_means == [pytest.approx(-5.0)]
+    report_batch(tmp_path / "out", cases[:1], tmp_path / "report", job=job)
+    assert (tmp_path / "report" / "figures" / "worst1_dvh.png").is_file()
