@@ -46,37 +46,41 @@ _BATCH_VOXELS = 1 << 20
 _ALIGNED_TOLERANCE = 1e-9
 
 
-def _statistics() -> tuple:
-    """``(name, unit, description)`` of each per-side statistic, in output order."""
-    return (("dmean", "Gy", "mean dose"),
-            ("dmax", "Gy", f"near-maximum dose D{NEAR_MAX_VOLUME_CC:g}cc"),
-            ("dmin", "Gy", "minimum dose"),
-            *((f"d{p}", "Gy", f"dose covering {p}% of the volume") for p in COVERED_PERCENTS),
-            ("volume", "cc", "volume"))
-
-
-def _specs(statistics) -> tuple:
-    specs = []
-    for name, unit, description in statistics:
-        for side in SIDES:
-            what = f"{description}, test − reference" if side == "difference" else f"{description} of the {side}"
-            specs.append(MetricSpec(f"dose_{name}_{side}_{unit.replace('%', 'percent').lower()}", unit, "none", what))
-    return tuple(specs)
-
-
-METRICS = _specs(_statistics())
+#: ``(statistic, unit suffix, description)`` of the per-side statistics, in output order; a metric is
+#: named ``dose_<statistic>_<side>_<unit suffix>``.
+STATISTICS = (("dmean", "gy", "mean dose"),
+              ("dmax", "gy", f"near-maximum dose D{NEAR_MAX_VOLUME_CC:g}cc"),
+              ("dmin", "gy", "minimum dose"),
+              *((f"d{p}", "gy", f"dose covering {p}% of the volume") for p in COVERED_PERCENTS),
+              ("volume", "cc", "volume"))
+UNITS = {"gy": "Gy", "cc": "cc", "percent": "%"}
 
 
 def level_name(level_gy: float) -> str:
-    """The metric-name part of a dose level: ``v20gy`` for 20 Gy, ``v20.5gy`` for 20.5 Gy."""
+    """The statistic of a dose level: ``v20gy`` for 20 Gy, ``v20.5gy`` for 20.5 Gy."""
     return f"v{level_gy:g}gy"
 
 
+def level_statistics(levels_gy) -> tuple:
+    """The :data:`STATISTICS`-like entries of the V metrics (cc and %) of the dose levels."""
+    return tuple((level_name(level), suffix, f"{what} receiving at least {level:g} Gy") for level in levels_gy
+                 for suffix, what in (("cc", "volume"), ("percent", "share of the volume")))
+
+
+def metric_table(statistics) -> tuple:
+    """``(MetricSpec, (statistic, unit suffix), side)`` of each metric of the ``statistics`` entries."""
+    return tuple((MetricSpec(f"dose_{name}_{side}_{suffix}", UNITS[suffix], "none",
+                             f"{what}, test − reference" if side == "difference" else f"{what} of the {side}"),
+                  (name, suffix), side)
+                 for name, suffix, what in statistics for side in SIDES)
+
+
+METRICS = tuple(spec for spec, _, _ in metric_table(STATISTICS))
+
+
 def level_metrics(params: Parameters) -> tuple:
-    """The ``V<level>Gy`` metrics (cc and %) of the user's dose levels."""
-    return _specs(stat for level in params.dose_levels_gy
-                  for stat in ((level_name(level), "cc", f"volume receiving at least {level:g} Gy"),
-                               (level_name(level), "%", f"share of the volume receiving at least {level:g} Gy")))
+    """The specs of the ``V<level>Gy`` metrics (cc and %) of ``params.dose_levels_gy``."""
+    return tuple(spec for spec, _, _ in metric_table(level_statistics(params.dose_levels_gy)))
 
 
 @dataclass(frozen=True)
@@ -100,15 +104,15 @@ class StructureDose:
         return self.outside / total if total else 0.0
 
     def statistics(self, levels_gy) -> dict:
-        """``{statistic: value}`` of :func:`_statistics` and of the levels (see the module doc); the
-        doses of a structure with no voxel inside the dose grid are NaN."""
+        """``{(statistic, unit suffix): value}`` of :data:`STATISTICS` and of the levels' V metrics
+        (see the module doc); the doses of a structure with no voxel inside the dose grid are NaN."""
         n = len(self.doses)
-        values = {"volume": self.volume_cc, "dmean": math.nan, "dmax": math.nan, "dmin": math.nan,
-                  **{f"d{p}": math.nan for p in COVERED_PERCENTS}}
+        values = {(name, suffix): math.nan for name, suffix, _ in STATISTICS}
+        values["volume", "cc"] = self.volume_cc
         for level in levels_gy:
             received = int(np.count_nonzero(self.doses >= level))
-            values[f"{level_name(level)}_cc"] = received * self.voxel_cc
-            values[f"{level_name(level)}_%"] = 100.0 * received / n if n else math.nan
+            values[level_name(level), "cc"] = received * self.voxel_cc
+            values[level_name(level), "percent"] = 100.0 * received / n if n else math.nan
         if n == 0:
             return values
         # hottest-first ranks (1 = hottest) of the covered volumes; a tiny tolerance keeps 2 % of 100 voxels at 2
@@ -116,8 +120,9 @@ class StructureDose:
         ranks["dmax"] = math.ceil(NEAR_MAX_VOLUME_CC / self.voxel_cc - 1e-9)  # beyond n: smaller than 0.03 cc, NaN
         ranks = {name: rank for name, rank in ranks.items() if rank <= n}
         ordered = np.partition(self.doses, sorted({n - rank for rank in ranks.values()} | {0}))
-        values.update({name: float(ordered[n - rank]) for name, rank in ranks.items()},
-                      dmin=float(ordered[0]), dmean=float(self.doses.mean()))
+        values.update({(name, "gy"): float(ordered[n - rank]) for name, rank in ranks.items()})
+        values["dmin", "gy"] = float(ordered[0])
+        values["dmean", "gy"] = float(self.doses.mean(dtype=np.float64))
         return values
 
     def dvh(self, dose_gy: np.ndarray) -> np.ndarray:
@@ -219,39 +224,30 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     """The dose metrics of one pair (``pair.dose``, a :class:`~segmetrics.inputs.rtdose.DoseGrid`);
     ``not_applicable`` without a dose or for 2-D images. Puts the DVH curves in ``extras["dvh"]``
     and the shares outside the dose grid (when any) in ``extras["dose_outside_share"]``."""
-    specs = METRICS + level_metrics(params)
+    table = metric_table(STATISTICS + level_statistics(params.dose_levels_gy))
     if pair.dose is None or pair.reference.ndim != 3:
-        return [MetricValue(spec.name, math.nan, spec.unit, Status.NOT_APPLICABLE) for spec in specs]
+        return [MetricValue(spec.name, math.nan, spec.unit, Status.NOT_APPLICABLE) for spec, _, _ in table]
     doses = {side: structure_dose(getattr(pair, side), pair.image, pair.dose) for side in SIDES[:2]}
-    status = pair.emptiness
     outside = {side: doses[side].outside_share for side in doses if doses[side].outside}
     if outside:
         pair.extras["dose_outside_share"] = outside
     statistics = {side: doses[side].statistics(params.dose_levels_gy) for side in doses}
-    statistics["difference"] = {name: statistics["test"][name] - statistics["reference"][name]
-                                for name in statistics["reference"]}
+    statistics["difference"] = {key: statistics["test"][key] - statistics["reference"][key]
+                                for key in statistics["reference"]}
     step = dvh_step_gy(pair.dose.max_gy)
-    points = int(math.ceil(max((d.doses.max(initial=0.0) for d in doses.values())) / step)) + 2
+    points = int(math.ceil(max(d.doses.max(initial=0.0) for d in doses.values()) / step)) + 2
     dose_axis = np.round(np.arange(points) * step, 9)  # 0.1 Gy steps as 0.3, not 0.30000000000000004
     pair.extras["dvh"] = DoseVolumeHistogram(dose_axis, *(doses[side].dvh(dose_axis) for side in SIDES[:2]),
                                              *(len(doses[side].doses) * doses[side].voxel_cc for side in SIDES[:2]))
+    emptiness = pair.emptiness
     values = []
-    for spec in specs:
-        statistic, side = _parts(spec)
+    for spec, key, side in table:
+        status = emptiness
         involved = SIDES[:2] if side == "difference" else (side,)
-        value_status = status
-        if status == Status.OK and statistic != "volume" and any(s in outside for s in involved):
-            value_status = Status.OUTSIDE_DOSE_GRID
-        values.append(MetricValue(spec.name, statistics[side][statistic], spec.unit, value_status))
+        if status == Status.OK and key != ("volume", "cc") and any(s in outside for s in involved):
+            status = Status.OUTSIDE_DOSE_GRID
+        values.append(MetricValue(spec.name, statistics[side][key], spec.unit, status))
     return values
-
-
-def _parts(spec: MetricSpec) -> tuple:
-    """``(statistic key of StructureDose.statistics, side)`` of a dose metric."""
-    name = spec.name[len("dose_"):]
-    side = next(s for s in SIDES if f"_{s}_" in name)
-    statistic = name[:name.index(f"_{side}_")]
-    return (f"{statistic}_{spec.unit}" if statistic.startswith("v") and statistic.endswith("gy") else statistic), side
 
 
 def sampling_note(dose) -> str:
