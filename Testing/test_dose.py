@@ -410,9 +410,11 @@ def test_empty_sides_and_missing_dose():
     small = segmetrics.compare(image.with_array(tiny), image.with_array(tiny), metrics="dose", dose=dose)
     assert math.isnan(small.structures[0].value("dose_dmax_reference_gy"))
     assert small.structures[0].value("dose_dmean_reference_gy") == 7.0
-    # without a dose: the dose group is left out of "all", refused when asked for by name
+    # without a dose: nothing from the dose group; a note when asked for by name, refused when alone
     plain = segmetrics.compare(image.with_array(reference), image.with_array(reference))
-    assert not any(m.startswith("dose_") for m in plain.metrics())
+    assert not any(m.startswith("dose_") for m in plain.metrics()) and not plain.notes
+    named = segmetrics.compare(image.with_array(reference), image.with_array(reference), metrics="dice,dose")
+    assert named.metrics() == ["dice"] and any("dose metrics skipped" in note for note in named.notes)
     with pytest.raises(ValueError, match="need the planned dose"):
         segmetrics.compare(image.with_array(reference), image.with_array(reference), metrics="dose_dmean_test_gy")
 
@@ -422,7 +424,7 @@ def test_batch_manifest_dose_column_and_report_dvh(tmp_path):
     needs_rtstruct_reader()
     pytest.importorskip("matplotlib")
     pytest.importorskip("jinja2")
-    from segmetrics.evaluation.batch import read_manifest, read_results, run_batch
+    from segmetrics.evaluation.batch import read_case_log, read_manifest, read_results, run_batch
     from segmetrics.report import report_batch
 
     paths = _box_case(tmp_path)
@@ -434,12 +436,13 @@ def test_batch_manifest_dose_column_and_report_dvh(tmp_path):
     assert cases[0].dose == str(paths["dose"]) and cases[1].dose is None
     job = {"metrics": "dice,msi,dose", "params": None, "resample_to": None, "threshold": None}
     summary = run_batch(cases, tmp_path / "out", progress=False, workers=0, **job)
-    assert list(summary.failed) == ["nodose"] and "planned dose" in summary.failed["nodose"]
+    assert not summary.failed
+    assert any("dose metrics skipped" in note for note in read_case_log(tmp_path / "out")["nodose"]["notes"])
     records = read_results(tmp_path / "out")
     dose_means = [r["value"] for r in records if r["metric"] == "dose_dmean_difference_gy"]
     assert dose_means == [pytest.approx(-5.0)]
-    report_batch(tmp_path / "out", cases[:1], tmp_path / "report", job=job)
-    assert (tmp_path / "report" / "figures" / "worst1_dvh.png").is_file()
+    report_batch(tmp_path / "out", cases, tmp_path / "report", job=job)
+    assert list((tmp_path / "report" / "figures").glob("worst*_dvh.png"))  # the detailed pair of the case with a dose
 
 
 def test_axis_by_axis_interpolation_equals_scipy_on_a_random_field_with_flipped_axes():

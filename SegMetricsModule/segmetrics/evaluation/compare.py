@@ -338,7 +338,8 @@ def compare(
         metrics (:mod:`segmetrics.metrics.dose`; V levels in ``params.dose_levels_gy``); refused
         when its frame of reference is not that of the structure files (in-memory images carry
         none: check the files they came from with :func:`segmetrics.inputs.rtdose.check_dose_frame`).
-        Without it the dose group is skipped (asking for a dose metric by name raises ``ValueError``).
+        Without it the dose group reports nothing (a note says so when dose metrics were asked for
+        by name; ``ValueError`` when nothing else was).
 
     Raises :class:`NothingToCompareError` when neither image holds a structure and no ``labels``
     were given, and ``ValueError`` for parameters that do not fit the images (e.g. ``msi_axis``).
@@ -380,10 +381,10 @@ def compare(
     orientation = canonical(reference)  # metrics must not depend on how the grid is stored
 
     selection = resolve_selection(metrics)
-    if dose is None and "dose" in selection:
-        if metrics not in (None, "all", ["all"]):
+    if dose is None and "dose" in selection and metrics not in (None, "all", ["all"]):  # asked for by name
+        if len(selection) == 1:
             raise ValueError("the dose metrics need the planned dose: give dose= (CLI: --dose RTDOSE.dcm)")
-        del selection["dose"]
+        notes.append("dose metrics skipped: no dose was given (dose=, CLI: --dose RTDOSE.dcm)")
     notes += dose_notes
     groups = all_groups()
     whole_image = any(groups[name].whole_image(params) for name in selection)
@@ -419,7 +420,7 @@ def compare(
         results.append(StructureResult(name, ref_label, test_label, values, extras))
         if progress is not None:
             progress(index + 1, len(pairs), name)
-    if "dose" in selection:
+    if dose is not None and "dose" in selection:
         notes += outside_notes(results, dose)
     settings = {"metrics": metrics if metrics is None or isinstance(metrics, str) else list(metrics),
                 "labels": None if labels is None else [str(x) for x in labels], "params": params,

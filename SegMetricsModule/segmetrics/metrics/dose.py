@@ -221,11 +221,13 @@ def _aligned_batch(mask, start, matrix, offset, dose) -> tuple:
 
 
 def compute(pair: StructurePair, params: Parameters) -> list:
-    """The dose metrics of one pair (``pair.dose``, a :class:`~segmetrics.inputs.rtdose.DoseGrid`);
-    ``not_applicable`` without a dose or for 2-D images. Puts the DVH curves in ``extras["dvh"]``
+    """The dose metrics of one pair (``pair.dose``, a :class:`~segmetrics.inputs.rtdose.DoseGrid`):
+    none without a dose, ``not_applicable`` for 2-D images. Puts the DVH curves in ``extras["dvh"]``
     and the shares outside the dose grid (when any) in ``extras["dose_outside_share"]``."""
+    if pair.dose is None:  # the planned dose is an input of its own, not part of every comparison
+        return []
     table = metric_table(STATISTICS + level_statistics(params.dose_levels_gy))
-    if pair.dose is None or pair.reference.ndim != 3:
+    if pair.reference.ndim != 3:
         return [MetricValue(spec.name, math.nan, spec.unit, Status.NOT_APPLICABLE) for spec, _, _ in table]
     doses = {side: structure_dose(getattr(pair, side), pair.image, pair.dose) for side in SIDES[:2]}
     outside = {side: doses[side].outside_share for side in doses if doses[side].outside}
