@@ -517,3 +517,42 @@ def test_dvh_agrees_with_dicompyler_core_on_the_same_files(tmp_path, monkeypatch
         assert ours.value(f"dose_d{percent}_reference_gy") == pytest.approx(theirs.statistic(f"D{percent}").value,
                                                                             abs=0.3), percent
     assert ours.value("dose_dmax_reference_gy") == pytest.approx(theirs.statistic("D0.03cc").value, abs=0.5)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_real_breast_structure_set_heart_agrees_with_dicompyler_core(tmp_path, data_dir, monkeypatch):
+    """The real breast RTSTRUCT (dicompyler-core's example) with an RTDOSE written here in its frame of
+    reference (a lateral Gaussian falloff plus a gradient along z, 3 x 2.5 x 2.5 mm): our Heart DVH
+    on its 1 mm contour grid against dicompyler-core's on the dose grid (test-only reference)."""
+    import pydicom
+    import pydicom.dicomio
+
+    pytest.importorskip("matplotlib")
+    needs_compare()
+    needs_rtstruct_reader()
+    monkeypatch.setattr(pydicom.dicomio, "read_file", pydicom.dcmread, raising=False)  # dicompyler 0.5.6 on pydicom 3
+    dvhcalc = pytest.importorskip("dicompylercore.dvhcalc")
+    import segmetrics
+    from segmetrics.inputs.dicom import read_structure_set
+
+    structures = data_dir / "dicompyler_core" / "rtss.dcm"
+    structure_set = read_structure_set(structures)
+    heart = next(number for number, name in structure_set.names.items() if name == "Heart")
+    points = np.concatenate(structure_set.contours[heart])
+    low, high = points.min(axis=0) - 10, points.max(axis=0) + 10
+    spacing = (3.0, 2.5, 2.5)
+    shape = tuple(int(np.ceil((high[2 - a] - low[2 - a]) / spacing[a])) + 1 for a in range(3))
+    z, y, x = np.meshgrid(*(low[2 - a] + np.arange(shape[a]) * spacing[a] for a in range(3)), indexing="ij")
+    centre = (low + high) / 2
+    field = 50 * np.exp(-((x - centre[0]) ** 2 + (y - centre[1]) ** 2) / (2 * 40 ** 2)) + 0.2 * (z - low[2])
+    dose = write_rtdose(tmp_path / "dose.dcm", field, spacing, low, frame=next(iter(structure_set.frames_of_reference)))
+    ours = segmetrics.compare(str(structures), str(structures), labels=["Heart"], metrics="dose",
+                              dose=str(dose)).structures[0]
+    theirs = dvhcalc.get_dvh(str(structures), str(dose), heart)
+    assert ours.value("dose_volume_reference_cc") == pytest.approx(theirs.volume, rel=0.005)  # 439.7 vs 439.9 cc
+    assert ours.value("dose_dmean_reference_gy") == pytest.approx(theirs.mean, abs=0.05)
+    assert ours.value("dose_dmax_reference_gy") == pytest.approx(theirs.statistic("D0.03cc").value, abs=0.1)
+    for percent in (2, 50, 95, 98):
+        assert ours.value(f"dose_d{percent}_reference_gy") == pytest.approx(theirs.statistic(f"D{percent}").value,
+                                                                            abs=0.1), percent
+    assert ours.value("dose_dmean_difference_gy") == 0

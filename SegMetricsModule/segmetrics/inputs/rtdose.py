@@ -180,14 +180,22 @@ def _header_number(path: Path, dataset, keyword: str) -> float:
 
 def input_frames_of_reference(source) -> set:
     """The FrameOfReferenceUIDs of a structure input: those an RT Structure Set's ROIs are drawn in, a
-    DICOM SEG's; empty for inputs that carry none (label map files, in-memory images)."""
-    from .dicom import dicom_identity, dicom_kind, read_structure_set
+    DICOM SEG's; empty for inputs that carry none (label map files, in-memory images). Reads only
+    the tags that say so (not the contours)."""
+    import pydicom
+
+    from .dicom import dicom_identity, dicom_kind, structure_set_frames
 
     if not isinstance(source, (str, Path)) or not Path(source).is_file() or not looks_like_dicom(Path(source)):
         return set()
     kind = dicom_kind(source)
     if kind == "rtstruct":
-        return set(read_structure_set(source).frames_of_reference)
+        try:
+            dataset = pydicom.dcmread(source, stop_before_pixels=True, force=True, specific_tags=[
+                "StructureSetROISequence", "ReferencedFrameOfReferenceSequence"])
+        except Exception as error:  # pydicom raises many types for a damaged file
+            raise ReadError(f"{source}: not a readable DICOM file ({error})") from error
+        return structure_set_frames(dataset)
     frame = dicom_identity(source)[0] if kind == "seg" else None
     return {frame} if frame else set()
 
