@@ -466,7 +466,8 @@ def _fingerprint(case: Case, settings: dict) -> str:
     from ..inputs.validation import file_version
 
     files = []
-    for path in (case.reference, case.test, case.names, *([case.dose] if case.dose else [])):  # unchanged without
+    doses = [case.dose] if case.dose else []  # a case without a dose keeps the fingerprint it had before doses
+    for path in (case.reference, case.test, case.names, *doses):
         absolute = None if path is None else os.path.abspath(path)
         try:
             info = os.stat(absolute) if absolute else None

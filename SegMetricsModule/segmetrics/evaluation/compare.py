@@ -360,7 +360,6 @@ def compare(
     if dose is not None:
         inputs["dose"] = describe_input(dose)
         dose, dose_notes = load_dose(dose, {"reference": reference, "test": test})
-        dose_notes.append(sampling_note(dose))
     reference, test = load_pair(reference, test, spacing, threshold, input_policy=input_policy, image=image,
                                 contour_resolution_mm=contour_resolution_mm)
     params.check_dimension(reference.ndim)
@@ -385,7 +384,8 @@ def compare(
         if len(selection) == 1:
             raise ValueError("the dose metrics need the planned dose: give dose= (CLI: --dose RTDOSE.dcm)")
         notes.append("dose metrics skipped: no dose was given (dose=, CLI: --dose RTDOSE.dcm)")
-    notes += dose_notes
+    if dose is not None and "dose" in selection:
+        notes += [*dose_notes, sampling_note(dose)]
     groups = all_groups()
     whole_image = any(groups[name].whole_image(params) for name in selection)
     pairs, pairing_notes = _structure_pairs(reference, test, labels, synonyms)
