@@ -330,7 +330,8 @@ def _add_batch_parser(subparsers) -> None:
                     "skipped, failed ones retried). Exit status 1 when a case failed.")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--manifest", metavar="CSV",
-                        help="CSV with columns case_id, reference, test and optional names (label map JSON)")
+                        help="CSV with columns case_id, reference, test and optional names (label map JSON) and "
+                             "dose (RT Dose file of the case, for the dose metrics)")
     source.add_argument("--reference-dir", metavar="DIR", help="folder of references, matched to --test-dir by file name")
     p.add_argument("--test-dir", metavar="DIR", help="folder of test segmentations (with --reference-dir)")
     p.add_argument("--names", metavar="JSON", help='label value -> name map for folder mode, e.g. {"1": "liver"}')
