@@ -556,3 +556,13 @@ def test_real_breast_structure_set_heart_agrees_with_dicompyler_core(tmp_path, d
         assert ours.value(f"dose_d{percent}_reference_gy") == pytest.approx(theirs.statistic(f"D{percent}").value,
                                                                             abs=0.1), percent
     assert ours.value("dose_dmean_difference_gy") == 0
+
+
+@pytest.mark.parametrize("levels, message", [("20", "list of doses"), ((20, -5), "dose_levels_gy must be a finite"),
+                                             ((math.nan,), "dose_levels_gy must be a finite"), ((True,), "a number")])
+def test_bad_dose_levels_are_one_line(levels, message):
+    from segmetrics.registry import ParameterError, Parameters
+
+    with pytest.raises(ParameterError, match=message):
+        Parameters(dose_levels_gy=levels)
+    assert Parameters(dose_levels_gy=[30, 20.5, 30]).dose_levels_gy == (30.0, 20.5)  # repeats once, order kept
