@@ -126,6 +126,19 @@ def test_a_dose_that_cannot_be_trusted_is_one_line(tmp_path, tags, message):
     assert message in str(error.value) and str(path) in str(error.value) and "\n" not in str(error.value)
 
 
+def test_negative_or_non_finite_doses_are_refused(tmp_path):
+    path = write_rtdose(tmp_path / "d.dcm", np.ones((2, 2, 2)), (1, 1, 1), (0, 0, 0), PixelRepresentation=1)
+    stored = np.full(8, 10000, "<i4")  # 1 Gy / 1e-4, signed pixels: one made negative
+    negative = stored.copy()
+    negative[-1] = -10000
+    assert path.read_bytes().count(stored.tobytes()) == 1
+    path.write_bytes(path.read_bytes().replace(stored.tobytes(), negative.tobytes()))
+    with pytest.raises(ReadError, match=f"{path}: holds negative"):
+        read_rtdose(path)
+    with pytest.raises(ValueError, match="plan: holds negative or non-finite"):
+        DoseGrid(np.full((2, 2, 2), np.nan), (1, 1, 1), (0, 0, 0), tuple(np.eye(3).ravel()), source="plan")
+
+
 def test_not_a_dose_file_is_one_line(tmp_path):
     from test_dicom import rectangle, write_rtstruct
 
@@ -305,7 +318,8 @@ def test_a_sphere_in_a_radial_field_on_a_coarser_dose_grid(tmp_path):
     radius, h = 15.0, 2.0
     dose_origin = (-23.3,) * 3  # voxel centres off the structure's
     z, y, x = np.meshgrid(*[dose_origin[0] + np.arange(25) * h] * 3, indexing="ij")
-    dose = DoseGrid(60 - 0.1 * (x ** 2 + y ** 2 + z ** 2), (h,) * 3, dose_origin, tuple(np.eye(3).ravel()))
+    field = np.maximum(60 - 0.1 * (x ** 2 + y ** 2 + z ** 2), 0)  # 0 only in corners no interpolation reaches
+    dose = DoseGrid(field, (h,) * 3, dose_origin, tuple(np.eye(3).ravel()))
     image, r2 = _sphere_image(radius, 0.5, 20.0)
     result = segmetrics.compare(image, image, metrics="dose", dose=dose,
                                 params=segmetrics.Parameters(dose_levels_gy=(50,)))

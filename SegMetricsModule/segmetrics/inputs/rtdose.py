@@ -52,10 +52,16 @@ class DoseGrid:
     source: str = "dose"
 
     def __post_init__(self):
-        if self.dose.ndim != 3:
-            raise ValueError(f"{self.source}: a dose grid is 3-D, got shape {self.dose.shape}")
-        check_spacing(self.spacing, f"{self.source}: dose spacing (array order)")
-        check_placement(self.origin, self.direction, 3)
+        """``ValueError`` (one line naming ``source``) for a grid or doses that cannot be trusted."""
+        try:
+            if self.dose.ndim != 3:
+                raise ValueError(f"a dose grid is 3-D, got shape {self.dose.shape}")
+            check_spacing(self.spacing, "dose spacing (array order)")
+            check_placement(self.origin, self.direction, 3)
+            if not (np.isfinite(self.max_gy) and self.dose.min() >= 0):  # NaN fails too
+                raise ValueError("holds negative or non-finite doses: not a physical dose distribution")
+        except ValueError as error:
+            raise ValueError(f"{self.source}: {error}") from None
 
     @cached_property
     def max_gy(self) -> float:
@@ -115,8 +121,6 @@ def read_rtdose(path) -> DoseGrid:
     except Exception as error:  # missing, cut short or compressed without a decoder
         raise ReadError(f"{path}: its dose pixels cannot be read ({error})") from error
     pixels = pixels.reshape(-1, *pixels.shape[-2:])  # one frame comes as a 2-D array
-    if (pixels.dtype.kind == "f" and not np.isfinite(pixels).all()) or (pixels.dtype.kind != "u" and pixels.min() < 0):
-        raise ReadError(f"{path}: holds negative or non-finite doses: not a physical dose distribution")
     dose = pixels.astype(np.float32)  # 7 significant digits, far below any dose uncertainty; half the memory
     dose *= np.float32(scaling)
     return _placed(path, dataset, dose, frame_of_reference)
@@ -138,8 +142,8 @@ def _placed(path: Path, dataset, dose: np.ndarray, frame_of_reference: str) -> D
     try:
         return DoseGrid(np.ascontiguousarray(dose), (step, row_spacing, column_spacing), tuple(origin),
                         tuple(direction), frame_of_reference, str(path))
-    except ValueError as error:
-        raise ReadError(f"{path}: {error}") from error
+    except ValueError as error:  # the message names the file
+        raise ReadError(str(error)) from error
 
 
 def _frame_offsets(path: Path, dataset, frames: int, first_z: float, axial: bool) -> np.ndarray:
