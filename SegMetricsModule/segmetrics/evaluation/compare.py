@@ -385,7 +385,7 @@ def compare(
             raise ValueError("the dose metrics need the planned dose: give dose= (CLI: --dose RTDOSE.dcm)")
         notes.append("dose metrics skipped: no dose was given (dose=, CLI: --dose RTDOSE.dcm)")
     if dose is not None and "dose" in selection:
-        notes += [*dose_notes, sampling_note(dose)]
+        notes += [*dose_notes, sampling_note(dose, reference.spacing)]
     groups = all_groups()
     whole_image = any(groups[name].whole_image(params) for name in selection)
     pairs, pairing_notes = _structure_pairs(reference, test, labels, synonyms)

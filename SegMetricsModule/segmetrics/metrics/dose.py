@@ -252,11 +252,15 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     return values
 
 
-def sampling_note(dose) -> str:
-    """The note saying how the dose metrics sample the dose ``dose`` (a DoseGrid)."""
-    spacing = " x ".join(f"{s:g}" for s in dose.spacing)
-    return (f"dose {dose.source} ({spacing} mm voxels, z, y, x; maximum {dose.max_gy:.4g} Gy) interpolated "
-            "trilinearly at the centres of the structures' voxels (their masks on the comparison grid)")
+def sampling_note(dose, structure_spacing) -> str:
+    """The note saying how the dose metrics sample the dose ``dose`` (a DoseGrid) on structures
+    whose voxels are ``structure_spacing`` (mm, array order)."""
+    def mm(spacing):
+        return " x ".join(f"{s:.4g}" for s in spacing)
+
+    return (f"dose {dose.source} ({mm(dose.spacing)} mm voxels, z, y, x; maximum {dose.max_gy:.4g} Gy) interpolated "
+            f"trilinearly at the centres of the structures' voxels ({mm(structure_spacing)} mm: their masks on the "
+            "comparison grid, RT Structure Sets rasterised on it)")
 
 
 def outside_notes(results, dose) -> list:
