@@ -19,22 +19,12 @@ that a slip fails with IndexError.
 import numba
 import numpy as np
 
+from ._bundled_surface import (FACE, FEATURE_CORNERS, MAX_BUCKETS, MAX_BUCKETS_PER_AXIS, MAX_COORDINATE_MM,  # noqa: F401
+                               MAX_RINGS, MAX_SIGMA_VOXELS, MAX_WALK_STEPS, SLIVER, VERTICES_PER_BUCKET, gaussian_weights)
+
 
 # --- closest point: the walk --------------------------------------------------------------------
 
-#: Closest-feature codes. Triangles: 0–2 vertex a, b, c; 3 edge ab; 4 edge ac; 5 edge bc; 6 the
-#: face. Segments: 0–1 vertex a, b; 2 the segment.
-FACE = 6
-#: Triangles whose squared sine of the angle at the first corner is at most this are taken as
-#: their three edges by the walk: the face and edge regions of a flatter one are decided by rounding.
-SLIVER = 1e-20
-#: Longest walk, in moves of about one cell (1–2 are usual).
-MAX_WALK_STEPS = 32
-#: Cell-local corners of each feature code (-1 = none), for triangles (3 columns) and segments (2).
-FEATURE_CORNERS = {
-    3: np.array([[0, -1, -1], [1, -1, -1], [2, -1, -1], [0, 1, -1], [0, 2, -1], [1, 2, -1], [0, 1, 2]]),
-    2: np.array([[0, -1], [1, -1], [0, 1]]),
-}
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -257,18 +247,6 @@ def _walk(queries, i, start, points, cells, by_vertex, first, count, feature_cor
 
 # --- nearest vertex: a uniform grid of buckets ---------------------------------------------------
 
-#: Vertices a bucket of :func:`vertex_grid` holds on average on a flat patch of surface.
-VERTICES_PER_BUCKET = 12
-#: Buckets :func:`nearest_vertices` searches out from a point before giving up on it.
-MAX_RINGS = 4
-#: Most buckets per axis of :func:`vertex_grid`.
-MAX_BUCKETS_PER_AXIS = 2**20
-#: Most buckets of :func:`vertex_grid` in all (16 GiB of bucket bounds: more is a bucket size
-#: far too small for the points, refused with a message rather than an allocation failure).
-MAX_BUCKETS = 2**31
-#: Largest coordinate (mm, absolute) the nearest-point searches take: the squared distance of
-#: two such points (up to 12e300 mm²) stays finite, so a search always finds a nearest point.
-MAX_COORDINATE_MM = 1e150
 
 
 @numba.njit(cache=True, nogil=True)
@@ -496,20 +474,6 @@ def ascending_order(values):
 
 
 # --- surface building ---------------------------------------------------------------------------
-
-
-#: Widest Gaussian of :func:`gaussian_weights` (voxels): a kernel of up to about 6 million weights.
-MAX_SIGMA_VOXELS = 1e6
-
-
-def gaussian_weights(sigma_voxels: float) -> np.ndarray:
-    """The sampled Gaussian of ``sigma_voxels`` (> 0) truncated at 3 sigma, summing to 1 (scipy's kernel).
-    ValueError for a sigma that is not a number in ``(0, MAX_SIGMA_VOXELS]``."""
-    if not 0 < sigma_voxels <= MAX_SIGMA_VOXELS:  # also NaN
-        raise ValueError(f"the Gaussian's sigma must be in (0, {MAX_SIGMA_VOXELS:g}] voxels, got {sigma_voxels}")
-    radius = int(3.0 * sigma_voxels + 0.5)
-    weights = np.exp(-0.5 * (np.arange(-radius, radius + 1) / sigma_voxels) ** 2)
-    return weights / weights.sum()
 
 
 def gaussian_blur(mask: np.ndarray, sigma_voxels: float, dtype) -> np.ndarray:

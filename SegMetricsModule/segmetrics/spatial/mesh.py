@@ -62,10 +62,10 @@ from vtkmodules.vtkCommonTransforms import vtkTransform
 from vtkmodules.vtkFiltersCore import vtkFlyingEdges3D, vtkReverseSense
 from vtkmodules.vtkFiltersGeneral import vtkTransformPolyDataFilter
 from scipy.spatial import cKDTree
-from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
-from . import _kernels
+from . import _bundled_surface, accelerator
+from ._bundled_surface import FACE, FEATURE_CORNERS, MAX_BUCKETS_PER_AXIS, MAX_COORDINATE_MM, VERTICES_PER_BUCKET
 from ._threads import in_threads, in_threads_together, thread_pool
 from .geometry import bounding_box, union_box
 
@@ -151,7 +151,7 @@ class Surface:
     @_built_once
     def cells_by_vertex(self) -> tuple:
         """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``."""
-        return _kernels.cells_by_vertex(self.cells, len(self.points))
+        return _surface_kernels().cells_by_vertex(self.cells, len(self.points))
 
     @cached_property
     def face_normals(self) -> np.ndarray:
@@ -241,7 +241,7 @@ def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, 
         sizes = np.linalg.norm(vertices[cells[:, 1]] - vertices[cells[:, 0]], axis=1)
     if not np.all(sizes > 0):  # cells of size 0 (rounding) go, and so do vertices left without a cell
         cells, sizes = cells[sizes > 0], sizes[sizes > 0]
-    vertex_sizes = _kernels.corner_shares(cells, sizes, len(vertices))
+    vertex_sizes = _surface_kernels().corner_shares(cells, sizes, len(vertices))
     used = vertex_sizes > 0
     if not used.all():
         vertices, vertex_sizes, cells = vertices[used], vertex_sizes[used], (np.cumsum(used) - 1)[cells]
@@ -252,9 +252,10 @@ def _surface_field(padded: np.ndarray, sigma_voxels: float) -> np.ndarray:
     """The field whose 0.5 level is :func:`smooth_surface`'s surface, for a padded boolean mask
     (array order, one value per voxel centre; see the module docstring)."""
     dtype = np.float32 if padded.ndim == 3 else float  # 3-D: low memory; 2-D: symmetric shapes exact
-    field = _kernels.gaussian_blur(padded, sigma_voxels, dtype)
+    kernels = _surface_kernels()
+    field = kernels.gaussian_blur(padded, sigma_voxels, dtype)
     # inside centres that the blur alone leaves outside the surface
-    lost, blurred = _kernels.clamp_field(field.ravel(), padded.ravel(), CLAMP_MARGIN)
+    lost, blurred = kernels.clamp_field(field.ravel(), padded.ravel(), CLAMP_MARGIN)
     lost = np.unravel_index(lost, padded.shape)
     # thin in more than one axis (reach > 0) only where the wide blur is below a third of the blur;
     # its central window bounds it from below and clears most centres of bulk structures at once
@@ -278,7 +279,7 @@ def _central_gaussian_sum(padded: np.ndarray, index: tuple, sigma_voxels: float,
     weights summed over the mask's voxels within ``radius`` voxels on every axis only."""
     if len(index[0]) == 0:
         return np.zeros(0)
-    kernel = _kernels.gaussian_weights(sigma_voxels)
+    kernel = _bundled_surface.gaussian_weights(sigma_voxels)
     halo = len(kernel) // 2
     central = kernel[halo - radius: halo + radius + 1]
     weights = central
@@ -302,14 +303,14 @@ def _gaussian_at(padded: np.ndarray, index: tuple, sigma_voxels: float, dtype) -
     values = np.empty(len(index), dtype=dtype)
     if len(index) == 0:
         return values
-    halo = len(_kernels.gaussian_weights(sigma_voxels)) // 2  # the kernel's radius
+    halo = len(_bundled_surface.gaussian_weights(sigma_voxels)) // 2  # the kernel's radius
     block = np.unique(index // BLUR_BLOCK, axis=0, return_inverse=True)[1].ravel()
     order = np.argsort(block, kind="stable")
     for members in np.split(order, np.cumsum(np.bincount(block))[:-1]):
         points = index[members]
         low = np.maximum(points.min(axis=0) - halo, 0)
         box = tuple(slice(start, stop) for start, stop in zip(low, points.max(axis=0) + halo + 1))
-        blurred = _kernels.gaussian_blur(padded[box], sigma_voxels, dtype)
+        blurred = _surface_kernels().gaussian_blur(padded[box], sigma_voxels, dtype)
         values[members] = blurred[tuple((points - low).T)]
     return values
 
@@ -380,10 +381,22 @@ def to_polydata(surface: Surface | None) -> vtkPolyData:
     return polydata
 
 
+def _surface_kernels():
+    """The module running the surface kernels: the compiled :mod:`segmetrics.spatial._kernels` when numba
+    runs, else :mod:`segmetrics.spatial._bundled_surface` (same functions and values, numpy and scipy
+    only; see :func:`segmetrics.spatial.accelerator.kernels`)."""
+    return accelerator.kernels(_bundled_surface)
+
+
 def compile_kernels() -> None:
     """Compile, or load from numba's disk cache, every kernel of :mod:`segmetrics.spatial._kernels`, on a
-    tiny 3-D and 2-D mask. Batch runs call it before starting worker processes, which then only read the
-    cache: numba's cache is not safe to write from several processes at once."""
+    tiny 3-D and 2-D mask; nothing without numba (:func:`segmetrics.spatial.accelerator.use_numba`).
+    Batch runs call it before starting worker processes, which then only read the cache: numba's
+    cache is not safe to write from several processes at once."""
+    if not accelerator.use_numba():
+        return
+    from . import _kernels
+
     for shape in ((5, 6, 6), (6, 6)):
         mask = np.zeros(shape, bool)
         mask[(slice(1, -1),) * len(shape)] = True
@@ -391,7 +404,7 @@ def compile_kernels() -> None:
         _kernels.ascending_order(distances_to_surface(surface.points + 0.3, surface))  # as the distance group sorts them
         points = _three_components(surface.points)  # the walk alone runs for points beyond the grid search
         _kernels.closest_points(points + 0.3, np.zeros(len(points), dtype=np.int64), points, surface.cells,
-                                *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
+                                *surface.cells_by_vertex, FEATURE_CORNERS[surface.cells.shape[1]])
     _kernels.compile_roughness_kernels()
     _kernels.compile_contour_kernels()
 
@@ -400,8 +413,12 @@ def kernel_cache_missing() -> bool:
     """Whether numba's disk cache (``__pycache__``, the user's cache folder or ``NUMBA_CACHE_DIR``)
     lacks a kernel of :mod:`segmetrics.spatial._kernels` or holds it for an older source, i.e. whether
     using them would compile (first use after install or after an update). Kernels inlined into
-    others have no cache of their own and are not counted."""
+    others have no cache of their own and are not counted. False when numba does not run them."""
+    if not accelerator.use_numba():
+        return False
     from numba.core.registry import CPUDispatcher
+
+    from . import _kernels
 
     kernels = [k for k in vars(_kernels).values() if isinstance(k, CPUDispatcher) and k.targetoptions.get("inline") != "always"]
     return any(not k._cache._cache_file._load_index() for k in kernels)  # {} when absent or stale
@@ -433,18 +450,18 @@ def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) ->
 
 def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     """Buckets of surface points for :func:`nearest_points`: ``(bucket size in mm, ...)`` of
-    :func:`segmetrics.spatial._kernels.vertex_grid`, sized to hold about
-    :data:`~segmetrics.spatial._kernels.VERTICES_PER_BUCKET` points on a flat patch of a surface whose
+    :func:`segmetrics.spatial._bundled_surface.vertex_grid`, sized to hold about
+    :data:`~segmetrics.spatial._bundled_surface.VERTICES_PER_BUCKET` points on a flat patch of a surface whose
     points carry ``sizes`` (mm² each; mm for 2-D contours), and larger when the points are so
     spread out (a few specks far apart, points on a line or a plane) that there would be more
     than about :data:`MAX_BUCKETS_PER_POINT` buckets per point. Any points work: none (one
     empty bucket), a single one, all on a line or a plane, sizes of 0. ValueError for points
-    that are not finite or beyond :data:`segmetrics.spatial._kernels.MAX_COORDINATE_MM` (1e150 mm)."""
+    that are not finite or beyond :data:`segmetrics.spatial._bundled_surface.MAX_COORDINATE_MM` (1e150 mm)."""
     surface_dimensions = points.shape[1] - 1  # sizes are areas (3-D) or lengths (2-D)
     points = _three_components(points)
     _require_within_reach(points, "point_grid: the points")
     mean_size = max(float(np.mean(sizes)), 0.0) if len(sizes) else 0.0
-    bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * mean_size ** (1.0 / surface_dimensions)
+    bucket_mm = np.sqrt(VERTICES_PER_BUCKET) * mean_size ** (1.0 / surface_dimensions)
     if not bucket_mm < np.inf:
         bucket_mm = 0.0
     # at most `budget` buckets along the longest axis (and half the kernel's most), over the two
@@ -452,13 +469,13 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     budget = MAX_BUCKETS_PER_POINT * len(points) + 4096
     extent = np.sort([np.ptp(axis) for axis in points.T] if len(points) else np.zeros(3))[::-1]  # mm, longest first
     # (axis by axis: NumPy's reductions over the short axis of (n, 3) rows are many times slower)
-    bucket_mm = max(bucket_mm, extent[0] / min(budget, _kernels.MAX_BUCKETS_PER_AXIS // 2),
+    bucket_mm = max(bucket_mm, extent[0] / min(budget, MAX_BUCKETS_PER_AXIS // 2),
                     *((math.prod(extent[:axes].tolist()) / budget) ** (1.0 / axes) for axes in (2, 3)))
     if bucket_mm == 0:  # one point, or all at one place, with sizes of 0
         bucket_mm = 1.0
     elif bucket_mm == np.inf:  # extents near 1e150 mm overflow the products: one bucket along the longest axis
         bucket_mm = float(extent[0])
-    return (bucket_mm, *_kernels.vertex_grid(points, bucket_mm))
+    return (bucket_mm, *_surface_kernels().vertex_grid(points, bucket_mm))
 
 
 def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple) -> tuple:
@@ -473,7 +490,7 @@ def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple) -> tupl
         raise ValueError(f"nearest_points: the grid holds {len(grid[4])} points, not these {len(points)}")
     if len(points) == 0:
         return np.full(len(queries), np.inf), np.full(len(queries), -1, dtype=np.int64)
-    nearest, squared = in_threads(_kernels.nearest_vertices, (_three_components(queries),), grid)
+    nearest, squared = in_threads(_surface_kernels().nearest_vertices, (_three_components(queries),), grid)
     far = np.flatnonzero(nearest < 0)
     if len(far):
         squared[far], nearest[far] = kd_tree(points).query(queries[far], workers=-1)
@@ -545,9 +562,9 @@ def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
             continue
         _require_within_reach(points, "distances_to_surface: the points")
         star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex,
-                _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
+                FEATURE_CORNERS[surface.cells.shape[1]])
         searches.append((index, points, _three_components(points), star, surface))
-    found = in_threads_together([(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
+    found = in_threads_together([(_surface_kernels().closest_points_near, (queries,), (*surface.vertex_grid, *star))
                                  for _, _, queries, star, surface in searches])
     for index, points, queries, star, surface in searches:  # each search's outputs dropped once walked
         distances[index] = _walked_distances(points, queries, star, surface, *found.pop(0), signed)
@@ -555,11 +572,11 @@ def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
 
 
 def _walked_distances(points, queries, star, surface: Surface, offset, cell, feature, nearest, signed: bool) -> np.ndarray:
-    """The distances of :func:`distances_to_surface` from what :func:`_kernels.closest_points_near` found."""
+    """The distances of :func:`distances_to_surface` from what ``closest_points_near`` (:func:`_surface_kernels`) found."""
     far = np.flatnonzero(nearest < 0)  # no vertex within the grid search's reach: the KD-tree's nearest, then the walk
     if len(far):
         nearest = surface.tree.query(points[far], workers=-1)[1]  # the tree holds the surface's 2-D or 3-D points
-        offset[far], cell[far], feature[far] = _kernels.closest_points(queries[far], nearest, *star)
+        offset[far], cell[far], feature[far] = _surface_kernels().closest_points(queries[far], nearest, *star)
     squared = offset * offset
     distances = np.sqrt(squared[:, 0] + squared[:, 1] + squared[:, 2])  # np.sum(..., axis=1), many times faster
     if signed:
@@ -599,9 +616,9 @@ def cached_distances_both_ways(pair) -> tuple:
 
 def _require_within_reach(points: np.ndarray, what: str) -> None:
     """ValueError (starting with ``what``) unless every coordinate (mm) is finite and within
-    :data:`segmetrics.spatial._kernels.MAX_COORDINATE_MM`, where the searches' squared distances stay finite."""
-    if not np.all(np.abs(points) <= _kernels.MAX_COORDINATE_MM):  # also NaN
-        raise ValueError(f"{what} must be finite and within {_kernels.MAX_COORDINATE_MM:g} mm")
+    :data:`segmetrics.spatial._bundled_surface.MAX_COORDINATE_MM`, where the searches' squared distances stay finite."""
+    if not np.all(np.abs(points) <= MAX_COORDINATE_MM):  # also NaN
+        raise ValueError(f"{what} must be finite and within {MAX_COORDINATE_MM:g} mm")
 
 
 def _three_components(points: np.ndarray) -> np.ndarray:
@@ -619,11 +636,11 @@ def _dot(u, v):
 
 def _feature_normals(cells, feature, surface: Surface):
     """Pseudo-normal (see :func:`distances_to_surface`) of the closest feature (code of
-    :mod:`segmetrics.spatial._kernels`) of each triangle, shape (k, 3)."""
+    :data:`segmetrics.spatial._bundled_surface.FACE`) of each triangle, shape (k, 3)."""
     normals = surface.face_normals[cells]
     corner = feature < 3
     normals[corner] = surface.vertex_normals[surface.cells[cells[corner], feature[corner]]]
-    edge = (feature >= 3) & (feature < _kernels.FACE)
+    edge = (feature >= 3) & (feature < FACE)
     side = np.array([0, 2, 1])[feature[edge] - 3]  # ab, ac (= ca), bc in the order of Surface.edge_twins
     normals[edge] += surface.face_normals[surface.edge_twins[cells[edge], side]]
     return normals
@@ -670,7 +687,7 @@ def triangle_areas(polydata: vtkPolyData) -> np.ndarray:
 
 def _triangle_areas(vertices: np.ndarray, cells: np.ndarray) -> np.ndarray:
     """Areas of triangles ``cells`` (m, 3) of ``vertices`` (n, 3)."""
-    return _kernels.triangle_areas(np.ascontiguousarray(vertices, dtype=float), np.ascontiguousarray(cells, dtype=np.int64))
+    return _surface_kernels().triangle_areas(np.ascontiguousarray(vertices, dtype=float), np.ascontiguousarray(cells, dtype=np.int64))
 
 
 def point_areas(polydata: vtkPolyData) -> np.ndarray:
@@ -796,10 +813,12 @@ def contours_2d(mask2d, spacing2d, max_segment_mm: float | None = None) -> list:
     mask2d = np.asarray(mask2d, dtype=bool)
     if not mask2d.any():
         return []
-    # the boundaries scikit-image's find_contours gives, from one compiled pass (same points and order);
+    from . import _bundled_planar  # the 2-D kernels' twins (issue 23, helper nofast2d)
+
+    # the boundaries scikit-image's find_contours gives, from one pass (same points and order);
     # origin (1, 1) of label 1 undoes the pad
-    points, lengths, first, _ = _kernels.label_contours(np.pad(mask2d, 1).astype(np.int32), np.ones((2, 2), np.int64),
-                                                         np.asarray(spacing2d, dtype=float), max_segment_mm or -1.0)
+    points, lengths, first, _ = accelerator.kernels(_bundled_planar).label_contours(
+        np.pad(mask2d, 1).astype(np.int32), np.ones((2, 2), np.int64), np.asarray(spacing2d, dtype=float), max_segment_mm or -1.0)
     return [Contour(points[start:stop], lengths[start:stop]) for start, stop in zip(first[:-1], first[1:])]
 
 
