@@ -112,7 +112,8 @@ def triangle_areas(vertices, cells):
     if vertices.shape[1] != 3 or cells.shape[1] != 3:
         raise ValueError("triangle_areas: needs vertices of 3 components and triangles of 3 corners")
     _require_indices(cells, len(vertices), "triangle_areas: a triangle's vertex index is out of range")
-    a, b, c = (vertices[cells[:, corner]] for corner in range(3))
+    columns = _columns(vertices)
+    a, b, c = (_take(columns, cells[:, corner]) for corner in range(3))
     cross = _cross(b - a, c - a)
     return 0.5 * np.sqrt(_dot(cross, cross))
 
@@ -205,7 +206,8 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     valid = np.flatnonzero(np.max(np.abs(queries), axis=1, initial=0.0) <= MAX_COORDINATE_MM) if len(queries) else []
     if len(order) == 0 or len(valid) == 0:
         return nearest, squared
-    found = cKDTree(sorted_xyz.T).query(queries[valid])[1]
+    tree = cKDTree(sorted_xyz.T, leafsize=64, balanced_tree=False, compact_nodes=False)  # builds fast: see mesh.kd_tree
+    found = tree.query(queries[valid])[1]
     squared[valid] = _squared_to(queries[valid], sorted_xyz, found)
     nearest[valid] = order[found]
     return nearest, squared
@@ -238,8 +240,9 @@ def closest_points(queries, nearest, points, cells, by_vertex, first, count, fea
     The walk: among the cells around the searched vertices (first the nearest one), the closest
     point (the first closest cell wins ties) if closer than the best so far; when it lies on a
     vertex or edge touching none of the searched vertices, those become the searched vertices
-    and the walk goes on, else it ends. ``by_vertex``, ``first``, ``count``: the cells around vertex
-    ``v`` are ``by_vertex[first[v]:first[v] + count[v]]`` (:func:`cells_by_vertex`). ValueError for
+    and the walk goes on, else it ends. All queries move at once, one round per move.
+    ``by_vertex``, ``first``, ``count``: the cells around vertex ``v`` are
+    ``by_vertex[first[v]:first[v] + count[v]]`` (:func:`cells_by_vertex`). ValueError for
     inputs that would lead the walk out of range.
     """
     if queries.shape[1] != 3 or len(nearest) != len(queries):
@@ -250,20 +253,23 @@ def closest_points(queries, nearest, points, cells, by_vertex, first, count, fea
     offsets = queries - points[nearest]
     found_cells = np.full(len(queries), -1, dtype=np.int64)
     features = np.zeros(len(queries), dtype=np.int8)
+    star = (_columns(points), cells, by_vertex, first, count)
+    query_columns = _columns(queries)
     walking = np.arange(len(queries))
     best = np.full(len(queries), np.inf)
     centre_a, centre_b = nearest.copy(), np.full(len(queries), -1, dtype=np.int64)
     for _ in range(MAX_WALK_STEPS):
         if len(walking) == 0:
             break
-        moved, squared, offset, cell, feature = _closest_in_stars(queries[walking], centre_a, centre_b, points, cells,
-                                                                 by_vertex, first, count, best[walking])
-        walking, centre_a, centre_b = walking[moved], centre_a[moved], centre_b[moved]
-        best[walking], offsets[walking], found_cells[walking], features[walking] = squared, offset, cell, feature
+        closer, squared, offset, cell, feature = _closest_in_stars(_take(query_columns, walking), centre_a, centre_b,
+                                                                   best[walking], *star)
+        walking, centre_a, centre_b = walking[closer], centre_a[closer], centre_b[closer]
+        best[walking], found_cells[walking], features[walking] = squared, cell, feature
+        offsets[walking] = offset.T
         corners = feature_corners[feature]
         rim_a = cells[cell, corners[:, 0]]
         rim_b = np.where(corners[:, 1] >= 0, cells[cell, np.maximum(corners[:, 1], 0)], -1)
-        on_rim = corners[:, -1] < 0  # the whole cell (face or segment) touches a searched vertex
+        on_rim = corners[:, -1] < 0  # else the whole cell (face or segment): it touches a searched vertex
         local_minimum = (rim_a == centre_a) | (rim_a == centre_b) | ((rim_b >= 0) & ((rim_b == centre_a) | (rim_b == centre_b)))
         going_on = on_rim & ~local_minimum
         walking, centre_a, centre_b = walking[going_on], rim_a[going_on], rim_b[going_on]
@@ -307,43 +313,46 @@ def _check_star(points, cells, by_vertex, first, count, feature_corners):
     _require_indices(cells, len(points), "closest points: a cell's corner index is out of range")
 
 
-def _closest_in_stars(queries, centre_a, centre_b, points, cells, by_vertex, first, count, best):
-    """One round of the walk: for each query (rows) the closest point among the cells around its
-    vertices ``centre_a`` and ``centre_b`` (-1 = none), in that order, if closer than ``best``
-    (squared mm). Returns ``(closer, squared, p - q, cell, feature)``: which queries found a closer
-    point (a boolean mask), and for those alone the rest."""
+def _closest_in_stars(p, centre_a, centre_b, best, points, cells, by_vertex, first, count):
+    """One round of the walk: for each query ``p`` (columns x, y, z) the closest point among the
+    cells around its vertices ``centre_a`` and ``centre_b`` (-1 = none), in that order, if closer
+    than ``best`` (squared mm); ``points`` are columns too. Returns ``(closer, squared, p - q, cell,
+    feature)``: which queries found a closer point (a boolean mask), and for those alone the rest
+    (``p - q`` as columns)."""
     runs_a = count[centre_a]
     runs_b = np.where(centre_b >= 0, count[np.maximum(centre_b, 0)], 0)
     runs = runs_a + runs_b
-    owner = np.repeat(np.arange(len(queries)), runs)
-    place = np.arange(len(owner)) - np.repeat(np.cumsum(runs) - runs, runs)  # position in the owner's run
-    from_a = place < runs_a[owner]
-    start = np.where(from_a, first[centre_a[owner]], first[np.maximum(centre_b[owner], 0)] - runs_a[owner])
-    candidate = by_vertex[start + place]
-    corners = cells[candidate]
-    p = queries[owner]
-    if cells.shape[1] == 3:
-        offset, feature = _triangle(p, points[corners[:, 0]], points[corners[:, 1]], points[corners[:, 2]])
+    starts = np.cumsum(runs) - runs
+    owner = np.repeat(np.arange(len(runs)), runs)
+    place = np.arange(len(owner)) - starts[owner]  # position in the owner's run
+    past_a = place - runs_a[owner]
+    candidate = by_vertex[np.where(past_a < 0, first[centre_a[owner]] + place, first[np.maximum(centre_b[owner], 0)] + past_a)]
+    corners = [cells[candidate, corner] for corner in range(cells.shape[1])]
+    at = _take(p, owner)
+    if len(corners) == 3:
+        offset, feature = _triangle(at, *(_take(points, corner) for corner in corners))
     else:
-        offset, feature = _segment(p, points[corners[:, 0]], points[corners[:, 1]])
+        offset, feature = _segment(at, *(_take(points, corner) for corner in corners))
     squared = _dot(offset, offset)
-    squared[np.isnan(squared)] = np.inf  # NaN (a degenerate cell) never wins
     # the first candidate of each run at the run's least squared distance, if below the best so far
-    least = np.full(len(queries), np.inf)
-    np.minimum.at(least, owner, squared)
+    least = np.full(len(runs), np.inf)
+    some = np.flatnonzero(runs > 0)
+    if len(some):
+        least[some] = np.fmin.reduceat(squared, starts[some])  # NaN (a degenerate cell) never wins
     winning = np.flatnonzero((squared == least[owner]) & (squared < best[owner]))
-    winning = winning[np.concatenate([[True], owner[winning[1:]] != owner[winning[:-1]]])] if len(winning) else winning
-    closer = np.zeros(len(queries), dtype=bool)
+    if len(winning):
+        winning = winning[np.concatenate([[True], owner[winning[1:]] != owner[winning[:-1]]])]
+    closer = np.zeros(len(runs), dtype=bool)
     closer[owner[winning]] = True
-    return closer, squared[winning], offset[winning], candidate[winning], feature[winning]
+    return closer, squared[winning], _take(offset, winning), candidate[winning], feature[winning]
 
 
 def _triangle(p, a, b, c):
     """``(p - q, feature code)`` for the points ``q`` of triangles ``abc`` closest to points ``p``
-    (rows): the Voronoi regions of Ericson, *Real-Time Collision Detection* (2005), section 5.1.5,
-    tested in the compiled kernel's order; a degenerate triangle (:data:`SLIVER`, or a region's
-    division by zero) is taken as its three edges (:func:`_triangle_edges`)."""
-    offset, feature = np.empty_like(p), np.zeros(len(p), dtype=np.int8)
+    (columns): the Voronoi regions of Ericson, *Real-Time Collision Detection* (2005), section
+    5.1.5, tested in the compiled kernel's order; a degenerate triangle (:data:`SLIVER`, or a
+    region's division by zero) is taken as its three edges (:func:`_triangle_edges`)."""
+    offset, feature = np.empty_like(p), np.zeros(p.shape[1], dtype=np.int8)
     ab, ac, ap = b - a, c - a, p - a
     d1, d2 = _dot(ab, ap), _dot(ac, ap)
     bp = p - b
@@ -352,43 +361,48 @@ def _triangle(p, a, b, c):
     d5, d6 = _dot(ab, cp), _dot(ac, cp)
     normal = _cross(ab, ac)
     vc, vb, va = d1 * d4 - d3 * d2, d5 * d2 - d1 * d6, d3 * d6 - d5 * d4
-    open_ = np.ones(len(p), dtype=bool)  # not decided yet
+    open_ = np.ones(len(d1), dtype=bool)  # not decided yet
 
     def decide(condition):
-        taken = open_ & condition
+        taken = np.flatnonzero(open_ & condition)
         open_[taken] = False
-        return np.flatnonzero(taken)
+        return taken
 
     for taken, vector, code in ((decide((d1 <= 0) & (d2 <= 0)), ap, 0), (decide((d3 >= 0) & (d4 <= d3)), bp, 1),
                                 (decide((d6 >= 0) & (d5 <= d6)), cp, 2)):
-        offset[taken], feature[taken] = vector[taken], code
+        offset[:, taken] = _take(vector, taken)
+        feature[taken] = code
     edges = [decide(_dot(normal, normal) <= SLIVER * _dot(ab, ab) * _dot(ac, ac))]
     with np.errstate(divide="ignore", invalid="ignore"):
         taken = decide((vc <= 0) & (d1 >= 0) & (d3 <= 0))  # edge ab, unless |ab|² = 0
         edges.append(taken[d1[taken] - d3[taken] <= 0])
         taken = taken[~(d1[taken] - d3[taken] <= 0)]  # NaN goes on, as in the compiled kernel
         along = d1[taken] / (d1[taken] - d3[taken])
-        offset[taken], feature[taken] = _step(ap[taken], along, ab[taken], np.zeros(len(taken)), ac[taken]), 3
+        offset[:, taken] = _step(_take(ap, taken), along, _take(ab, taken), 0.0, _take(ac, taken))
+        feature[taken] = 3
         taken = decide((vb <= 0) & (d2 >= 0) & (d6 <= 0))  # edge ac, unless |ac|² = 0
         edges.append(taken[d2[taken] - d6[taken] <= 0])
         taken = taken[~(d2[taken] - d6[taken] <= 0)]
         along = d2[taken] / (d2[taken] - d6[taken])
-        offset[taken], feature[taken] = _step(ap[taken], np.zeros(len(taken)), ab[taken], along, ac[taken]), 4
+        offset[:, taken] = _step(_take(ap, taken), 0.0, _take(ab, taken), along, _take(ac, taken))
+        feature[taken] = 4
         taken = decide((va <= 0) & (d4 - d3 >= 0) & (d5 - d6 >= 0))  # edge bc, unless |bc|² = 0
         towards_b, towards_c = d4[taken] - d3[taken], d5[taken] - d6[taken]
         degenerate = towards_b + towards_c <= 0
         edges.append(taken[degenerate])
-        kept = ~degenerate
-        taken, towards_b, towards_c = taken[kept], towards_b[kept], towards_c[kept]
+        taken, towards_b, towards_c = taken[~degenerate], towards_b[~degenerate], towards_c[~degenerate]
         along = towards_b / (towards_b + towards_c)
-        offset[taken], feature[taken] = _step(ap[taken], 1.0 - along, ab[taken], along, ac[taken]), 5
+        offset[:, taken] = _step(_take(ap, taken), 1.0 - along, _take(ab, taken), along, _take(ac, taken))
+        feature[taken] = 5
         denominator = va + vb + vc
         edges.append(decide(~((denominator > 0) & (va >= 0) & (vb >= 0) & (vc >= 0))))  # no face, or rounding
-        taken = decide(np.ones(len(p), dtype=bool))
-        offset[taken] = _step(ap[taken], vb[taken] / denominator[taken], ab[taken], vc[taken] / denominator[taken], ac[taken])
+        taken = np.flatnonzero(open_)
+        offset[:, taken] = _step(_take(ap, taken), vb[taken] / denominator[taken], _take(ab, taken),
+                                 vc[taken] / denominator[taken], _take(ac, taken))
         feature[taken] = FACE
     edges = np.concatenate(edges)
-    offset[edges], feature[edges] = _triangle_edges(p[edges], a[edges], b[edges], c[edges])
+    found, feature[edges] = _triangle_edges(*(_take(v, edges) for v in (p, a, b, c)))
+    offset[:, edges] = found
     return offset, feature
 
 
@@ -399,44 +413,56 @@ def _triangle_edges(p, a, b, c):
     code = np.array([0, 1, 3], dtype=np.int8)[code]
     for start, end, codes in ((a, c, (0, 2, 4)), (b, c, (1, 2, 5))):
         found, found_code = _segment(p, start, end)
-        closer = _dot(found, found) < _dot(best, best)
-        best[closer], code[closer] = found[closer], np.array(codes, dtype=np.int8)[found_code[closer]]
+        closer = np.flatnonzero(_dot(found, found) < _dot(best, best))
+        best[:, closer] = _take(found, closer)
+        code[closer] = np.array(codes, dtype=np.int8)[found_code[closer]]
     return best, code
 
 
 def _segment(p, a, b):
     """``(p - q, feature code)`` for the points ``q`` of segments ``ab`` closest to points ``p``
-    (rows; vertex ``a`` for a segment of length 0)."""
+    (columns; vertex ``a`` for a segment of length 0)."""
     ab, ap = b - a, p - a
     length_squared = _dot(ab, ab)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = _dot(ap, ab) / length_squared
     at_a = ~(length_squared > 0) | (t <= 0)
-    at_b = ~at_a & (t >= 1)
-    inner = ~at_a & ~at_b
+    at_b = np.flatnonzero(~at_a & (t >= 1))
+    inner = np.flatnonzero(~at_a & ~(t >= 1))
     offset = ap.copy()
-    offset[at_b] = (p - b)[at_b]
-    offset[inner] = _step(ap[inner], t[inner], ab[inner], np.zeros(np.count_nonzero(inner)), ab[inner])
-    return offset, np.where(at_a, 0, np.where(at_b, 1, 2)).astype(np.int8)
+    offset[:, at_b] = _take(p, at_b) - _take(b, at_b)
+    offset[:, inner] = _step(_take(ap, inner), t[inner], _take(ab, inner), 0.0, _take(ab, inner))
+    code = np.zeros(len(t), dtype=np.int8)
+    code[at_b], code[inner] = 1, 2
+    return offset, code
 
 
-# --- arithmetic of rows of 3 components, in the compiled kernels' order ----------------------------
+# --- arithmetic of points as rows of coordinates (x, y, z), in the compiled kernels' order ---------
+
+
+def _columns(rows: np.ndarray) -> np.ndarray:
+    """Points given as rows of 3 components, as an array of 3 contiguous rows (x, y, z)."""
+    return np.ascontiguousarray(rows.T, dtype=float)
+
+
+def _take(u: np.ndarray, index) -> np.ndarray:
+    """The points ``index`` of points given as 3 rows."""
+    return np.take(u, index, axis=1)  # several times faster than u[:, index]
 
 
 def _dot(u, v):
-    """Row-wise ``u · v``, added x, then y, then z."""
-    return u[:, 0] * v[:, 0] + u[:, 1] * v[:, 1] + u[:, 2] * v[:, 2]
+    """``u · v`` of points given as 3 rows, added x, then y, then z."""
+    return u[0] * v[0] + u[1] * v[1] + u[2] * v[2]
 
 
 def _cross(u, v):
-    """Row-wise ``u × v``."""
-    return np.stack([u[:, 1] * v[:, 2] - u[:, 2] * v[:, 1], u[:, 2] * v[:, 0] - u[:, 0] * v[:, 2],
-                     u[:, 0] * v[:, 1] - u[:, 1] * v[:, 0]], axis=1)
+    """``u × v`` of points given as 3 rows."""
+    return np.stack([u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0]])
 
 
 def _step(u, s, v, t, w):
-    """Row-wise ``u - s v - t w`` for per-row factors ``s`` and ``t``."""
-    return u - s[:, None] * v - t[:, None] * w
+    """``u - s v - t w`` of points given as 3 rows, for factors ``s`` and ``t`` (per point, or one for all)."""
+    return u - s * v - t * w
 
 
 def _require_indices(indices, size: int, message: str) -> None:
