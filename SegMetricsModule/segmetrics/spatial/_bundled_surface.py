@@ -194,10 +194,13 @@ def _bucket(values, low, bucket_mm, buckets):
 
 def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     """Index of the vertex nearest to each query point (rows, mm) and its squared distance (mm²),
-    the vertices being those of a :func:`vertex_grid`: a KD-tree search of all of them (so, unlike
-    the compiled bucket search, also for points more than :data:`MAX_RINGS` buckets away). -1 (and
-    inf) for points that are not finite or beyond :data:`MAX_COORDINATE_MM`, and for every point
-    when there are no vertices. ValueError for a grid that is not one of :func:`vertex_grid`."""
+    the vertices being those of a :func:`vertex_grid`; of vertices at the same least distance, the
+    one of lowest index. A KD-tree search of all of them (so, unlike the compiled bucket search,
+    also for points more than :data:`MAX_RINGS` buckets away), then for the points whose two
+    nearest vertices are about as near, the least squared distance (summed as the compiled search
+    sums it) and lowest index among all vertices about as near. -1 (and inf) for points that are
+    not finite or beyond :data:`MAX_COORDINATE_MM`, and for every point when there are no vertices.
+    ValueError for a grid that is not one of :func:`vertex_grid`."""
     if queries.shape[1] != 3:
         raise ValueError("nearest_vertices: needs query points of 3 components")
     _check_grid(bucket_mm, low, shape, first, order, sorted_xyz)
@@ -206,11 +209,40 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     valid = np.flatnonzero(np.max(np.abs(queries), axis=1, initial=0.0) <= MAX_COORDINATE_MM) if len(queries) else []
     if len(order) == 0 or len(valid) == 0:
         return nearest, squared
+    queries = queries[valid]
     tree = cKDTree(sorted_xyz.T, leafsize=64, balanced_tree=False, compact_nodes=False)  # builds fast: see mesh.kd_tree
-    found = tree.query(queries[valid])[1]
-    squared[valid] = _squared_to(queries[valid], sorted_xyz, found)
+    distances, columns = tree.query(queries, k=min(2, len(order)))
+    if columns.ndim == 1:  # a single vertex
+        columns = columns[:, None]
+    found = columns[:, 0]
+    if columns.shape[1] == 2:
+        tied = np.flatnonzero(distances[:, 1] <= distances[:, 0] * (1 + TIE_TOLERANCE))
+        if len(tied):
+            found[tied] = _lowest_of_nearest(tree, queries[tied], distances[tied, 0] * (1 + TIE_TOLERANCE), order, sorted_xyz)
+    squared[valid] = _squared_to(queries, sorted_xyz, found)
     nearest[valid] = order[found]
     return nearest, squared
+
+
+#: Relative margin of distance within which :func:`nearest_vertices` compares the squared distances
+#: of vertices exactly (the KD-tree's distances may differ from them in the last bits).
+TIE_TOLERANCE = 1e-9
+
+
+def _lowest_of_nearest(tree, queries, radius, order, sorted_xyz):
+    """Per query, the column of the grid (of ``tree``'s points) whose squared distance (as the
+    compiled search sums it) is least, of lowest vertex index among equals, of the columns within
+    ``radius`` (mm, per query, at least the least distance)."""
+    within = tree.query_ball_point(queries, radius)
+    runs = np.array([len(columns) for columns in within])
+    columns = np.concatenate(within).astype(np.int64)
+    owner = np.repeat(np.arange(len(queries)), runs)
+    squared = _squared_to(queries[owner], sorted_xyz, columns)
+    starts = np.cumsum(runs) - runs
+    least = np.minimum.reduceat(squared, starts)
+    ranked = np.where(squared == least[owner], order[columns], len(order))
+    lowest = np.minimum.reduceat(ranked, starts)
+    return columns[ranked == lowest[owner]]  # one per query: the vertex indices differ
 
 
 def _squared_to(queries, sorted_xyz, columns):

@@ -334,8 +334,9 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     for a point outside the grid) that holds every vertex as near as the previous point's nearest
     vertex (one bucket out for the first point, and more when nothing is found), and again
     farther out if the nearest vertex found may have a nearer one beyond; columns of buckets
-    (along z) farther than the nearest vertex so far are skipped. Fastest for points in surface
-    order (each near the one before). -1 (and inf) for points with no vertex within
+    (along z) farther than the nearest vertex so far are skipped. Of vertices at the same least
+    distance, the one of lowest index (so that the answer does not depend on the points searched
+    before). Fastest for points in surface order (each near the one before). -1 (and inf) for points with no vertex within
     :data:`MAX_RINGS` buckets (``MAX_RINGS * bucket_mm``), and for every point when there are no
     vertices. ValueError for a grid whose buckets are not those of :func:`vertex_grid` (3 axes of
     1 to :data:`MAX_BUCKETS_PER_AXIS` buckets, runs of vertices in order), which could lead the
@@ -367,18 +368,18 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
             start, stop = max(k - rings, 0), min(k + rings, shape[2] - 1)
             for a in range(max(i - rings, 0), min(i + rings, shape[0] - 1) + 1):
                 along_x = _outside(x, low[0], a, bucket_mm) ** 2
-                if along_x >= best:
+                if along_x > best:  # (a bucket at the bound may hold a tie)
                     continue
                 for b in range(max(j - rings, 0), min(j + rings, shape[1] - 1) + 1):
-                    if along_x + _outside(y, low[1], b, bucket_mm) ** 2 >= best:
+                    if along_x + _outside(y, low[1], b, bucket_mm) ** 2 > best:
                         continue
                     column = (a * shape[1] + b) * shape[2]  # its buckets start..stop are one run of vertices
                     for n in range(first[column + start], first[column + stop + 1]):
                         d = (xs[n] - x) ** 2 + (ys[n] - y) ** 2 + (zs[n] - z) ** 2
-                        if d < best:
+                        if d < best or (d == best and found >= 0 and order[n] < order[found]):
                             best, found = d, n
             reach = _reach_all(x, y, z, low, i, j, k, shape, rings, bucket_mm)
-            if found >= 0 and best <= reach * reach:  # also when the cube covers the grid (reach inf)
+            if found >= 0 and best < reach * reach:  # also when the cube covers the grid (reach inf); a tie may be beyond
                 nearest[q], squared[q], previous = order[found], best, found
                 break
             if reach == np.inf:  # the whole grid holds no vertex

@@ -232,12 +232,8 @@ def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, 
         spacing, origin = spacing[::-1], origin[::-1]  # in the points' axis order
         sizes = _triangle_areas(vertices, cells)
     else:
-        contours = [c[:-1] for c in measure.find_contours(field, 0.5)]  # closed: drop the repeated point
-        first = np.cumsum([0] + [len(c) for c in contours[:-1]])
-        cells = np.concatenate(
-            [np.stack([i + np.arange(len(c)), i + (np.arange(len(c)) + 1) % len(c)], axis=1) for i, c in zip(first, contours)]
-        )
-        vertices = np.concatenate(contours) * spacing + corner
+        vertices, cells = _marching_squares(field)
+        vertices = vertices * spacing + corner
         sizes = np.linalg.norm(vertices[cells[:, 1]] - vertices[cells[:, 0]], axis=1)
     if not np.all(sizes > 0):  # cells of size 0 (rounding) go, and so do vertices left without a cell
         cells, sizes = cells[sizes > 0], sizes[sizes > 0]
@@ -345,6 +341,39 @@ def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGM
     if np.prod([s.stop - s.start for s in joint]) <= PARALLEL_BOX_VOXELS:
         return tuple(pool.map(build, masks, boxes, [searchable] * 2))
     return tuple(map(build, masks, boxes, [False] * 2))
+
+
+#: Per marching-squares case (bit 1 upper left, 2 upper right, 4 lower left, 8 lower right corner
+#: inside), its segments as (from, to) edges of the square: 0 top, 1 bottom, 2 left, 3 right. They
+#: run with the inside on their right (rows down, columns right); the two saddles (6, 9) keep
+#: their inside corners apart (the foreground is 4-connected).
+_SQUARE_SEGMENTS = {1: [(0, 2)], 2: [(3, 0)], 3: [(3, 2)], 4: [(2, 1)], 5: [(0, 1)], 6: [(3, 0), (2, 1)], 7: [(3, 1)],
+                    8: [(1, 3)], 9: [(0, 2), (1, 3)], 10: [(1, 0)], 11: [(1, 2)], 12: [(2, 3)], 13: [(0, 3)], 14: [(2, 0)]}
+
+
+def _marching_squares(field: np.ndarray) -> tuple:
+    """The 0.5 level of a 2-D field that is nowhere exactly 0.5 (array order, one value per pixel
+    centre): ``(vertices, segments)``, vertices in pixel units ``(row, col)`` where the level
+    crosses a grid edge (linear interpolation from its first end: the points of scikit-image's
+    ``find_contours``), segments as pairs of vertex indices (:data:`_SQUARE_SEGMENTS`)."""
+    inside = field > 0.5
+    across = inside[:, :-1] != inside[:, 1:]  # edges (r, c)-(r, c + 1)
+    down = inside[:-1, :] != inside[1:, :]  # edges (r, c)-(r + 1, c)
+    r, c = np.nonzero(across)
+    start, end = field[r, c], field[r, c + 1]
+    across_points = np.stack([r, c + (0.5 - start) / (end - start)], axis=1)
+    r, c = np.nonzero(down)
+    start, end = field[r, c], field[r + 1, c]
+    down_points = np.stack([r + (0.5 - start) / (end - start), c], axis=1)
+    across_index = np.full(across.shape, -1, dtype=np.int64)
+    across_index[across] = np.arange(len(across_points))
+    down_index = np.full(down.shape, -1, dtype=np.int64)
+    down_index[down] = len(across_points) + np.arange(len(down_points))
+    case = inside[:-1, :-1] + 2 * inside[:-1, 1:] + 4 * inside[1:, :-1] + 8 * inside[1:, 1:]
+    edges = np.stack([across_index[:-1], across_index[1:], down_index[:, :-1], down_index[:, 1:]])  # top, bottom, left, right
+    segments = [np.stack([edges[start][case == code], edges[end][case == code]], axis=1)
+                for code, pairs in _SQUARE_SEGMENTS.items() for start, end in pairs]
+    return np.concatenate([across_points, down_points]).astype(float), np.concatenate(segments)
 
 
 def _flying_edges(field: np.ndarray, spacing: np.ndarray):
