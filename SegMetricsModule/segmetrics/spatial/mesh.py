@@ -417,6 +417,16 @@ def _surface_kernels():
     return accelerator.kernels(_bundled_surface)
 
 
+def _planar_kernels():
+    """The module running the 2-D contour kernels: the compiled :mod:`segmetrics.spatial._kernels` when
+    numba runs, else their twins on numpy and scipy, :mod:`segmetrics.spatial._bundled_planar`."""
+    if accelerator.use_numba():
+        from . import _kernels
+        return _kernels
+    from . import _bundled_planar
+    return _bundled_planar
+
+
 def compile_kernels() -> None:
     """Compile, or load from numba's disk cache, every kernel of :mod:`segmetrics.spatial._kernels`, on a
     tiny 3-D and 2-D mask; nothing without numba (:func:`segmetrics.spatial.accelerator.use_numba`).
@@ -842,11 +852,9 @@ def contours_2d(mask2d, spacing2d, max_segment_mm: float | None = None) -> list:
     mask2d = np.asarray(mask2d, dtype=bool)
     if not mask2d.any():
         return []
-    from . import _bundled_planar  # the 2-D kernels' twins (issue 23, helper nofast2d)
-
     # the boundaries scikit-image's find_contours gives, from one pass (same points and order);
     # origin (1, 1) of label 1 undoes the pad
-    points, lengths, first, _ = accelerator.kernels(_bundled_planar).label_contours(
+    points, lengths, first, _ = _planar_kernels().label_contours(
         np.pad(mask2d, 1).astype(np.int32), np.ones((2, 2), np.int64), np.asarray(spacing2d, dtype=float), max_segment_mm or -1.0)
     return [Contour(points[start:stop], lengths[start:stop]) for start, stop in zip(first[:-1], first[1:])]
 
