@@ -129,7 +129,7 @@ def corner_shares(cells, sizes, vertex_count):
     _require_indices(cells, vertex_count, "corner_shares: a cell's corner index is out of range")
     corners = cells.shape[1] if cells.ndim == 2 else 1
     shares = np.asarray(sizes, dtype=float) / corners
-    return np.bincount(cells.ravel(), np.repeat(shares, corners), vertex_count)  # adds in input order
+    return np.bincount(cells.ravel(), np.repeat(shares, corners), vertex_count).astype(float, copy=False)  # adds in input order
 
 
 def cells_by_vertex(cells, vertex_count):

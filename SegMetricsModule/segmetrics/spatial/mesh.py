@@ -614,7 +614,7 @@ def _walked_distances(points, queries, star, surface: Surface, offset, cell, fea
     """The distances of :func:`distances_to_surface` from what ``closest_points_near`` (:func:`_surface_kernels`) found."""
     far = np.flatnonzero(nearest < 0)  # no vertex within the grid search's reach: the KD-tree's nearest, then the walk
     if len(far):
-        nearest = surface.tree.query(points[far], workers=-1)[1]  # the tree holds the surface's 2-D or 3-D points
+        nearest = _bundled_surface.nearest_vertices(queries[far], *surface.vertex_grid)[0]  # ties as the grid's
         offset[far], cell[far], feature[far] = _surface_kernels().closest_points(queries[far], nearest, *star)
     squared = offset * offset
     distances = np.sqrt(squared[:, 0] + squared[:, 1] + squared[:, 2])  # np.sum(..., axis=1), many times faster
