@@ -356,11 +356,12 @@ def _closest_in_stars(p, centre_a, centre_b, best, points, cells, by_vertex, fir
     runs = runs_a + runs_b
     starts = np.cumsum(runs) - runs
     owner = np.repeat(np.arange(len(runs)), runs)
-    place = np.arange(len(owner)) - starts[owner]  # position in the owner's run
-    past_a = place - runs_a[owner]
-    candidate = by_vertex[np.where(past_a < 0, first[centre_a[owner]] + place, first[np.maximum(centre_b[owner], 0)] + past_a)]
+    place = np.arange(len(owner)) - np.repeat(starts, runs)  # position in the owner's run
+    from_a = place < np.repeat(runs_a, runs)
+    run_start = np.where(from_a, np.repeat(first[centre_a], runs), np.repeat(first[np.maximum(centre_b, 0)] - runs_a, runs))
+    candidate = by_vertex[run_start + place]
     corners = [cells[candidate, corner] for corner in range(cells.shape[1])]
-    at = _take(p, owner)
+    at = np.repeat(p, runs, axis=1)
     if len(corners) == 3:
         offset, feature = _triangle(at, *(_take(points, corner) for corner in corners))
     else:
