@@ -1,14 +1,14 @@
 """The 3-D surface kernels of :mod:`segmetrics.spatial._kernels` on numpy and scipy only, for a Python
-without numba (3D Slicer's bundled packages): same names, arguments and values (to rounding of
-the last bit at most, well within 1e-9 relative), chosen by :func:`segmetrics.spatial.accelerator.kernels`.
+without numba (3D Slicer's bundled packages): same names, arguments and values (bit for bit on
+the tests' inputs), chosen by :func:`segmetrics.spatial.accelerator.kernels`.
 
-Each twin runs the compiled kernel's arithmetic in the same order on whole arrays: the blur adds
-its weighted rows in the same order, the walk of :func:`closest_points` takes every query one
-move per round (all their candidate cells at once, the first closest cell winning as in the loop),
-the sorts are stable sorts of the same keys. The one different algorithm is the search for the
-nearest vertex, a KD-tree (:class:`scipy.spatial.cKDTree`) instead of the buckets: it finds a
-vertex at the same (least) distance for every query point, also beyond the bucket search's
-:data:`MAX_RINGS`.
+Each twin does the compiled kernel's arithmetic in the same order, on whole arrays: the blur adds
+its weighted rows in the order of the weights; the walk of :func:`closest_points` moves every
+query at once, one round per move, over all its candidate cells, the first closest cell winning
+as in the loop; the sorts are stable sorts of the same keys. The search for the nearest vertex
+is another algorithm, a KD-tree (:class:`scipy.spatial.cKDTree`) instead of the buckets, with the
+same answer: the least squared distance, of the lowest vertex index among equals (which the walk
+starts from, so that ties must go alike), also beyond the bucket search's :data:`MAX_RINGS`.
 
 The constants shared by both implementations are defined here (this module imports no numba).
 Points are rows of 3 components in mm; cells are triangles (3 vertex indices) or segments (2).
@@ -43,6 +43,9 @@ MAX_BUCKETS = 2**31
 #: Largest coordinate (mm, absolute) the nearest-point searches take: the squared distance of
 #: two such points (up to 12e300 mm²) stays finite, so a search always finds a nearest point.
 MAX_COORDINATE_MM = 1e150
+#: Relative margin of distance within which :func:`nearest_vertices` compares the squared distances
+#: of vertices exactly (the KD-tree's distances may differ from them in the last bits).
+TIE_TOLERANCE = 1e-9
 #: Widest Gaussian of :func:`gaussian_weights` (voxels): a kernel of up to about 6 million weights.
 MAX_SIGMA_VOXELS = 1e6
 
@@ -127,7 +130,7 @@ def corner_shares(cells, sizes, vertex_count):
     if vertex_count < 0:
         raise ValueError("corner_shares: the vertex count is negative")
     _require_indices(cells, vertex_count, "corner_shares: a cell's corner index is out of range")
-    corners = cells.shape[1] if cells.ndim == 2 else 1
+    corners = cells.shape[1]
     shares = np.asarray(sizes, dtype=float) / corners
     return np.bincount(cells.ravel(), np.repeat(shares, corners), vertex_count).astype(float, copy=False)  # adds in input order
 
@@ -222,11 +225,6 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     squared[valid] = _squared_to(queries, sorted_xyz, found)
     nearest[valid] = order[found]
     return nearest, squared
-
-
-#: Relative margin of distance within which :func:`nearest_vertices` compares the squared distances
-#: of vertices exactly (the KD-tree's distances may differ from them in the last bits).
-TIE_TOLERANCE = 1e-9
 
 
 def _lowest_of_nearest(tree, queries, radius, order, sorted_xyz):
