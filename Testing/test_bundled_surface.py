@@ -156,8 +156,9 @@ def test_ties_go_to_the_lowest_vertex_index(compiled):
 
 
 def surfaces():
-    """Surfaces to walk on: a ball and a box (3-D), a disc with a hole (2-D), and a few degenerate
-    triangles (corners at one point, on a line, a sliver) beside an isolated vertex."""
+    """Surfaces to walk on: a ball and a box (3-D), a disc with a hole (2-D), a few degenerate
+    triangles (corners at one point, on a line, a sliver) and segments (of length 0), each beside
+    an isolated vertex."""
     ball_mask = ball(6.0, (2.0, 0.8, 0.8), (10.0, 9.0, 9.1), (11, 24, 24))
     box = np.zeros((8, 9, 10), bool)
     box[2:6, 2:7, 3:8] = True
@@ -167,11 +168,12 @@ def surfaces():
                        [0, 0, 5], [1, 0, 5], [2, 1e-12, 5], [9, 9, 9]], dtype=float)
     cells = np.array([[0, 1, 2], [0, 3, 3], [4, 5, 6], [7, 8, 9], [1, 4, 2]])
     degenerate = mesh.Surface(points, np.ones(len(points)), cells)
+    segments = mesh.Surface(points[[0, 1, 2, 3, 4, 10], :2], np.ones(6), np.array([[0, 1], [1, 3], [3, 0], [0, 2], [2, 4], [4, 4]]))
     return [mesh.smooth_surface(ball_mask, (2.0, 0.8, 0.8)), mesh.smooth_surface(box, (1.0, 1.0, 1.0)),
-            mesh.smooth_surface(ring, (0.7, 1.1)), degenerate]
+            mesh.smooth_surface(ring, (0.7, 1.1)), degenerate, segments]
 
 
-@pytest.mark.parametrize("which", range(4))
+@pytest.mark.parametrize("which", range(5))
 def test_closest_points(compiled, which):
     """The walk from each query's nearest vertex (and from other vertices): same offsets, cells,
     features, on random points, lattice points (ties) and the vertices themselves."""
@@ -191,6 +193,8 @@ def test_closest_points(compiled, which):
     assert_same(tuple(x[found] for x in expected), tuple(x[found] for x in got))
     starts = rng.integers(0, len(points), len(queries))  # any start vertex: the same walk
     assert_same(compiled.closest_points(queries, starts, *star), bundled.closest_points(queries, starts, *star))
+    none = np.zeros((0, 3))
+    assert_same(compiled.closest_points_near(none, *grid, *star), bundled.closest_points_near(none, *grid, *star))
 
 
 def test_walk_inputs_out_of_range_are_refused(compiled):
