@@ -280,6 +280,11 @@ def closest_points(queries, nearest, points, cells, by_vertex, first, count, fea
     _check_star(points, cells, by_vertex, first, count, feature_corners)
     nearest = np.asarray(nearest, dtype=np.int64)
     _require_indices(nearest, len(points), "closest_points: a nearest-vertex index is out of range")
+    return _walk(queries, nearest, points, cells, by_vertex, first, count, feature_corners)
+
+
+def _walk(queries, nearest, points, cells, by_vertex, first, count, feature_corners):
+    """:func:`closest_points` of inputs already checked."""
     offsets = queries - points[nearest]
     found_cells = np.full(len(queries), -1, dtype=np.int64)
     features = np.zeros(len(queries), dtype=np.int8)
@@ -322,7 +327,7 @@ def closest_points_near(queries, bucket_mm, low, shape, first, order, sorted_xyz
     found_cells = np.full(len(queries), -1, dtype=np.int64)
     features = np.zeros(len(queries), dtype=np.int8)
     walked = np.flatnonzero((nearest >= 0) & (squared > 0))
-    offsets[walked], found_cells[walked], features[walked] = closest_points(
+    offsets[walked], found_cells[walked], features[walked] = _walk(
         queries[walked], nearest[walked], points, cells, by_vertex, cell_first, count, feature_corners)
     return offsets, found_cells, features, nearest
 
