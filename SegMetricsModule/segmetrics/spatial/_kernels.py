@@ -336,11 +336,12 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     farther out if the nearest vertex found may have a nearer one beyond; columns of buckets
     (along z) farther than the nearest vertex so far are skipped. Of vertices at the same least
     distance, the one of lowest index (so that the answer does not depend on the points searched
-    before). Fastest for points in surface order (each near the one before). -1 (and inf) for points with no vertex within
-    :data:`MAX_RINGS` buckets (``MAX_RINGS * bucket_mm``), and for every point when there are no
-    vertices. ValueError for a grid whose buckets are not those of :func:`vertex_grid` (3 axes of
-    1 to :data:`MAX_BUCKETS_PER_AXIS` buckets, runs of vertices in order), which could lead the
-    search out of range."""
+    before, nor on the chunks the points are split into). Fastest for points in surface order
+    (each near the one before). -1 (and inf) for points with no vertex within :data:`MAX_RINGS`
+    buckets (``MAX_RINGS * bucket_mm``), and for every point when there are no vertices.
+    ValueError for a grid whose buckets are not those of :func:`vertex_grid` (3 axes of 1 to
+    :data:`MAX_BUCKETS_PER_AXIS` buckets, runs of vertices in order), which could lead the search
+    out of range."""
     if queries.shape[1] != 3:
         raise ValueError("nearest_vertices: needs query points of 3 components")
     _check_grid(bucket_mm, low, shape, first, order, sorted_xyz)
