@@ -209,7 +209,7 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     _check_grid(bucket_mm, low, shape, first, order, sorted_xyz)
     nearest = np.full(len(queries), -1, dtype=np.int64)
     squared = np.full(len(queries), np.inf)
-    valid = np.flatnonzero(np.max(np.abs(queries), axis=1, initial=0.0) <= MAX_COORDINATE_MM) if len(queries) else []
+    valid = np.flatnonzero(np.logical_and.reduce([np.abs(queries[:, axis]) <= MAX_COORDINATE_MM for axis in range(3)]))  # also NaN
     if len(order) == 0 or len(valid) == 0:
         return nearest, squared
     queries = queries[valid]
