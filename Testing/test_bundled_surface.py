@@ -149,10 +149,16 @@ def test_ties_go_to_the_lowest_vertex_index(compiled):
     (before the fix, the compiled search kept the previous point's vertex)."""
     vertices = np.array([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
     queries = np.array([[0.1, 0.0, 0.0], [1.0, 0.0, 0.0], [1.9, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    # twelve vertices as near to the origin (more than the KD-tree's first look), in shuffled order
+    edges_of_cube = np.array([p for p in np.ndindex(3, 3, 3) if np.sum(np.abs(np.array(p) - 1)) == 2], dtype=float) - 1
+    around = np.concatenate([[[5.0, 5.0, 5.0]], np.random.default_rng(2).permutation(edges_of_cube)])
+    lowest = 1 + np.argmin([np.sum(p**2) for p in around[1:]])  # all equal: the first of them
     for module in (compiled, bundled):
         grid = module.vertex_grid(vertices, 1.0)
         assert list(module.nearest_vertices(queries, 1.0, *grid)[0]) == [1, 0, 0, 0]
         assert list(module.nearest_vertices(queries[1:2], 1.0, *grid)[0]) == [0]
+        grid = module.vertex_grid(around, 0.5)
+        assert list(module.nearest_vertices(np.zeros((2, 3)), 0.5, *grid)[0]) == [lowest, lowest]
 
 
 def surfaces():

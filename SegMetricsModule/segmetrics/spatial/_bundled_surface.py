@@ -46,6 +46,8 @@ MAX_COORDINATE_MM = 1e150
 #: Relative margin of distance within which :func:`nearest_vertices` compares the squared distances
 #: of vertices exactly (the KD-tree's distances may differ from them in the last bits).
 TIE_TOLERANCE = 1e-9
+#: Nearest vertices :func:`nearest_vertices` compares for a point with a tie (more when all are as near).
+TIE_NEIGHBOURS = 8
 #: Widest Gaussian of :func:`gaussian_weights` (voxels): a kernel of up to about 6 million weights.
 MAX_SIGMA_VOXELS = 1e6
 
@@ -230,12 +232,26 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
 def _lowest_of_nearest(tree, queries, radius, order, sorted_xyz):
     """Per query, the column of the grid (of ``tree``'s points) whose squared distance (as the
     compiled search sums it) is least, of lowest vertex index among equals, of the columns within
-    ``radius`` (mm, per query, at least the least distance)."""
-    within = tree.query_ball_point(queries, radius)
-    runs = np.array([len(columns) for columns in within])
-    columns = np.concatenate(within).astype(np.int64)
+    ``radius`` (mm, per query, at least the least distance): among the :data:`TIE_NEIGHBOURS`
+    nearest, or all within the radius when those are all within it."""
+    count = min(TIE_NEIGHBOURS, len(order))
+    distances, columns = (found.reshape(len(queries), count) for found in tree.query(queries, k=count))
+    found = _lowest_in_runs(queries, radius, np.full(len(queries), count), columns.ravel(), distances.ravel(), order, sorted_xyz)
+    more = np.flatnonzero(distances[:, -1] <= radius) if count < len(order) else []
+    if len(more):  # every neighbour asked is within the radius: there may be more
+        within = tree.query_ball_point(queries[more], radius[more])
+        runs = np.array([len(columns) for columns in within])
+        columns = np.concatenate(within).astype(np.int64)
+        found[more] = _lowest_in_runs(queries[more], radius[more], runs, columns, np.zeros(len(columns)), order, sorted_xyz)
+    return found
+
+
+def _lowest_in_runs(queries, radius, runs, columns, distances, order, sorted_xyz):
+    """Per query, of its run of candidate ``columns`` (``runs`` per query, in order) at a KD-tree
+    ``distance`` within ``radius``, the one of least squared distance and lowest vertex index."""
     owner = np.repeat(np.arange(len(queries)), runs)
     squared = _squared_to(queries[owner], sorted_xyz, columns)
+    squared[distances > radius[owner]] = np.inf
     starts = np.cumsum(runs) - runs
     least = np.minimum.reduceat(squared, starts)
     ranked = np.where(squared == least[owner], order[columns], len(order))
