@@ -547,7 +547,7 @@ def test_real_breast_structure_set_heart_agrees_with_dicompyler_core(tmp_path, d
     monkeypatch.setattr(pydicom.dicomio, "read_file", pydicom.dcmread, raising=False)  # dicompyler 0.5.6 on pydicom 3
     dvhcalc = pytest.importorskip("dicompylercore.dvhcalc")
     import segmetrics
-    from segmetrics.inputs.dicom import read_structure_set
+    from segmetrics.inputs.readers.rtstruct import read_structure_set
 
     structures = data_dir / "dicompyler_core" / "rtss.dcm"
     structure_set = read_structure_set(structures)
