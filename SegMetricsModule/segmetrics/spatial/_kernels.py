@@ -19,6 +19,8 @@ that a slip fails with IndexError.
 import numba
 import numpy as np
 
+from ._bundled_roughness import MAX_DIRECTION_BUCKETS
+
 
 # --- closest point: the walk --------------------------------------------------------------------
 
@@ -643,9 +645,6 @@ def corner_shares(cells, sizes, vertex_count):
 
 
 # --- rays from one centre -----------------------------------------------------------------------
-
-#: Most buckets per axis of the finest level of :func:`direction_grid` (a power of 2).
-MAX_DIRECTION_BUCKETS = 128
 
 
 @numba.njit(cache=True, nogil=True)
