@@ -49,7 +49,7 @@ def _gaps_both(points, centre, vertices, cells, tolerance=1e-9):
     return _both("radial_gaps", directions, zeta, *cells, tolerance, finest, *grid)[0]
 
 
-@pytest.fixture(params=[2**16, 5], ids=["blocks", "tiny-blocks"])
+@pytest.fixture(params=[_bundled_roughness.PAIRS_PER_BLOCK, 5], ids=["blocks", "tiny-blocks"])
 def block_size(request, monkeypatch):
     """The twins' pair blocks: as shipped, and a few pairs each (every block boundary exercised)."""
     monkeypatch.setattr(_bundled_roughness, "PAIRS_PER_BLOCK", request.param)

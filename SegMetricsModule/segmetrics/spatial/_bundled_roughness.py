@@ -21,7 +21,7 @@ MAX_DIRECTION_BUCKETS = 128
 #: Most (ray, cell) or (centre, vertex) pairs that :func:`radial_gaps` and :func:`window_deviations`
 #: test at once (a block of rays or centres): blocks whose work arrays stay in the processor's
 #: cache run several times faster than whole-surface arrays.
-PAIRS_PER_BLOCK = 2**16
+PAIRS_PER_BLOCK = 2**14
 #: Relative widening of the KD-tree's search radius: the squared-distance test decides membership.
 _SEARCH_MARGIN = 1e-6
 
@@ -134,26 +134,29 @@ def radial_gaps(directions, zeta, cell_dirs, reach, frames, numerators, toleranc
         i, j, l = (_bucket(directions[:, axis], -1.0, 2.0 / n, n) for axis in range(3))
         keys[:, level] = base[level] + (i * n + j) * n + l
     starts, counts = first[keys], first[keys + 1] - first[keys]
-    columns = (np.ascontiguousarray(directions.T, dtype=float), np.ascontiguousarray(cell_dirs.T, dtype=float), reach,
-               np.ascontiguousarray(frames.reshape(-1, 9).T, dtype=float), numerators)  # gathered pair by pair
+    caps = np.stack([cell_dirs[members, 0], cell_dirs[members, 1], cell_dirs[members, 2], reach[members]])
+    frame_rows = np.ascontiguousarray(frames.reshape(-1, 9).T, dtype=float)  # row 3 r + a: component a of frame row r
     gaps = zeta.copy()
     for block in _blocks(counts.sum(axis=1)):
+        # each ray's candidates are runs of the members: their caps are read in order
         run, rank = _expand(counts[block].ravel())
-        ray = block.start + run // levels
-        cell = members.take(starts[block].ravel().take(run) + rank)
-        ray, t = _hits(*columns, tolerance, ray, cell)
+        position = starts[block].ravel().take(run) + rank
+        per_ray = counts[block].sum(axis=1)
+        d = [np.repeat(directions[block, axis], per_ray) for axis in range(3)]
+        ex, ey, ez = (d[axis] - caps[axis].take(position) for axis in range(3))
+        inside = np.flatnonzero(np.sqrt(ex * ex + ey * ey + ez * ez) <= caps[3].take(position))
+        ray = block.start + run.take(inside) // levels
+        cell = members.take(position.take(inside))
+        ray, t = _crossings([axis.take(inside) for axis in d], frame_rows, numerators, tolerance, ray, cell)
         np.minimum.at(gaps, ray, np.abs(zeta.take(ray) - t))
     return (gaps,)
 
 
-def _hits(ray_xyz, cell_xyz, reach, frames, numerators, tolerance, ray, cell):
-    """The rays of the (ray, cell) pairs whose ray hits the cell, and the hits' distances along them:
-    the cap test, then Möller–Trumbore, in the arithmetic of the compiled kernel. Directions are
-    given as 3 rows x, y, z and frames as 9 rows (row ``3 r + a``: component ``a`` of frame row ``r``)."""
-    dx, dy, dz = (row.take(ray) for row in ray_xyz)
-    ex, ey, ez = (d - row.take(cell) for d, row in zip((dx, dy, dz), cell_xyz))
-    inside = np.flatnonzero(np.sqrt(ex * ex + ey * ey + ez * ez) <= reach.take(cell))
-    ray, cell, dx, dy, dz = ray[inside], cell[inside], dx[inside], dy[inside], dz[inside]
+def _crossings(d, frames, numerators, tolerance, ray, cell):
+    """The rays of the (ray, cell) pairs whose ray (directions ``d``: x, y, z of each pair) crosses
+    the cell, and the distances along them: Möller–Trumbore in the arithmetic of the compiled
+    kernel, on frames given as 9 rows (row ``3 r + a``: component ``a`` of frame row ``r``)."""
+    dx, dy, dz = d
     det = dx * frames[0].take(cell) + dy * frames[1].take(cell) + dz * frames[2].take(cell)
     solvable = np.flatnonzero(np.abs(det) > 1e-300)
     ray, cell, dx, dy, dz, det = ray[solvable], cell[solvable], dx[solvable], dy[solvable], dz[solvable], det[solvable]
