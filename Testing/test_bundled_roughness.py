@@ -104,6 +104,11 @@ def test_rays_against_segments_in_the_plane(block_size):
     _gaps_both(points, vertices[0].copy(), vertices, cells)  # rays along the segments at vertex 0
 
 
+def test_a_vertex_that_is_not_a_number():
+    vertices = np.array([[1.0, 0.0, 0.0], [np.nan, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 1.0]])
+    _gaps_both(np.ones((3, 3)), np.zeros(3), vertices, np.array([[0, 1, 2], [0, 2, 3]]))
+
+
 def test_no_cells_no_rays_and_a_wide_grid():
     vertices = np.eye(3)
     _gaps_both(np.ones((4, 3)), np.zeros(3), vertices, np.zeros((0, 3), dtype=np.int64))
@@ -154,7 +159,8 @@ def test_windows_on_a_lattice_with_ties_at_the_radius(radius, block_size):
     zeta = rng.uniform(5, 10, len(points))
     weights = rng.uniform(0, 1, len(points))
     weights[::7] = 0.0  # some windows of a single weightless vertex: NaN
-    centres = np.concatenate([points, points[:20] + 0.5, [[100.0, 100.0, 100.0]]])  # and one with no vertex
+    centres = np.concatenate([points, points[:20] + 0.5, [[100.0, 100.0, 100.0]],  # no vertex near
+                              [[np.nan, 0.0, 0.0], [np.inf, 1.0, 1.0]]])  # an infinite radius holds all beside inf
     _windows_both(centres, points, zeta, weights, radius)
 
 

@@ -45,8 +45,9 @@ def ray_cells(vertices, cells, centre):
     cell_dirs = sum(unit[1:], unit[0])
     cell_dirs = cell_dirs / _length(cell_dirs)[:, None]
     chord = np.zeros(m)
-    for u in unit:
-        chord = np.maximum(chord, np.sqrt(_dot(u - cell_dirs, u - cell_dirs)))
+    for u in unit:  # the largest so far, kept when the next is NaN (as the compiled max does)
+        distance = np.sqrt(_dot(u - cell_dirs, u - cell_dirs))
+        chord = np.where(distance > chord, distance, chord)
     reach = np.where(chord > 1.0, 2.0, chord) * (1 + 1e-9) + 1e-12
     a = seen[0]
     e1 = seen[1] - a
@@ -198,9 +199,7 @@ def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, fir
     limit = radius ** 2
     for block in _blocks(bounds):
         inside = centres[block]
-        near = cKDTree(inside).sparse_distance_matrix(vertices, radius * (1 + _SEARCH_MARGIN), output_type="ndarray")
-        key = np.sort(near["i"].astype(np.int64) * len(order) + near["j"])  # by centre, then grid column
-        centre, column = np.divmod(key, len(order))
+        centre, column = _window_candidates(inside, vertices, radius)
         x, y, z = (inside[:, axis].take(centre) for axis in range(3))
         squared = (x - xs.take(column)) ** 2 + (y - ys.take(column)) ** 2 + (z - zs.take(column)) ** 2
         member = np.flatnonzero(squared <= limit)
@@ -211,6 +210,19 @@ def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, fir
         deviation = np.bincount(centre, weight * np.abs(value - mean.take(centre)), minlength=len(inside))
         result[block] = np.where(total > 0, deviation, np.nan) / np.where(total > 0, total, 1.0)
     return (result,)
+
+
+def _window_candidates(centres, vertices, radius):
+    """``(centre, column)`` pairs, by centre then grid column, of every vertex (a KD-tree of the
+    grid's columns) that may lie within ``radius`` mm of a centre: those the tree finds within a
+    slightly wider radius, and every vertex for a centre that is not finite (the tree takes none)."""
+    count = vertices.n
+    finite = np.isfinite(centres).all(axis=1)
+    searched = np.flatnonzero(finite)
+    near = cKDTree(centres[searched]).sparse_distance_matrix(vertices, radius * (1 + _SEARCH_MARGIN), output_type="ndarray")
+    keys = [searched.take(near["i"]) * count + near["j"]]
+    keys += [centre * count + np.arange(count) for centre in np.flatnonzero(~finite)]
+    return np.divmod(np.sort(np.concatenate(keys)), count)
 
 
 def _scanned_vertices(centres, radius, bucket_mm, low, shape, first):
