@@ -49,10 +49,13 @@ def _gaps_both(points, centre, vertices, cells, tolerance=1e-9):
     return _both("radial_gaps", directions, zeta, *cells, tolerance, finest, *grid)[0]
 
 
-@pytest.fixture(params=[_bundled_roughness.PAIRS_PER_BLOCK, 5], ids=["blocks", "tiny-blocks"])
+@pytest.fixture(params=[None, 5], ids=["blocks", "tiny-blocks"])
 def block_size(request, monkeypatch):
-    """The twins' pair blocks: as shipped, and a few pairs each (every block boundary exercised)."""
-    monkeypatch.setattr(_bundled_roughness, "PAIRS_PER_BLOCK", request.param)
+    """The twins' blocks of rays and window centres: as shipped, and a few pairs each (every block
+    boundary exercised)."""
+    if request.param:
+        monkeypatch.setattr(_bundled_roughness, "PAIRS_PER_BLOCK", request.param)
+        monkeypatch.setattr(_bundled_roughness, "SCANNED_PER_BLOCK", request.param)
 
 
 # --- rays -----------------------------------------------------------------------------------------

@@ -18,10 +18,12 @@ from scipy.spatial import cKDTree
 
 #: Most buckets per axis of the finest level of :func:`direction_grid` (a power of 2).
 MAX_DIRECTION_BUCKETS = 128
-#: Most (ray, cell) or (centre, vertex) pairs that :func:`radial_gaps` and :func:`window_deviations`
-#: test at once (a block of rays or centres): blocks whose work arrays stay in the processor's
-#: cache run several times faster than whole-surface arrays.
+#: Most (ray, cell) pairs that :func:`radial_gaps` tests at once (a block of rays): blocks whose
+#: work arrays stay in the processor's cache run several times faster than whole-surface arrays.
 PAIRS_PER_BLOCK = 2**14
+#: Most vertices that the compiled kernel's bucket scan visits for a block of window centres of
+#: :func:`window_deviations` (the windows hold about a tenth of them: the block's memory bound).
+SCANNED_PER_BLOCK = 2**18
 #: Relative widening of the KD-tree's search radius: the squared-distance test decides membership.
 _SEARCH_MARGIN = 1e-6
 
@@ -138,7 +140,7 @@ def radial_gaps(directions, zeta, cell_dirs, reach, frames, numerators, toleranc
     caps = np.stack([cell_dirs[members, 0], cell_dirs[members, 1], cell_dirs[members, 2], reach[members]])
     frame_rows = np.ascontiguousarray(frames.reshape(-1, 9).T, dtype=float)  # row 3 r + a: component a of frame row r
     gaps = zeta.copy()
-    for block in _blocks(counts.sum(axis=1)):
+    for block in _blocks(counts.sum(axis=1), PAIRS_PER_BLOCK):
         # each ray's candidates are runs of the members: their caps are read in order
         run, rank = _expand(counts[block].ravel())
         position = starts[block].ravel().take(run) + rank
@@ -197,7 +199,7 @@ def window_deviations(centres, zeta, weights, radius, bucket_mm, low, shape, fir
     xs, ys, zs = sorted_xyz
     bounds = _scanned_vertices(centres, radius, bucket_mm, low, shape, first)
     limit = radius ** 2
-    for block in _blocks(bounds):
+    for block in _blocks(bounds, SCANNED_PER_BLOCK):
         inside = centres[block]
         centre, column = _window_candidates(inside, vertices, radius)
         x, y, z = (inside[:, axis].take(centre) for axis in range(3))
@@ -260,11 +262,11 @@ def _expand(counts):
     return owner, np.arange(len(owner)) - (np.cumsum(counts) - counts)[owner]
 
 
-def _blocks(pairs):
-    """Slices of consecutive items, given their numbers of pairs, holding at most
-    :data:`PAIRS_PER_BLOCK` pairs besides the block's first item."""
+def _blocks(pairs, most):
+    """Slices of consecutive items, given their numbers of pairs, holding at most ``most`` pairs
+    besides the block's first item."""
     ends = np.cumsum(pairs)
-    limits = np.arange(1, (ends[-1] if len(ends) else 0) // PAIRS_PER_BLOCK + 1) * PAIRS_PER_BLOCK
+    limits = np.arange(1, (ends[-1] if len(ends) else 0) // most + 1) * most
     stops = np.maximum(np.searchsorted(ends, limits, side="right"), 1)
     bounds = np.unique(np.concatenate([[0], stops, [len(pairs)]]).astype(np.int64)).tolist()
     return [slice(start, stop) for start, stop in zip(bounds[:-1], bounds[1:])]
