@@ -78,16 +78,18 @@ def direction_grid(cell_dirs, reach, finest):
         raise ValueError("direction_grid: needs one reach per cell direction of 3 components")
     base = _level_bases(finest)
     level, low, high = _filing(cell_dirs, reach, finest)
+    n = finest >> level
     span = high - low + 1
-    # every bucket (i, j, l) of each cell's box, cell by cell, in the order i, j, l
+    origin = base[level] + (low[0] * n + low[1]) * n + low[2]  # key of the box's first bucket
+    # every bucket (i, j, l) of each cell's box: its key is the origin's plus (di * n + dj) * n + dl
     cell, rank = _expand(span[0] * span[1] * span[2])
-    i = low[0, cell] + rank // (span[1, cell] * span[2, cell])
-    j = low[1, cell] + rank // span[2, cell] % span[1, cell]
-    l = low[2, cell] + rank % span[2, cell]
-    n = finest >> level[cell]
-    keys = base[level[cell]] + (i * n + j) * n + l
+    plane = span[1].take(cell) * span[2].take(cell)
+    row, dl = np.divmod(rank % plane, span[2].take(cell))
+    width = n.take(cell)
+    keys = origin.take(cell) + (rank // plane * width + row) * width + dl
     first = np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=base[-1]))]).astype(np.int64)
-    return base, first, cell[np.argsort(keys, kind="stable")].astype(np.int64)
+    count = max(len(cell_dirs), 1)
+    return base, first, np.sort(keys * count + cell) % count  # by bucket, then cell (each pair once)
 
 
 def _level_bases(finest):
