@@ -139,20 +139,18 @@ def radial_gaps(directions, zeta, cell_dirs, reach, frames, numerators, toleranc
         i, j, l = (_bucket(directions[:, axis], -1.0, 2.0 / n, n) for axis in range(3))
         keys[:, level] = base[level] + (i * n + j) * n + l
     starts, counts = first[keys], first[keys + 1] - first[keys]
-    caps = np.stack([cell_dirs[members, 0], cell_dirs[members, 1], cell_dirs[members, 2], reach[members]])
+    cell_xyz = np.ascontiguousarray(cell_dirs.T, dtype=float)
     frame_rows = np.ascontiguousarray(frames.reshape(-1, 9).T, dtype=float)  # row 3 r + a: component a of frame row r
     gaps = zeta.copy()
     for block in _blocks(counts.sum(axis=1), PAIRS_PER_BLOCK):
-        # each ray's candidates are runs of the members: their caps are read in order
         run, rank = _expand(counts[block].ravel())
-        position = starts[block].ravel().take(run) + rank
+        cell = members.take(starts[block].ravel().take(run) + rank)
         per_ray = counts[block].sum(axis=1)
         d = [np.repeat(directions[block, axis], per_ray) for axis in range(3)]
-        ex, ey, ez = (d[axis] - caps[axis].take(position) for axis in range(3))
-        inside = np.flatnonzero(np.sqrt(ex * ex + ey * ey + ez * ez) <= caps[3].take(position))
+        ex, ey, ez = (d[axis] - cell_xyz[axis].take(cell) for axis in range(3))
+        inside = np.flatnonzero(np.sqrt(ex * ex + ey * ey + ez * ez) <= reach.take(cell))
         ray = block.start + run.take(inside) // levels
-        cell = members.take(position.take(inside))
-        ray, t = _crossings([axis.take(inside) for axis in d], frame_rows, numerators, tolerance, ray, cell)
+        ray, t = _crossings([axis.take(inside) for axis in d], frame_rows, numerators, tolerance, ray, cell.take(inside))
         np.minimum.at(gaps, ray, np.abs(zeta.take(ray) - t))
     return (gaps,)
 
