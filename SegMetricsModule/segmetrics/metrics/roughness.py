@@ -164,7 +164,7 @@ def local_roughness(surface: mesh.Surface, radius: float) -> np.ndarray:
     both means over the window are weighted by the vertices' areas (lengths in 2-D). This is the
     paper's per-window term ``(1/N) Σ |ζ_i - mean ζ|`` with one window per vertex. The windows
     are scanned in the buckets of the surface's vertex grid (:attr:`segmetrics.spatial.mesh.Surface.vertex_grid`,
-    ``window_deviations`` of :func:`_roughness_kernels`, in threads).
+    ``window_deviations`` of :func:`_roughness_kernels`, :func:`_on_points`).
 
     Parameters
     ----------
@@ -182,7 +182,7 @@ def local_roughness(surface: mesh.Surface, radius: float) -> np.ndarray:
     zeta = np.linalg.norm(points - surface_centre(points, weights), axis=1)
     centres = np.pad(np.asarray(points, dtype=float), ((0, 0), (0, 3 - points.shape[1])))
     shared = (zeta, np.asarray(weights, dtype=float), float(radius), *surface.vertex_grid)
-    return in_threads(_roughness_kernels().window_deviations, (centres,), shared)[0]
+    return _on_points(_roughness_kernels(), "window_deviations", (centres,), shared)
 
 
 def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
@@ -198,8 +198,8 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
     of the cell's mean direction. The cells are filed by these caps in buckets of directions, on
     levels of bucket sizes a factor 2 apart so that wide cells (close to the centre) do not widen
     the search for all the others (``direction_grid``); each ray tests the cells of its buckets
-    (``radial_gaps``, in threads; Möller–Trumbore with the cells prepared by ``ray_cells``), the
-    kernels of :func:`_roughness_kernels`.
+    (``radial_gaps``, :func:`_on_points`; Möller–Trumbore with the cells prepared by ``ray_cells``),
+    the kernels of :func:`_roughness_kernels`.
 
     Parameters
     ----------
@@ -224,13 +224,24 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
     cells = kernels.ray_cells(vertices, np.asarray(other_cells, dtype=np.int64), np.pad(np.asarray(centre, dtype=float), (0, missing)))
     finest = _direction_buckets(cells[1])
     shared = (*cells, _HIT_TOLERANCE, finest, *kernels.direction_grid(cells[0], cells[1], finest))
-    return in_threads(kernels.radial_gaps, (directions, zeta), shared)[0]
+    return _on_points(kernels, "radial_gaps", (directions, zeta), shared)
 
 
 def _roughness_kernels():
     """The roughness kernels: compiled (:mod:`segmetrics.spatial._kernels`) when numba runs, else
     their numpy/scipy twins (:mod:`segmetrics.spatial._bundled_roughness`), with the same values."""
     return accelerator.kernels(_bundled_roughness)
+
+
+def _on_points(kernels, name: str, per_point: tuple, shared: tuple) -> np.ndarray:
+    """The output of kernel ``name`` of ``kernels`` (a 1-tuple) on the points: the compiled kernel
+    on the package's threads (it releases the GIL), the numpy twin in the calling thread (its
+    blocks of pairs are small and hold the GIL most of the time: threads would contend for it and
+    each would redo the per-call set-up)."""
+    kernel = getattr(kernels, name)
+    if kernels is _bundled_roughness:
+        return kernel(*per_point, *shared)[0]
+    return in_threads(kernel, per_point, shared)[0]
 
 
 def _direction_buckets(reach: np.ndarray) -> int:
