@@ -220,8 +220,9 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
     missing = 3 - points.shape[1]  # 2-D: rays and segments in the plane z = 0
     directions = np.pad(offsets / np.maximum(zeta, 1e-300)[:, None], ((0, 0), (0, missing)))
     vertices = np.pad(np.asarray(other_vertices, dtype=float), ((0, 0), (0, missing)))
+    origin = np.pad(np.asarray(centre, dtype=float), (0, missing))
     kernels = _roughness_kernels()
-    cells = kernels.ray_cells(vertices, np.asarray(other_cells, dtype=np.int64), np.pad(np.asarray(centre, dtype=float), (0, missing)))
+    cells = kernels.ray_cells(vertices, np.asarray(other_cells, dtype=np.int64), origin)
     finest = _direction_buckets(cells[1])
     shared = (*cells, _HIT_TOLERANCE, finest, *kernels.direction_grid(cells[0], cells[1], finest))
     return _on_points(kernels, "radial_gaps", (directions, zeta), shared)
