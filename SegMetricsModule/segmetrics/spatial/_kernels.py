@@ -21,6 +21,7 @@ import numpy as np
 
 from ._bundled_surface import (FACE, FEATURE_CORNERS, MAX_BUCKETS, MAX_BUCKETS_PER_AXIS, MAX_COORDINATE_MM,  # noqa: F401
                                MAX_RINGS, MAX_SIGMA_VOXELS, MAX_WALK_STEPS, SLIVER, VERTICES_PER_BUCKET, gaussian_weights)
+from ._bundled_roughness import MAX_DIRECTION_BUCKETS
 
 
 # --- closest point: the walk --------------------------------------------------------------------
@@ -609,9 +610,6 @@ def corner_shares(cells, sizes, vertex_count):
 
 
 # --- rays from one centre -----------------------------------------------------------------------
-
-#: Most buckets per axis of the finest level of :func:`direction_grid` (a power of 2).
-MAX_DIRECTION_BUCKETS = 128
 
 
 @numba.njit(cache=True, nogil=True)
