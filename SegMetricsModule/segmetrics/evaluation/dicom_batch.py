@@ -1,0 +1,130 @@
+"""Cases from two folders of DICOM files (any nesting): reference and test segmentations paired by
+patient and frame of reference, each case rasterised on the image series its structure sets refer to.
+
+Rules (:func:`pair_dicom_folders`), each decided from the headers of
+:func:`segmetrics.inputs.dicom_folders.scan_dicom_folder`:
+
+- a reference RT Structure Set or SEG pairs with the test segmentations of the same PatientID and
+  FrameOfReferenceUID: one case per test (several tests of one reference are all evaluated);
+- several references of one patient in one frame of reference are ambiguous: no case is made, the
+  reason is reported (never a guess);
+- the grid of a case with a structure set is the image series (CT) of the patient in that frame
+  of reference that the reference (else the test) refers to; when none is referred to, the only
+  series in that frame; none, or several without a reference, and the case is not run;
+- whatever cannot be paired becomes a *not-run* case (:attr:`Case.not_run` holds the reason:
+  no test for the patient, frame of reference mismatch, no image series for the frame...), logged
+  in ``cases.jsonl`` and listed in the report.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from ..inputs.dicom_folders import scan_dicom_folder
+from .batch import Case
+
+
+def pair_dicom_folders(reference_dir, test_dir, names=None) -> tuple:
+    """``(cases, skipped)`` for the DICOM files below two folders.
+
+    ``cases`` are :class:`~segmetrics.evaluation.batch.Case` objects, sorted by case id, those that
+    cannot run carrying the reason in ``not_run``; ``skipped`` is ``{"reference": [...], "test":
+    [...]}``, the files that are neither segmentations nor images, each ``"path (reason)"``.
+    ``names`` (a label map JSON) is passed to every case.
+    """
+    folders = {"reference": scan_dicom_folder(reference_dir), "test": scan_dicom_folder(test_dir)}
+    series = {s.series_uid: s for side in ("test", "reference") for s in folders[side].series}  # reference wins
+    found = {side: _by_patient_and_frame(folder.segmentations) for side, folder in folders.items()}
+    entries = []
+    for patient in sorted(found["reference"].keys() | found["test"].keys()):
+        entries += _pair_patient(patient, found["reference"].get(patient, {}), found["test"].get(patient, {}),
+                                 list(series.values()))
+    cases = [_case(case_id, entry, names) for case_id, entry in zip(_case_ids(entries), entries)]
+    cases += [Case(f"{side}_{Path(path).stem}", path if side == "reference" else "", path if side == "test" else "",
+                   names, not_run=f"{side} segmentation {path} cannot be paired: {reason}")
+              for side, folder in folders.items() for path, reason in folder.unusable.items()]
+    skipped = {side: [f"{path} ({reason})" for path, reason in folder.left_out.items()]
+               for side, folder in folders.items()}
+    return sorted(cases, key=lambda case: case.case_id), skipped
+
+
+def _by_patient_and_frame(segmentations) -> dict:
+    """``{patient: {frame of reference: [Segmentation, ...]}}``."""
+    grouped = defaultdict(lambda: defaultdict(list))
+    for segmentation in segmentations:
+        grouped[segmentation.patient_id][segmentation.frame_of_reference].append(segmentation)
+    return grouped
+
+
+def _pair_patient(patient: str, references: dict, tests: dict, series: list) -> list:
+    """Entries ``(reference, test, grid folder or reason)`` of one patient: a case when the third
+    item is a folder or None (no grid needed), a not-run case when it is a reason (then
+    ``reference`` or ``test`` may be None)."""
+    if not tests:
+        return [(r, None, f"no test segmentation for patient {patient}") for rs in references.values() for r in rs]
+    if not references:
+        return [(None, t, f"no reference segmentation for patient {patient}") for ts in tests.values() for t in ts]
+    entries = []
+    for frame in sorted(references.keys() | tests.keys()):
+        refs, tsts = references.get(frame, []), tests.get(frame, [])
+        if not tsts:
+            entries += [(r, None, f"frame of reference mismatch: no test of patient {patient} in frame {frame} (the "
+                                  f"tests are in {', '.join(sorted(tests))})") for r in refs]
+        elif not refs:
+            entries += [(None, t, f"frame of reference mismatch: no reference of patient {patient} in frame {frame} "
+                                  f"(the references are in {', '.join(sorted(references))})") for t in tsts]
+        elif len(refs) > 1:
+            files = ", ".join(r.path for r in refs)
+            entries += [(None, t, f"ambiguous: {len(refs)} reference segmentations of patient {patient} in frame "
+                                  f"{frame} ({files}); keep one per frame of reference") for t in tsts]
+        else:
+            entries += [(refs[0], t, _grid(patient, frame, refs[0], t, series)) for t in tsts]
+    return entries
+
+
+def _grid(patient: str, frame: str, reference, test, series: list):
+    """The folder of the image series a case is rasterised on, None when neither side is an RT
+    Structure Set (a SEG carries its grid), else the reason no series can serve."""
+    if "rtstruct" not in (reference.kind, test.kind):
+        return None
+    candidates = [s for s in series if s.patient_id == patient and s.frame_of_reference == frame]
+    referenced = ([s for s in candidates if s.series_uid in reference.referenced_series]
+                  or [s for s in candidates if s.series_uid in test.referenced_series])
+    chosen = referenced or candidates
+    if not chosen:
+        return f"no image series of patient {patient} in frame {frame} to rasterise the structure sets on"
+    if len(chosen) > 1:
+        uids = ", ".join(s.series_uid for s in chosen)
+        return f"ambiguous grid: {len(chosen)} image series of patient {patient} in frame {frame} ({uids})"
+    if chosen[0].problem:
+        return f"image series {chosen[0].series_uid} cannot serve as the grid: {chosen[0].problem}"
+    return Path(chosen[0].folder)
+
+
+def _case(case_id: str, entry: tuple, names) -> Case:
+    reference, test, grid = entry
+    files = {"reference": reference.path if reference else "", "test": test.path if test else ""}
+    if isinstance(grid, str):
+        return Case(case_id, **files, names=names, not_run=grid)
+    return Case(case_id, **files, names=names, image=None if grid is None else str(grid))
+
+
+def _case_ids(entries: list) -> list:
+    """One id per entry: the patient ID; for a patient with several entries, the patient ID and the
+    file names (without suffix) of reference and test; a counter if still not unique."""
+    def patient(entry):
+        return next(s.patient_id for s in entry[:2] if s is not None)
+
+    per_patient = Counter(patient(entry) for entry in entries)
+    ids = []
+    for entry in entries:
+        parts = [patient(entry)]
+        if per_patient[parts[0]] > 1:
+            parts += [Path(s.path).stem if s is not None else "none" for s in entry[:2]]
+        ids.append("_".join(parts))
+    seen, unique = Counter(ids), []
+    counters = Counter()
+    for case_id in ids:
+        counters[case_id] += 1
+        unique.append(case_id if seen[case_id] == 1 else f"{case_id}_{counters[case_id]}")
+    return unique
