@@ -4,9 +4,11 @@ reference, the referenced CT series as grid, and the cases that cannot be paired
 The test set is built in tmp_path from the real breast structure set and CT slice of
 ``dicompyler_core`` (shared data): a CT series made of that slice's header at every contour plane,
 patients with new UIDs, a copied test, a test with one ROI shifted and one dropped, a patient
-without test, a frame-of-reference mismatch, two references in one frame, a patient without CT.
+without test, a frame-of-reference mismatch, two references in one frame, a patient without CT;
+and the real liver DICOM SEG of ``dcmqi`` (with its CT) against a copy with new UIDs.
 """
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -95,17 +97,26 @@ def dicom_folders(data_dir, tmp_path_factory):
     _write_structure_set(test / "p6.dcm", data_dir, "P6", uids["F6"], generate_uid())
     _write_structure_set(ref / "P7" / "rs.dcm", data_dir, "P7", uids["F7"], generate_uid())
     _write_structure_set(test / "p7.dcm", data_dir, "P7", uids["F7"], generate_uid())
+    # patient 99000: a DICOM SEG against a copy (no grid needed: a SEG carries its own)
+    shutil.copytree(data_dir / "dcmqi/ct-3slice", ref / "99000" / "CT")
+    shutil.copy(data_dir / "dcmqi/liver.dcm", ref / "99000" / "liver.dcm")
+    seg = pydicom.dcmread(data_dir / "dcmqi/liver.dcm")
+    seg.SOPInstanceUID = seg.file_meta.MediaStorageSOPInstanceUID = generate_uid()
+    seg.SeriesInstanceUID = generate_uid()
+    seg.save_as(test / "liver_auto.dcm")
     (test / "notes.txt").write_text("not DICOM")
     return ref, test, uids
 
 
-def test_the_scan_finds_structure_sets_and_series_in_any_nesting(dicom_folders):
+def test_the_scan_finds_structure_sets_and_series_in_any_nesting(dicom_folders, data_dir):
     ref, _test, uids = dicom_folders
     found = scan_dicom_folder(ref)
-    assert found.patients() == ["P1", "P2", "P3", "P4", "P6", "P7"]
-    assert len(found.segmentations) == 7
+    assert found.patients() == ["99000", "P1", "P2", "P3", "P4", "P6", "P7"]
+    assert len(found.segmentations) == 8
+    assert {s.kind for s in found.segmentations if s.patient_id == "99000"} == {"seg"}
     series = {s.series_uid: s for s in found.series}
-    assert set(series) == {uids[name] for name in ("S1", "S2", "S2b", "S3")}
+    liver_ct = pydicom.dcmread(data_dir / "dcmqi/ct-3slice/01.dcm", stop_before_pixels=True).SeriesInstanceUID
+    assert set(series) == {uids[name] for name in ("S1", "S2", "S2b", "S3")} | {liver_ct}
     assert series[uids["S1"]].n_files == len(CT_PLANES_MM) and series[uids["S1"]].problem is None
     assert series[uids["S1"]].folder == str(ref / "P1" / "study" / "CT")
 
@@ -114,7 +125,8 @@ def test_cases_are_paired_by_patient_and_frame_and_the_others_carry_their_reason
     ref, test, uids = dicom_folders
     cases, unmatched, skipped = match_folders(ref, test)
     by_id = {case.case_id: case for case in cases}
-    assert sorted(by_id) == ["P1", "P2", "P3", "P4_none_p4", "P4_rs_none", "P6", "P7"]
+    assert sorted(by_id) == ["99000", "P1", "P2", "P3", "P4_none_p4", "P4_rs_none", "P6", "P7"]
+    assert by_id["99000"].image is None and not by_id["99000"].not_run
     assert by_id["P1"].image == str(ref / "P1" / "study" / "CT") and not by_id["P1"].not_run
     assert by_id["P2"].image == str(ref / "P2" / "study" / "CT")  # the referenced series, not CT2
     assert by_id["P2"].test == str(test / "auto" / "deeper" / "p2.dcm")
@@ -168,6 +180,7 @@ def test_paired_cases_are_evaluated_on_the_referenced_ct(dicom_folders, data_dir
     records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     dice = {(r["case_id"], r["structure"]): (r["value"], r["status"]) for r in records if r["metric"] == "dice"}
     assert dice[("P1", "Tumor Bed")] == (1.0, "ok") and dice[("P1", "Scar")] == (1.0, "ok")
+    assert [value for (case_id, _), (value, _) in dice.items() if case_id == "99000"] == [1.0]
     reference = _independent_mask(data_dir, "Tumor Bed", 0.0)
     shifted = _independent_mask(data_dir, "Tumor Bed", SHIFT_X_MM)
     truth = 2 * np.count_nonzero(reference & shifted) / (np.count_nonzero(reference) + np.count_nonzero(shifted))
@@ -187,7 +200,10 @@ def test_the_command_reports_the_cases_it_cannot_pair(dicom_folders, tmp_path, c
     err = capsys.readouterr()
     assert code == 0
     assert "not run P3: no test segmentation for patient P3" in err.err
-    assert "7 cases: 2 evaluated now, 0 already done, 0 failed, 5 not run" in err.out
+    assert "8 cases: 3 evaluated now, 0 already done, 0 failed, 5 not run" in err.out
     report = (tmp_path / "report" / "report.md").read_text()
     assert "not run: no test segmentation for patient P3" in report
-    assert "7 cases (2 evaluated, 0 failed, 5 not run)" in report
+    assert "8 cases (3 evaluated, 0 failed, 5 not run)" in report
+    again = main(["batch", "--reference-dir", str(ref), "--test-dir", str(test), "-o", str(tmp_path / "out"),
+                  "--metrics", "dice", "--workers", "0", "--no-progress"])
+    assert again == 0 and "8 cases: 0 evaluated now, 3 already done, 0 failed, 5 not run" in capsys.readouterr().out

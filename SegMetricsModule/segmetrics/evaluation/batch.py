@@ -205,12 +205,12 @@ def match_folders(reference_dir, test_dir, names=None):
     Hidden files are ignored. Raises :class:`BatchError` when the two folders are one (every case
     would compare a file with itself).
 
-    Folders holding DICOM files (at any depth) are paired by their headers instead
+    Folders holding DICOM RT Structure Sets or SEGs (at any depth) are paired by their headers instead
     (:func:`segmetrics.evaluation.dicom_batch.pair_dicom_folders`: patient and frame of reference,
     the referenced image series as grid); ``unmatched`` is then empty, the segmentations that could
     not be paired being cases with a ``not_run`` reason.
     """
-    from ..inputs.dicom_folders import holds_dicom
+    from ..inputs.dicom_folders import holds_dicom_segmentations
 
     folders = {"reference": Path(reference_dir), "test": Path(test_dir)}
     for side, folder in folders.items():
@@ -219,7 +219,7 @@ def match_folders(reference_dir, test_dir, names=None):
     if os.path.samefile(folders["reference"], folders["test"]):
         raise BatchError(f"the reference and test folders are the same folder ({folders['reference']}): every case "
                          "would compare a file with itself; give the test segmentations' folder")
-    if any(holds_dicom(folder) for folder in folders.values()):
+    if any(holds_dicom_segmentations(folder) for folder in folders.values()):
         from .dicom_batch import pair_dicom_folders
 
         cases, skipped = pair_dicom_folders(folders["reference"], folders["test"], names)

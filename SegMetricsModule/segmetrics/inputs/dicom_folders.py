@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .readers.dicom_header import looks_like_dicom
+from .readers.dicom_header import dicom_kind, looks_like_dicom
 
 #: Header elements read from each file (``specific_tags`` of pydicom): identity and references only.
 HEADER_TAGS = ["SOPClassUID", "Modality", "PatientID", "FrameOfReferenceUID", "SeriesInstanceUID",
@@ -70,10 +70,10 @@ class DicomFolder:
         return sorted({s.patient_id for s in self.segmentations})
 
 
-def holds_dicom(folder) -> bool:
-    """Whether any file below ``folder`` (any depth, hidden files ignored) is DICOM by its name or
-    preamble."""
-    return any(looks_like_dicom(path) for path in _files(Path(folder)))
+def holds_dicom_segmentations(folder) -> bool:
+    """Whether any file below ``folder`` (any depth, hidden files ignored) is a DICOM RT Structure
+    Set or SEG (by its SOP class)."""
+    return any(dicom_kind(path) is not None for path in _files(Path(folder)))
 
 
 def scan_dicom_folder(folder) -> DicomFolder:
