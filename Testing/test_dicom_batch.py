@@ -207,3 +207,21 @@ def test_the_command_reports_the_cases_it_cannot_pair(dicom_folders, tmp_path, c
     again = main(["batch", "--reference-dir", str(ref), "--test-dir", str(test), "-o", str(tmp_path / "out"),
                   "--metrics", "dice", "--workers", "0", "--no-progress"])
     assert again == 0 and "8 cases: 0 evaluated now, 3 already done, 0 failed, 5 not run" in capsys.readouterr().out
+
+
+def test_a_ct_series_sharing_its_folder_is_no_grid_and_a_ct_beside_the_tests_is(data_dir, tmp_path):
+    frame, series, other = generate_uid(), generate_uid(), generate_uid()
+    ref, test = tmp_path / "ref", tmp_path / "test"
+    _write_ct(tmp_path / "ct", data_dir, "P1", frame, series)
+    _write_ct(tmp_path / "ct_other", data_dir, "P1", frame, other)
+    (ref / "P1").mkdir(parents=True)
+    for index, path in enumerate(sorted((tmp_path / "ct").iterdir()) + sorted((tmp_path / "ct_other").iterdir())):
+        shutil.copy(path, ref / "P1" / f"image{index:03d}.dcm")
+    _write_structure_set(ref / "P1" / "rs.dcm", data_dir, "P1", frame, series)
+    _write_structure_set(test / "p1.dcm", data_dir, "P1", frame, series)
+    [case], _unmatched, _skipped = match_folders(ref, test)
+    assert case.not_run == (f"image series {series} cannot serve as the grid: its folder {ref / 'P1'} holds 2 image "
+                            "series; give each series a folder of its own")
+    shutil.copytree(tmp_path / "ct", test / "ct")  # the series in a folder of its own, beside the tests
+    [case], _unmatched, _skipped = match_folders(ref, test)
+    assert case.image == str(test / "ct") and not case.not_run

@@ -10,7 +10,8 @@ Rules (:func:`pair_dicom_folders`), each decided from the headers of
   reason is reported (never a guess);
 - the grid of a case with a structure set is the image series (CT) of the patient in that frame
   of reference that the reference (else the test) refers to; when none is referred to, the only
-  series in that frame; none, or several without a reference, and the case is not run;
+  series in that frame; none, or several without a reference, and the case is not run. A series
+  found in both folders serves from the first folder where it is usable (a folder of its own);
 - whatever cannot be paired becomes a *not-run* case (:attr:`Case.not_run` holds the reason:
   no test for the patient, frame of reference mismatch, no image series for the frame...), logged
   in ``cases.jsonl`` and listed in the report.
@@ -33,12 +34,12 @@ def pair_dicom_folders(reference_dir, test_dir, names=None) -> tuple:
     ``names`` (a label map JSON) is passed to every case.
     """
     folders = {"reference": scan_dicom_folder(reference_dir), "test": scan_dicom_folder(test_dir)}
-    series = {s.series_uid: s for side in ("test", "reference") for s in folders[side].series}  # reference wins
+    series = folders["reference"].series + folders["test"].series  # a series may lie in both: the usable copy serves
     found = {side: _by_patient_and_frame(folder.segmentations) for side, folder in folders.items()}
     entries = []
     for patient in sorted(found["reference"].keys() | found["test"].keys()):
         entries += _pair_patient(patient, found["reference"].get(patient, {}), found["test"].get(patient, {}),
-                                 list(series.values()))
+                                 series)
     cases = [_case(case_id, entry, names) for case_id, entry in zip(_case_ids(entries), entries)]
     cases += [Case(f"{side}_{Path(path).stem}", path if side == "reference" else "", path if side == "test" else "",
                    names, not_run=f"{side} segmentation {path} cannot be paired: {reason}")
@@ -91,14 +92,15 @@ def _grid(patient: str, frame: str, reference, test, series: list):
     referenced = ([s for s in candidates if s.series_uid in reference.referenced_series]
                   or [s for s in candidates if s.series_uid in test.referenced_series])
     chosen = referenced or candidates
-    if not chosen:
+    uids = list(dict.fromkeys(s.series_uid for s in chosen))
+    if not uids:
         return f"no image series of patient {patient} in frame {frame} to rasterise the structure sets on"
-    if len(chosen) > 1:
-        uids = ", ".join(s.series_uid for s in chosen)
-        return f"ambiguous grid: {len(chosen)} image series of patient {patient} in frame {frame} ({uids})"
-    if chosen[0].problem:
-        return f"image series {chosen[0].series_uid} cannot serve as the grid: {chosen[0].problem}"
-    return Path(chosen[0].folder)
+    if len(uids) > 1:
+        return f"ambiguous grid: {len(uids)} image series of patient {patient} in frame {frame} ({', '.join(uids)})"
+    usable = [s for s in chosen if not s.problem]
+    if not usable:
+        return f"image series {uids[0]} cannot serve as the grid: {chosen[0].problem}"
+    return Path(usable[0].folder)
 
 
 def _case(case_id: str, entry: tuple, names) -> Case:
