@@ -246,7 +246,7 @@ def load_case(case: Case, threshold: float | None = None, input_policy=None):
     """
     from ..inputs.io import load_pair, name_unnamed, read_name_map
 
-    # RT structure sets: rasterised on the other input's grid, or both on one contour grid
+    # RT structure sets: rasterised on the case's image series, else the other input's grid, else a contour grid
     reference, test = load_pair(case.reference, case.test, threshold=threshold, input_policy=input_policy,
                                 image=case.image)
     if case.names:  # as `segmetrics compare --names`: the side(s) without names of their own
@@ -553,7 +553,7 @@ def _fingerprint(case: Case, settings: dict) -> str:
     ``.nhdr``) only the header file is checked, for a DICOM series folder (``image``) the folder.
     """
     files = []
-    for path in (case.reference, case.test, case.names, case.image):
+    for path in (case.reference, case.test, case.names) + ((case.image,) if case.image else ()):
         absolute = os.path.abspath(path) if path else None
         version = _file_version(absolute) if absolute else None  # None when missing: redone, fails reading
         files.append([absolute, *(version or ())])
