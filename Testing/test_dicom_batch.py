@@ -211,7 +211,7 @@ def test_the_command_reports_the_cases_it_cannot_pair(dicom_folders, tmp_path, c
     assert again == 0 and "8 cases: 0 evaluated now, 3 already done, 0 failed, 5 not run" in capsys.readouterr().out
 
 
-def test_a_ct_series_sharing_its_folder_is_no_grid_and_a_ct_beside_the_tests_is(data_dir, tmp_path):
+def test_a_shared_series_folder_is_no_grid_a_ct_beside_the_tests_is_and_a_test_needs_a_patient(data_dir, tmp_path):
     frame, series, other = generate_uid(), generate_uid(), generate_uid()
     ref, test = tmp_path / "ref", tmp_path / "test"
     _write_ct(tmp_path / "ct", data_dir, "P1", frame, series)
@@ -227,3 +227,9 @@ def test_a_ct_series_sharing_its_folder_is_no_grid_and_a_ct_beside_the_tests_is(
     shutil.copytree(tmp_path / "ct", test / "ct")  # the series in a folder of its own, beside the tests
     [case], _unmatched, _skipped = match_folders(ref, test)
     assert case.image == str(test / "ct") and not case.not_run
+    anonymous = _structure_set(data_dir, "", frame, series)
+    (test / "odd").mkdir()
+    anonymous.save_as(test / "odd" / "p9.dcm")
+    cases, _unmatched, _skipped = match_folders(ref, test)
+    assert cases[1].case_id == "test_odd_p9"
+    assert cases[1].not_run == f"test segmentation {test / 'odd' / 'p9.dcm'} cannot be paired: no PatientID in its header"

@@ -41,9 +41,11 @@ def pair_dicom_folders(reference_dir, test_dir, names=None) -> tuple:
         entries += _pair_patient(patient, found["reference"].get(patient, {}), found["test"].get(patient, {}),
                                  series)
     cases = [_case(case_id, entry, names) for case_id, entry in zip(_case_ids(entries), entries)]
-    cases += [Case(f"{side}_{Path(path).stem}", path if side == "reference" else "", path if side == "test" else "",
-                   names, not_run=f"{side} segmentation {path} cannot be paired: {reason}")
-              for side, folder in folders.items() for path, reason in folder.unusable.items()]
+    for side, folder in folders.items():  # ids from the path in the folder: unique per side
+        cases += [Case(f"{side}_{Path(path).relative_to(folder.root).with_suffix('').as_posix().replace('/', '_')}",
+                       path if side == "reference" else "", path if side == "test" else "", names,
+                       not_run=f"{side} segmentation {path} cannot be paired: {reason}")
+                  for path, reason in folder.unusable.items()]
     skipped = {side: [f"{path} ({reason})" for path, reason in folder.left_out.items()]
                for side, folder in folders.items()}
     return sorted(cases, key=lambda case: case.case_id), skipped
@@ -58,62 +60,61 @@ def _by_patient_and_frame(segmentations) -> dict:
 
 
 def _pair_patient(patient: str, references: dict, tests: dict, series: list) -> list:
-    """Entries ``(reference, test, grid folder or reason)`` of one patient: a case when the third
-    item is a folder or None (no grid needed), a not-run case when it is a reason (then
-    ``reference`` or ``test`` may be None)."""
+    """Entries ``(reference, test, image folder, not-run reason)`` of one patient (each item may be
+    None: a side that is missing, no image folder for two SEGs, no reason for a case that runs)."""
     if not tests:
-        return [(r, None, f"no test segmentation for patient {patient}") for rs in references.values() for r in rs]
+        return [(r, None, None, f"no test segmentation for patient {patient}")
+                for rs in references.values() for r in rs]
     if not references:
-        return [(None, t, f"no reference segmentation for patient {patient}") for ts in tests.values() for t in ts]
+        return [(None, t, None, f"no reference segmentation for patient {patient}") for ts in tests.values() for t in ts]
     entries = []
     for frame in sorted(references.keys() | tests.keys()):
         refs, tsts = references.get(frame, []), tests.get(frame, [])
         if not tsts:
-            entries += [(r, None, f"frame of reference mismatch: no test of patient {patient} in frame {frame} (the "
-                                  f"tests are in {', '.join(sorted(tests))})") for r in refs]
+            entries += [(r, None, None, f"frame of reference mismatch: no test of patient {patient} in frame {frame} "
+                                        f"(the tests are in {', '.join(sorted(tests))})") for r in refs]
         elif not refs:
-            entries += [(None, t, f"frame of reference mismatch: no reference of patient {patient} in frame {frame} "
-                                  f"(the references are in {', '.join(sorted(references))})") for t in tsts]
+            entries += [(None, t, None, f"frame of reference mismatch: no reference of patient {patient} in frame "
+                                        f"{frame} (the references are in {', '.join(sorted(references))})")
+                        for t in tsts]
         elif len(refs) > 1:
             files = ", ".join(r.path for r in refs)
-            entries += [(None, t, f"ambiguous: {len(refs)} reference segmentations of patient {patient} in frame "
-                                  f"{frame} ({files}); keep one per frame of reference") for t in tsts]
+            entries += [(None, t, None, f"ambiguous: {len(refs)} reference segmentations of patient {patient} in "
+                                        f"frame {frame} ({files}); keep one per frame of reference") for t in tsts]
         else:
-            entries += [(refs[0], t, _grid(patient, frame, refs[0], t, series)) for t in tsts]
+            entries += [(refs[0], t, *_grid(patient, frame, refs[0], t, series)) for t in tsts]
     return entries
 
 
-def _grid(patient: str, frame: str, reference, test, series: list):
-    """The folder of the image series a case is rasterised on, None when neither side is an RT
-    Structure Set (a SEG carries its grid), else the reason no series can serve."""
+def _grid(patient: str, frame: str, reference, test, series: list) -> tuple:
+    """``(image folder, None)``: the image series a case with an RT Structure Set is rasterised on;
+    ``(None, None)`` for two SEGs (each carries its grid); ``(None, reason)`` when no series can serve."""
     if "rtstruct" not in (reference.kind, test.kind):
-        return None
+        return None, None
     candidates = [s for s in series if s.patient_id == patient and s.frame_of_reference == frame]
     referenced = ([s for s in candidates if s.series_uid in reference.referenced_series]
                   or [s for s in candidates if s.series_uid in test.referenced_series])
     chosen = referenced or candidates
     uids = list(dict.fromkeys(s.series_uid for s in chosen))
     if not uids:
-        return f"no image series of patient {patient} in frame {frame} to rasterise the structure sets on"
+        return None, f"no image series of patient {patient} in frame {frame} to rasterise the structure sets on"
     if len(uids) > 1:
-        return f"ambiguous grid: {len(uids)} image series of patient {patient} in frame {frame} ({', '.join(uids)})"
+        return None, (f"ambiguous grid: {len(uids)} image series of patient {patient} in frame {frame} "
+                      f"({', '.join(uids)})")
     usable = [s for s in chosen if not s.problem]
     if not usable:
-        return f"image series {uids[0]} cannot serve as the grid: {chosen[0].problem}"
-    return Path(usable[0].folder)
+        return None, f"image series {uids[0]} cannot serve as the grid: {chosen[0].problem}"
+    return usable[0].folder, None
 
 
 def _case(case_id: str, entry: tuple, names) -> Case:
-    reference, test, grid = entry
-    files = {"reference": reference.path if reference else "", "test": test.path if test else ""}
-    if isinstance(grid, str):
-        return Case(case_id, **files, names=names, not_run=grid)
-    return Case(case_id, **files, names=names, image=None if grid is None else str(grid))
+    reference, test, image, reason = entry
+    return Case(case_id, reference.path if reference else "", test.path if test else "", names, image, reason)
 
 
 def _case_ids(entries: list) -> list:
     """One id per entry: the patient ID; for a patient with several entries, the patient ID and the
-    file names (without suffix) of reference and test; a counter if still not unique."""
+    file names (without suffix) of reference and test; numbered when still not unique."""
     def patient(entry):
         return next(s.patient_id for s in entry[:2] if s is not None)
 
@@ -124,9 +125,9 @@ def _case_ids(entries: list) -> list:
         if per_patient[parts[0]] > 1:
             parts += [Path(s.path).stem if s is not None else "none" for s in entry[:2]]
         ids.append("_".join(parts))
-    seen, unique = Counter(ids), []
-    counters = Counter()
+    repeated, seen = Counter(ids), Counter()
+    unique = []
     for case_id in ids:
-        counters[case_id] += 1
-        unique.append(case_id if seen[case_id] == 1 else f"{case_id}_{counters[case_id]}")
+        seen[case_id] += 1
+        unique.append(f"{case_id}_{seen[case_id]}" if repeated[case_id] > 1 else case_id)
     return unique
