@@ -232,4 +232,5 @@ def test_a_shared_series_folder_is_no_grid_a_ct_beside_the_tests_is_and_a_test_n
     anonymous.save_as(test / "odd" / "p9.dcm")
     cases, _unmatched, _skipped = match_folders(ref, test)
     assert cases[1].case_id == "test_odd_p9"
-    assert cases[1].not_run == f"test segmentation {test / 'odd' / 'p9.dcm'} cannot be paired: no PatientID in its header"
+    assert cases[1].not_run == (f"test segmentation {test / 'odd' / 'p9.dcm'} cannot be paired: "
+                                "no PatientID in its header")

@@ -529,8 +529,8 @@ def _check_settings(output: Path, settings: dict, inputs: dict, not_run: dict) -
             raise BatchError(f"{output} holds a batch run with other settings ({path}); "
                              "use another output folder or delete that one")
     case_digests = f"{(output / CASE_LOG).resolve()} (field inputs of each case)"
-    document = {**settings, "provenance": {**provenance(inputs, command=shlex.join(sys.argv), case_digests=case_digests),
-                                           **({"not_run": not_run} if not_run else {})}}
+    described = provenance(inputs, command=shlex.join(sys.argv), case_digests=case_digests)
+    document = {**settings, "provenance": {**described, **({"not_run": not_run} if not_run else {})}}
     _write_atomic(path, lambda handle: handle.write(json.dumps(document, indent=2, sort_keys=True, default=str)))
 
 

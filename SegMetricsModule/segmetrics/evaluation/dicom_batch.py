@@ -66,7 +66,8 @@ def _pair_patient(patient: str, references: dict, tests: dict, series: list) -> 
         return [(r, None, None, f"no test segmentation for patient {patient}")
                 for rs in references.values() for r in rs]
     if not references:
-        return [(None, t, None, f"no reference segmentation for patient {patient}") for ts in tests.values() for t in ts]
+        return [(None, t, None, f"no reference segmentation for patient {patient}")
+                for ts in tests.values() for t in ts]
     entries = []
     for frame in sorted(references.keys() | tests.keys()):
         refs, tsts = references.get(frame, []), tests.get(frame, [])
