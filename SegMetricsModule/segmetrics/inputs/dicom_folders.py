@@ -15,9 +15,8 @@ from pathlib import Path
 from .readers.dicom_header import dicom_kind, looks_like_dicom
 
 #: Header elements read from each file (``specific_tags`` of pydicom): identity and references only.
-HEADER_TAGS = ["SOPClassUID", "Modality", "PatientID", "FrameOfReferenceUID", "SeriesInstanceUID",
-               "SeriesDescription", "StructureSetLabel", "ReferencedFrameOfReferenceSequence",
-               "ReferencedSeriesSequence"]
+HEADER_TAGS = ["SOPClassUID", "PatientID", "FrameOfReferenceUID", "SeriesInstanceUID",
+               "ReferencedFrameOfReferenceSequence", "ReferencedSeriesSequence"]
 
 
 @dataclass(frozen=True)
@@ -25,8 +24,7 @@ class Segmentation:
     """One RT Structure Set (``kind`` ``"rtstruct"``) or DICOM SEG (``"seg"``) file.
 
     ``frame_of_reference`` is the FrameOfReferenceUID its coordinates are in, ``referenced_series``
-    the Series Instance UIDs of the images it was drawn on (may be empty), ``label`` the
-    StructureSetLabel or SeriesDescription (may be empty).
+    the Series Instance UIDs of the images it was drawn on (may be empty).
     """
 
     path: str
@@ -34,19 +32,16 @@ class Segmentation:
     patient_id: str
     frame_of_reference: str
     referenced_series: frozenset
-    label: str
 
 
 @dataclass(frozen=True)
 class ImageSeries:
-    """One DICOM image series: its UID, patient, frame of reference, modality and the folder of its
-    files. ``problem`` says why it cannot serve as a grid (None when it can): the reader takes a
+    """One DICOM image series: its UID, patient, frame of reference and the folder of its files. ``problem`` says why it cannot serve as a grid (None when it can): the reader takes a
     folder holding exactly one image series."""
 
     series_uid: str
     patient_id: str
     frame_of_reference: str
-    modality: str
     folder: str
     n_files: int
     problem: str | None = None
@@ -82,7 +77,7 @@ def scan_dicom_folder(folder) -> DicomFolder:
     from pydicom.uid import RTStructureSetStorage, SegmentationStorage
 
     found = DicomFolder(str(folder))
-    images = defaultdict(list)  # series UID -> [(path, patient, frame, modality)]
+    images = defaultdict(list)  # series UID -> [(path, patient, frame)]
     for path in _files(Path(folder)):
         header, reason = _header(path)
         if header is None:
@@ -104,12 +99,9 @@ def scan_dicom_folder(folder) -> DicomFolder:
             continue
         frame = frames.pop()
         if kind is None:
-            images[str(header.get("SeriesInstanceUID") or path)].append((path, patient, frame,
-                                                                          str(header.get("Modality") or "")))
+            images[str(header.get("SeriesInstanceUID") or path)].append((path, patient, frame))
             continue
-        label = str(header.get("StructureSetLabel") or header.get("SeriesDescription") or "").strip()
-        found.segmentations.append(Segmentation(str(path), kind, patient, frame, _referenced_series(header, kind),
-                                                label))
+        found.segmentations.append(Segmentation(str(path), kind, patient, frame, _referenced_series(header, kind)))
     found.series = _image_series(images)
     return found
 
@@ -164,7 +156,7 @@ def _image_series(images: dict) -> list:
             series_in[folder].add(uid)
     found = []
     for uid, files in sorted(images.items()):
-        _path, patient, frame, modality = files[0]
+        _path, patient, frame = files[0]
         folders = sorted(folders_of[uid])
         problem = None
         if len(folders) > 1:
@@ -172,7 +164,7 @@ def _image_series(images: dict) -> list:
         elif len(series_in[folders[0]]) > 1:
             problem = (f"its folder {folders[0]} holds {len(series_in[folders[0]])} image series; "
                        "give each series a folder of its own")
-        elif len({(p, f) for _, p, f, _ in files}) > 1:
+        elif len({(p, f) for _, p, f in files}) > 1:
             problem = "its files disagree on the patient or the frame of reference"
-        found.append(ImageSeries(uid, patient, frame, modality, folders[0], len(files), problem))
+        found.append(ImageSeries(uid, patient, frame, folders[0], len(files), problem))
     return found
