@@ -234,3 +234,15 @@ def test_a_shared_series_folder_is_no_grid_a_ct_beside_the_tests_is_and_a_test_n
     assert cases[1].case_id == "test_odd_p9"
     assert cases[1].not_run == (f"test segmentation {test / 'odd' / 'p9.dcm'} cannot be paired: "
                                 "no PatientID in its header")
+
+
+def test_one_reference_is_compared_with_every_test_of_its_frame(data_dir, tmp_path):
+    frame, series = generate_uid(), generate_uid()
+    _write_ct(tmp_path / "ref" / "P1" / "CT", data_dir, "P1", frame, series)
+    _write_structure_set(tmp_path / "ref" / "P1" / "rs.dcm", data_dir, "P1", frame, series)
+    for system in ("system_a", "system_b"):
+        _write_structure_set(tmp_path / "test" / f"{system}.dcm", data_dir, "P1", frame, series)
+    cases, _unmatched, _skipped = match_folders(tmp_path / "ref", tmp_path / "test")
+    assert [(c.case_id, c.test, c.image, c.not_run) for c in cases] == [
+        (f"P1_rs_{system}", str(tmp_path / "test" / f"{system}.dcm"), str(tmp_path / "ref" / "P1" / "CT"), None)
+        for system in ("system_a", "system_b")]
