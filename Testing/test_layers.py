@@ -69,7 +69,7 @@ def test_every_module_is_in_a_layer_folder_or_is_an_application():
 
 #: Inside ``inputs`` data flows down too: the generic checks and the polygon, mask and grid helpers, then the
 #: format readers, then ``io`` (reading, label-map checks, pairing); a module imports only its rank or below.
-INPUTS_RANK = {"validation": 0, "structure_names": 0, "polygons": 0, "masks": 0, "grids": 0, "readers": 1, "io": 2}
+INPUTS_RANK = {"validation": 0, "structure_names": 0, "polygons": 0, "masks": 0, "grids": 0, "readers": 1, "io": 2, "dicom_folders": 2}
 
 
 @pytest.mark.parametrize("path", sorted((PACKAGE / "inputs").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))

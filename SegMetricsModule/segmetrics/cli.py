@@ -351,7 +351,9 @@ def _add_batch_parser(subparsers) -> None:
     source.add_argument("--manifest", metavar="CSV",
                         help="CSV with columns case_id, reference, test and optional names (label map JSON) and "
                              "dose (RT Dose file of the case, for the dose metrics)")
-    source.add_argument("--reference-dir", metavar="DIR", help="folder of references, matched to --test-dir by file name")
+    source.add_argument("--reference-dir", metavar="DIR", help="folder of references, matched to --test-dir by file "
+                        "name; folders of DICOM files (any nesting) by patient and frame of reference, on the "
+                        "referenced image series")
     p.add_argument("--test-dir", metavar="DIR", help="folder of test segmentations (with --reference-dir)")
     p.add_argument("--names", metavar="JSON", help='label value -> name map for folder mode, e.g. {"1": "liver"}')
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder of the results (resumed if present)")
@@ -394,7 +396,10 @@ def _run_batch(args) -> int:
     for side, files in unmatched.items():
         if files:
             print(f"unmatched {side} files ({len(files)}): {', '.join(files)}", file=sys.stderr)
-    if not cases:
+    for case in cases:
+        if case.not_run:
+            print(f"not run {case.case_id}: {case.not_run}", file=sys.stderr)
+    if all(case.not_run for case in cases):
         raise UserError("no cases to evaluate")
     if args.scheduler and importlib.util.find_spec("distributed") is None:
         raise UserError("--scheduler needs dask.distributed: pip install 'segmetrics[distributed]'")
@@ -409,7 +414,8 @@ def _run_batch(args) -> int:
                         progress=not args.no_progress, unmatched=unmatched, inputs=sources, **job)
     evaluated = [case_id for case_id in summary.computed if case_id not in summary.failed]
     print(f"{len(summary.cases)} cases: {len(evaluated)} evaluated now, {len(summary.skipped)} already done, "
-          f"{len(summary.failed)} failed; results in {summary.output}")
+          f"{len(summary.failed)} failed{f', {len(summary.not_run)} not run' if summary.not_run else ''}; "
+          f"results in {summary.output}")
     for case_id, error in summary.failed.items():
         print(f"failed {case_id}: {error}", file=sys.stderr)
     if summary.not_in_manifest:

@@ -610,7 +610,7 @@ def report_batch(output, cases, report_dir, *, penalty="none", job=None, n_detai
     log = read_case_log(output)
     diagonals = {cid: value_from_json(entry.get("diagonal_mm")) for cid, entry in log.items()}
     failed = {c.case_id: log[c.case_id]["error"] for c in cases
-              if c.case_id in log and log[c.case_id]["status"] != "ok"}
+              if c.case_id in log and log[c.case_id]["status"] not in ("ok", "not run")}
     voxels = [value_from_json(entry.get("voxel_mm")) for entry in log.values()]
     voxels = [voxel for voxel in voxels if math.isfinite(voxel)]
     agg = aggregate(read_results(output), penalty=penalty, diagonals=diagonals, failed=failed,
@@ -619,6 +619,7 @@ def report_batch(output, cases, report_dir, *, penalty="none", job=None, n_detai
     settings_path = Path(output) / "run.json"
     settings = json.loads(settings_path.read_text()) if settings_path.is_file() else None
     inputs = [(case.case_id, str(case.reference), str(case.test)) for case in cases]
-    notes = [(c.case_id, note) for c in cases for note in log.get(c.case_id, {}).get("notes", [])]
+    notes = [(c.case_id, f"not run: {c.not_run}") for c in cases if c.not_run]
+    notes += [(c.case_id, note) for c in cases for note in log.get(c.case_id, {}).get("notes", [])]
     return agg, write_report(report_dir, agg, details=details, settings=settings, inputs=inputs, notes=notes,
                              title=title)

@@ -60,18 +60,23 @@ class BatchError(ValueError):
 @dataclass(frozen=True)
 class Case:
     """One reference/test pair; ``names`` is an optional JSON file mapping label values to names,
-    ``dose`` an optional RT Dose file for the dose metrics."""
+    ``dose`` an optional RT Dose file for the dose metrics, ``image`` the image series (DICOM folder
+    or image file) RT Structure Sets are rasterised on (``--image``). A case with a ``not_run`` reason
+    is logged ``not run`` with it, not evaluated (a DICOM segmentation that could not be paired:
+    :mod:`segmetrics.evaluation.dicom_batch`); its missing side is ``""``."""
 
     case_id: str
     reference: str
     test: str
     names: str | None = None
     dose: str | None = None
+    image: str | None = None
+    not_run: str | None = None
 
     def files(self) -> dict:
         """The case's input files by role: ``reference``, ``test`` and, when given, ``names`` and ``dose``."""
         roles = {"reference": self.reference, "test": self.test, "names": self.names, "dose": self.dose}
-        return {role: path for role, path in roles.items() if path is not None}
+        return {role: path for role, path in roles.items() if path}
 
 
 @dataclass
@@ -88,7 +93,7 @@ class CaseOutcome:
     """
 
     case_id: str
-    status: str  # "ok" or "failed"
+    status: str  # "ok", "failed" or "not run" (error: the reason)
     records: list = field(default_factory=list)
     error: str = ""
     diagonal_mm: float = math.nan
@@ -100,7 +105,8 @@ class CaseOutcome:
 
 @dataclass
 class BatchSummary:
-    """The result of :func:`run_batch`; ``failed`` maps case ids to error messages.
+    """The result of :func:`run_batch`; ``failed`` maps case ids to error messages, ``not_run`` to
+    the reason a case was not evaluated (:attr:`Case.not_run`).
 
     ``not_in_manifest`` lists the case ids found in the output folder that are not among the
     run's cases: they are left out of the results (their records wait in ``other_cases.jsonl``).
@@ -113,10 +119,12 @@ class BatchSummary:
     failed: dict
     unmatched: dict = field(default_factory=dict)
     not_in_manifest: list = field(default_factory=list)
+    not_run: dict = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
-        """0 when every case succeeded, 1 otherwise (the CLI's exit status)."""
+        """0 when no case failed, 1 otherwise (the CLI's exit status); cases not run (``not_run``:
+        ``{case_id: reason}``, unpaired DICOM segmentations) do not count as failed."""
         return 1 if self.failed else 0
 
 
@@ -199,7 +207,14 @@ def match_folders(reference_dir, test_dir, names=None):
     that are not images (:func:`is_image_file`: ``index.csv``, notes), which are never run as cases.
     Hidden files are ignored. Raises :class:`BatchError` when the two folders are one (every case
     would compare a file with itself).
+
+    Folders holding DICOM RT Structure Sets or SEGs (at any depth) are paired by their headers instead
+    (:func:`segmetrics.evaluation.dicom_batch.pair_dicom_folders`: patient and frame of reference,
+    the referenced image series as grid); ``unmatched`` is then empty, the segmentations that could
+    not be paired being cases with a ``not_run`` reason.
     """
+    from ..inputs.dicom_folders import holds_dicom_segmentations
+
     folders = {"reference": Path(reference_dir), "test": Path(test_dir)}
     for side, folder in folders.items():
         if not folder.is_dir():
@@ -207,6 +222,11 @@ def match_folders(reference_dir, test_dir, names=None):
     if os.path.samefile(folders["reference"], folders["test"]):
         raise BatchError(f"the reference and test folders are the same folder ({folders['reference']}): every case "
                          "would compare a file with itself; give the test segmentations' folder")
+    if any(holds_dicom_segmentations(folder) for folder in folders.values()):
+        from .dicom_batch import pair_dicom_folders
+
+        cases, skipped = pair_dicom_folders(folders["reference"], folders["test"], names)
+        return cases, {"reference": [], "test": []}, skipped
     images, skipped = {}, {}
     for side, folder in folders.items():
         files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
@@ -229,8 +249,9 @@ def load_case(case: Case, threshold: float | None = None, input_policy=None):
     """
     from ..inputs.io import load_pair, name_unnamed, read_name_map
 
-    # RT structure sets: rasterised on the other input's grid, or both on one contour grid
-    reference, test = load_pair(case.reference, case.test, threshold=threshold, input_policy=input_policy)
+    # RT structure sets: rasterised on the case's image series, else the other input's grid, else a contour grid
+    reference, test = load_pair(case.reference, case.test, threshold=threshold, input_policy=input_policy,
+                                image=case.image)
     if case.names:  # as `segmetrics compare --names`: the side(s) without names of their own
         reference, test, _notes = name_unnamed(reference, test, read_name_map(case.names), str(case.names))
     return reference, test
@@ -497,10 +518,11 @@ def _settings(job: dict) -> dict:
                                   "labels": None if labels is None else [str(x) for x in labels]}))
 
 
-def _check_settings(output: Path, settings: dict, inputs: dict) -> None:
+def _check_settings(output: Path, settings: dict, inputs: dict, not_run: dict) -> None:
     """Refuse to resume a run made with other settings (mixed results would be meaningless), then
     write ``run.json``: the settings and the ``provenance`` of this run (version, start time,
-    command, ``inputs``), which is not compared and is replaced by each run that resumes the folder."""
+    command, ``inputs``, the cases ``not_run`` with their reasons), which is not compared and is
+    replaced by each run that resumes the folder."""
     import shlex
     import sys
 
@@ -514,7 +536,8 @@ def _check_settings(output: Path, settings: dict, inputs: dict) -> None:
             raise BatchError(f"{output} holds a batch run with other settings ({path}); "
                              "use another output folder or delete that one")
     case_digests = f"{(output / CASE_LOG).resolve()} (field inputs of each case)"
-    document = {**settings, "provenance": provenance(inputs, command=shlex.join(sys.argv), case_digests=case_digests)}
+    described = provenance(inputs, command=shlex.join(sys.argv), case_digests=case_digests)
+    document = {**settings, "provenance": {**described, **({"not_run": not_run} if not_run else {})}}
     _write_atomic(path, lambda handle: handle.write(json.dumps(document, indent=2, sort_keys=True, default=str)))
 
 
@@ -534,12 +557,12 @@ def _fingerprint(case: Case, settings: dict) -> str:
     (:func:`segmetrics.inputs.validation.file_version`: size, times, inode, device).
 
     A resumed case whose fingerprint changed is redone. For a header-only image (``.mhd``,
-    ``.nhdr``) only the header file is checked.
+    ``.nhdr``) only the header file is checked, for a DICOM series folder (``image``) the folder.
     """
     files = []
-    doses = [case.dose] if case.dose else []  # a case without a dose keeps the fingerprint it had before doses
-    for path in (case.reference, case.test, case.names, *doses):
-        absolute = None if path is None else os.path.abspath(path)
+    optional = [path for path in (case.dose, case.image) if path]  # absent: the fingerprint a case had before them
+    for path in (case.reference, case.test, case.names, *optional):
+        absolute = os.path.abspath(path) if path else None
         version = _file_version(absolute) if absolute else None  # None when missing: redone, fails reading
         files.append([absolute, *(version or ())])
     return hashlib.sha256(json.dumps([settings, files], sort_keys=True).encode()).hexdigest()[:20]
@@ -670,15 +693,19 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     if len(fingerprints) != len(cases):
         raise BatchError(f"duplicate case ids {_duplicate_ids(cases)}")
     output = _output_folder(output)
-    _check_settings(output, settings, _describe_sources(inputs, len(cases)))
+    not_run = {case.case_id: case.not_run for case in cases if case.not_run}
+    _check_settings(output, settings, _describe_sources(inputs, len(cases)), not_run)
     skipped, not_in_manifest = _resume(output, fingerprints)
     done = set(skipped)
-    todo = [case for case in cases if case.case_id not in done]
+    todo = [case for case in cases if case.case_id not in done and not case.not_run]
 
     writer = _ResultWriter(output)
     computed = []
     try:
-        with _progress_bar(len(cases), len(skipped), enabled=progress) as advance:
+        for case in cases:
+            if case.not_run:
+                writer.add(CaseOutcome(case.case_id, "not run", error=case.not_run), fingerprints[case.case_id])
+        with _progress_bar(len(skipped) + len(todo), len(skipped), enabled=progress) as advance:
             for outcome in _outcomes(todo, job, workers, scheduler, evaluate or evaluate_case):
                 writer.add(outcome, fingerprints[outcome.case_id])
                 computed.append(outcome.case_id)
@@ -690,8 +717,9 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     _rewrite_results(output, records)
     _write_parquet(output, records)
     failed = {cid: folder.log[cid]["error"] for cid in fingerprints
-              if cid in folder.log and folder.log[cid]["status"] != "ok"}
-    return BatchSummary(output, list(fingerprints), computed, skipped, failed, unmatched or {}, not_in_manifest)
+              if cid in folder.log and folder.log[cid]["status"] not in ("ok", "not run")}
+    return BatchSummary(output, list(fingerprints), computed, skipped, failed, unmatched or {}, not_in_manifest,
+                        not_run)
 
 
 @contextlib.contextmanager
