@@ -88,7 +88,7 @@ def test_every_group_registers_without_optional_packages():
     """``all_groups()`` (reached from ``compare``) works with numba, scikit-image and shapely absent."""
     done = _run("from segmetrics.registry import all_groups\nprint(sorted(all_groups()))")
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["['contours',", "'distance',", "'lesions',", "'msi',", "'overlap',", "'roughness']"]
+    assert done.stdout.split() == ["['contours',", "'distance',", "'dose',", "'lesions',", "'msi',", "'overlap',", "'roughness']"]
 
 
 def test_static_metric_names_equal_the_registered_groups():

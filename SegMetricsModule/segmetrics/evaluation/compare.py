@@ -12,7 +12,6 @@ from ..registry import (MetricValue, Parameters, Status, StructurePair, all_grou
                        resolve_selection)
 from ..inputs.readers.rtdose import load_dose
 from ..inputs.structure_names import match_structures
-from ..metrics.dose import outside_notes, sampling_note
 from ..inputs.validation import NothingToCompareError, check_evaluation_options
 
 
@@ -407,6 +406,8 @@ def compare(
             raise ValueError("the dose metrics need the planned dose: give dose= (CLI: --dose RTDOSE.dcm)")
         notes.append("dose metrics skipped: no dose was given (dose=, CLI: --dose RTDOSE.dcm)")
     if dose is not None and "dose" in selection:
+        from ..metrics.dose import sampling_note  # a metric group module: imported when it runs
+
         notes += [*dose_notes, sampling_note(dose, reference.spacing)]
     groups = all_groups()
     whole_image = any(groups[name].whole_image(params) for name in selection)
@@ -443,6 +444,8 @@ def compare(
             extras["surfaces"] = PairSurfaces(*kept, view, grid.spacing)
         results.append(StructureResult(name, ref_label, test_label, values, extras))
     if dose is not None and "dose" in selection:
+        from ..metrics.dose import outside_notes
+
         notes += outside_notes(results, dose)
     settings = {"metrics": metrics if metrics is None or isinstance(metrics, str) else list(metrics),
                 "labels": None if labels is None else [str(x) for x in labels], "params": params,
