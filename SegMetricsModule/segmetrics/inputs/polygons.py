@@ -253,15 +253,25 @@ def _meeting_points(starts, ends) -> tuple:
             on = (off_line <= tolerance) & (fraction > 0) & (fraction < 1)
             on &= np.any(vertex != starts[edge], axis=1) & np.any(vertex != ends[edge], axis=1)
             found.append((edge[on], fraction[on], vertex[on]))
-    r, s, offset = ends[a] - starts[a], ends[b] - starts[b], starts[b] - starts[a]
+    # a crossing is computed on the two edges taken in one order and direction whichever way they
+    # were given, so that an edge drawn twice is crossed at the very same point
+    lower = (starts[:, 0] < ends[:, 0]) | ((starts[:, 0] == ends[:, 0]) & (starts[:, 1] < ends[:, 1]))
+    tail, head = np.where(lower[:, None], starts, ends), np.where(lower[:, None], ends, starts)
+    rank = np.empty(len(starts), dtype=int)
+    rank[np.lexsort((head[:, 1], head[:, 0], tail[:, 1], tail[:, 0]))] = np.arange(len(starts))
+    one, other = np.where(rank[a] <= rank[b], a, b), np.where(rank[a] <= rank[b], b, a)
+    r, s, offset = head[one] - tail[one], head[other] - tail[other], tail[other] - tail[one]
     denominator = _cross(r, s)
     with np.errstate(divide="ignore", invalid="ignore"):
-        along_a, along_b = _cross(offset, s) / denominator, _cross(offset, r) / denominator
-    length_a, length_b = np.hypot(*r.T), np.hypot(*s.T)
-    proper = ((along_a * length_a > tolerance) & ((1 - along_a) * length_a > tolerance)
-              & (along_b * length_b > tolerance) & ((1 - along_b) * length_b > tolerance))
-    crossing = starts[a][proper] + along_a[proper, None] * r[proper]
-    found += [(a[proper], along_a[proper], crossing), (b[proper], along_b[proper], crossing)]
+        along_one, along_other = _cross(offset, s) / denominator, _cross(offset, r) / denominator
+    length_one, length_other = np.hypot(*r.T), np.hypot(*s.T)
+    proper = ((along_one * length_one > tolerance) & ((1 - along_one) * length_one > tolerance)
+              & (along_other * length_other > tolerance) & ((1 - along_other) * length_other > tolerance))
+    crossing = tail[one][proper] + along_one[proper, None] * r[proper]
+    for edge in (a[proper], b[proper]):
+        direction = ends[edge] - starts[edge]
+        fraction = np.sum((crossing - starts[edge]) * direction, axis=1) / np.sum(direction ** 2, axis=1)
+        found.append((edge, fraction, crossing))
     return tuple(np.concatenate(column) for column in zip(*found))
 
 
@@ -301,8 +311,10 @@ def _region_on_left(pieces) -> np.ndarray:
 
 def _chains(pieces) -> list:
     """Closed chains of ``pieces`` (start, end; each end the start of as many pieces as end
-    there), as lists of piece indices; where several pieces leave a point, the next is the
-    sharpest left turn (first clockwise from the way back)."""
+    there), as lists of piece indices, none passing a point twice. Where several pieces leave a
+    point, the next is the sharpest left turn (first clockwise from the way back); a chain that
+    comes back to a point it passed is split there into two (parts touching at a point are two
+    outer rings, a hole touching its outer ring is a hole: shapely's valid rings)."""
     points, index = np.unique(pieces.reshape(-1, 2), axis=0, return_inverse=True)
     start, end = index.reshape(-1, 2).T
     if not np.array_equal(np.bincount(start, minlength=len(points)), np.bincount(end, minlength=len(points))):
@@ -314,23 +326,38 @@ def _chains(pieces) -> list:
     following = leaving[first[end]]  # the only piece leaving, where one does
     for k in np.flatnonzero(np.diff(first)[end] > 1):
         candidates = leaving[first[end[k]]:first[end[k] + 1]]
-        back = angle[k] + np.pi
-        following[k] = candidates[np.argmin((back - angle[candidates]) % (2 * np.pi))]
-    # one piece per arrival at a shared point: a chain may pass a point twice, but not leave it
-    # twice the same way
+        following[k] = candidates[np.argmin((angle[k] + np.pi - angle[candidates]) % (2 * np.pi))]
     chains, used = [], np.zeros(len(pieces), dtype=bool)
     for seed in range(len(pieces)):
-        chain = []
-        k = seed
+        chain, k = [], seed
         while not used[k]:
             used[k] = True
             chain.append(k)
             k = following[k]
-        if chain:
-            if k != seed:
-                raise ValueError("the boundary of an even-odd region does not close")
+        if chain and k != seed:
+            raise ValueError("the boundary of an even-odd region does not close")
+        if len(np.unique(start[chain])) < len(chain):
+            chains += _split_at_repeated_points(chain, start)
+        elif chain:
             chains.append(chain)
     return chains
+
+
+def _split_at_repeated_points(chain, start) -> list:
+    """A closed chain of pieces (indices; ``start``: each piece's start point) cut into closed
+    chains passing each point once: whenever the walk comes back to a point, the loop since then
+    is closed off."""
+    loops, walk, position = [], [], {}
+    for k in chain:
+        if start[k] in position:
+            loop = walk[position[start[k]]:]
+            del walk[position[start[k]]:]
+            for piece in loop:
+                del position[start[piece]]
+            loops.append(loop)
+        position[start[k]] = len(walk)
+        walk.append(k)
+    return loops + [walk]
 
 
 def encloses_area(points) -> bool:
@@ -371,7 +398,7 @@ def _area_inside_all(ring_sets) -> float:
     side = np.repeat(np.arange(len(sets)), [sum(len(ring) for ring in rings) for rings in sets])
     downwards = starts[:, 0] > ends[:, 0]
     starts, ends = np.where(downwards[:, None], ends, starts), np.where(downwards[:, None], starts, ends)
-    cuts = np.unique(starts[:, 0])
+    cuts = np.unique(np.concatenate([starts[:, 0], ends[:, 0]]))
     band, edge = _spans(starts, ends, cuts)
     crossings = _crossing_heights(starts, ends, cuts, band, edge)
     if len(crossings):

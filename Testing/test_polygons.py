@@ -1,0 +1,158 @@
+"""Even-odd regions of planar polygons in numpy (:mod:`segmetrics.inputs.polygons`) against shapely,
+the independent reference: areas, intersection areas, connected parts, and the polygon MSI and
+per-plane Dice built on them (synthetic shapes and the real RT structure set)."""
+import math
+
+import numpy as np
+import pytest
+
+from segmetrics.inputs.polygons import even_odd_area, even_odd_region, intersection_area, rings_by_plane
+from segmetrics.metrics.contours import polygon_dice
+from segmetrics.metrics.msi import _Object, _score_objects, polygon_slice
+from segmetrics.spatial import mesh
+
+shapely = pytest.importorskip("shapely")
+
+
+def square(x, y, size):
+    return np.array([[x, y], [x + size, y], [x + size, y + size], [x, y + size]], dtype=float)
+
+
+def shapely_region(rings):
+    """The even-odd region of ``rings`` by shapely: the faces of the noded ring edges that a ray
+    from inside crosses an odd number of times (counted by brute force on each face's edges)."""
+    rings = [np.asarray(ring, dtype=float) for ring in rings if len(ring) >= 3]
+    if not rings:
+        return shapely.Polygon()
+    edges = shapely.union_all([shapely.LineString(np.vstack([ring, ring[:1]])) for ring in rings])
+    faces = shapely.get_parts(shapely.polygonize(shapely.get_parts(edges)))
+    faces = faces[shapely.area(faces) > 0]
+    odd = [sum(_crossings(face, ring) for ring in rings) % 2 == 1 for face in faces]
+    return shapely.union_all(faces[np.array(odd, dtype=bool)]) if any(odd) else shapely.Polygon()
+
+
+def _crossings(face, ring) -> int:
+    """How many edges of ``ring`` a ray from a point inside ``face`` crosses (shapely, edge by
+    edge: an edge drawn twice counts twice; the ray's odd direction misses every vertex)."""
+    start = shapely.get_coordinates(shapely.point_on_surface(face))[0]
+    ray = shapely.LineString([start, start + 1e6 * np.array([math.cos(0.1234567), math.sin(0.1234567)])])
+    edges = shapely.linestrings(np.stack([ring, np.roll(ring, -1, axis=0)], axis=1))
+    return int(np.count_nonzero(shapely.intersects(ray, edges)))
+
+
+def as_shapely(region):
+    return shapely.union_all([shapely.Polygon(part.rings[0], part.rings[1:]) for part in region.parts]) \
+        if region.parts else shapely.Polygon()
+
+
+def shapely_objects(region):
+    """The objects and part areas the polygon MSI scored with shapely regions."""
+    parts = [g for g in shapely.get_parts(region) if isinstance(g, shapely.Polygon) and g.area > 0]
+    objects = [_Object([mesh.closed_contour(np.asarray(r.coords)[:-1], 0.25) for r in (g.exterior, *g.interiors)],
+                       np.asarray(g.centroid.coords[0])) for g in parts]
+    return objects, parts
+
+
+def shapely_polygon_slice(reference_rings, test_rings, il=1.0, ol=1.0):
+    (ref_objects, ref_parts), (test_objects, test_parts) = (shapely_objects(shapely_region(rings))
+                                                            for rings in (reference_rings, test_rings))
+    overlap = np.array([[shapely.intersection(r, t).area for t in test_parts] for r in ref_parts]).reshape(
+        len(ref_parts), len(test_parts))
+    sizes = [np.array([g.area for g in parts]) for parts in (ref_parts, test_parts)]
+    return _score_objects(ref_objects, test_objects, overlap, *sizes, il, ol, "none")
+
+
+def assert_same_region(rings):
+    region, reference = even_odd_region(rings), shapely_region(rings)
+    assert region.area == pytest.approx(reference.area, rel=1e-9, abs=1e-9)
+    assert even_odd_area(rings) == pytest.approx(reference.area, rel=1e-9, abs=1e-9)
+    assert shapely.symmetric_difference(as_shapely(region), reference).area <= 1e-9 * max(1.0, reference.area)
+    parts = [g for g in shapely.get_parts(reference) if g.area > 0]
+    assert sorted(p.area for p in region.parts) == pytest.approx(sorted(g.area for g in parts), rel=1e-9)
+    assert sorted(len(p.rings) for p in region.parts) == sorted(1 + len(g.interiors) for g in parts)
+    return region
+
+
+SHAPES = {
+    "square": [square(0, 0, 10)],
+    "hole": [square(0, 0, 10), square(3, 3, 3)],
+    "nested_island": [square(0, 0, 10), square(2, 2, 6), square(4, 4, 2)],
+    "two_components": [square(0, 0, 4), square(6, 0, 4)],
+    "shared_edge": [square(0, 0, 4), square(4, 0, 4)],
+    "shared_part_of_an_edge": [square(0, 0, 4), square(4, 1, 2)],
+    "touching_corners": [square(0, 0, 4), square(4, 4, 4)],
+    "hole_touching_the_outer_ring": [square(0, 0, 10), np.array([[0, 5], [3, 3], [3, 7]], float)],
+    "vertex_on_an_edge": [square(0, 0, 10), np.array([[10, 5], [14, 3], [14, 7]], float)],
+    "overlapping": [square(0, 0, 10), square(5, 5, 10)[::-1]],
+    "given_twice": [square(0, 0, 10), square(0, 0, 10)],
+    "figure_eight": [np.array([[0, 0], [10, 10], [10, 0], [0, 10]], float)],
+    "keyhole": [np.array([[0, 0], [10, 0], [10, 10], [5, 10], [5, 7], [7, 7], [7, 3], [3, 3], [3, 7], [5, 7],
+                          [5, 10], [0, 10]], float)],
+    "out_and_back": [square(0, 0, 10), np.array([[0, 0], [10, 0], [10, 10], [10, 0]], float)],
+    "repeated_points": [np.array([[0, 0], [0, 0], [10, 0], [10, 10], [10, 10], [0, 10]], float)],
+}
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_regions_and_parts_as_shapely(name):
+    assert_same_region(SHAPES[name])
+
+
+@pytest.mark.parametrize("first", SHAPES)
+def test_intersection_areas_as_shapely(first):
+    """Every pair of shapes, moved so that they share edges, vertices, or lie apart: the area both
+    hold is shapely's, and exactly 0 where they only touch."""
+    for second in SHAPES.values():
+        for shift in ((0, 0), (10, 0), (10, 10), (3, 4), (20, 0)):
+            moved = [ring + shift for ring in second]
+            expected = shapely.intersection(shapely_region(SHAPES[first]), shapely_region(moved)).area
+            value = intersection_area(SHAPES[first], moved)
+            assert value == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_random_crossing_repeated_and_out_and_back_rings_as_shapely():
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        rings = [rng.uniform(-2, 32, (int(rng.integers(3, 8)), 2)) for _ in range(int(rng.integers(1, 4)))]
+        rings += [rings[0]] * int(rng.integers(0, 2)) + [np.vstack([rings[-1], rings[-1][-2:0:-1]])]
+        assert_same_region(rings)
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_polygon_msi_and_dice_as_with_shapely_regions(name):
+    """Each shape against every other one slightly moved: the polygon MSI of a plane and its Dice."""
+    for other in SHAPES.values():
+        test = [ring * 1.05 + (0.7, -0.4) for ring in other]
+        expected = shapely_polygon_slice(SHAPES[name], test, 2.0, 1.0)
+        value = polygon_slice(even_odd_region(SHAPES[name]), even_odd_region(test), 2.0, 1.0)
+        assert value[0] == pytest.approx(expected[0], rel=1e-9) and value[1] == pytest.approx(expected[1], rel=1e-9)
+        assert value[2:] == expected[2:]
+        reference_region, test_region = shapely_region(SHAPES[name]), shapely_region(test)
+        total = reference_region.area + test_region.area
+        dice = 2 * shapely.intersection(reference_region, test_region).area / total if total else math.nan
+        assert polygon_dice(even_odd_region(SHAPES[name]), even_odd_region(test)) == pytest.approx(dice, rel=1e-9, nan_ok=True)
+
+
+PAIRS = (("Tumor Bed", "Tumor Bed Block"), ("Heart", "Lt Lung"), ("Breast", "BODY"), ("Scar", "Tumor Bed"))
+
+
+@pytest.mark.parametrize("reference_name, test_name", PAIRS)
+def test_real_structure_set_planes_as_with_shapely_regions(data_dir, reference_name, test_name):
+    """Two structures of the real breast RT structure set compared plane by plane (one as the
+    reference, the other as the test): polygon MSI and Dice as with shapely, to 1e-9."""
+    from segmetrics.inputs.readers.rtstruct import read_structure_set
+
+    real = read_structure_set(data_dir / "dicompyler_core/rtss.dcm")
+    by_name = {name: real.contours[number] for number, name in real.names.items()}
+    _axes, planes = rings_by_plane(by_name[reference_name], by_name[test_name])
+    assert planes
+    for reference, test in planes.values():
+        assert_same_region(reference)
+        expected = shapely_polygon_slice(reference, test)
+        value = polygon_slice(even_odd_region(reference), even_odd_region(test))
+        assert value[0] == pytest.approx(expected[0], rel=1e-9) and value[1] == pytest.approx(expected[1], rel=1e-9)
+        assert value[2:] == expected[2:]
+        reference_region, test_region = shapely_region(reference), shapely_region(test)
+        total = reference_region.area + test_region.area
+        dice = 2 * shapely.intersection(reference_region, test_region).area / total
+        assert polygon_dice(even_odd_region(reference), even_odd_region(test)) == pytest.approx(dice, rel=1e-9)
