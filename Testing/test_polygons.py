@@ -45,11 +45,25 @@ def as_shapely(region):
         if region.parts else shapely.Polygon()
 
 
+def canonical(ring, counterclockwise):
+    """A shapely ring's points (closing point dropped) turned and started at the lowest vertex
+    (first coordinate, then second), as :func:`even_odd_region` gives its rings: the MSI breaks
+    ties between equally near points by their order."""
+    if ring.is_ccw != counterclockwise:
+        ring = shapely.LinearRing(np.asarray(ring.coords)[::-1])
+    points = np.asarray(ring.coords)[:-1]
+    return np.roll(points, -int(np.lexsort((points[:, 1], points[:, 0]))[0]), axis=0)
+
+
 def shapely_objects(region):
-    """The objects and part areas the polygon MSI scored with shapely regions."""
+    """The objects and part areas the polygon MSI scores, from shapely's parts of the region (in
+    the order of :func:`even_odd_region`)."""
     parts = [g for g in shapely.get_parts(region) if isinstance(g, shapely.Polygon) and g.area > 0]
-    objects = [_Object([mesh.closed_contour(np.asarray(r.coords)[:-1], 0.25) for r in (g.exterior, *g.interiors)],
-                       np.asarray(g.centroid.coords[0])) for g in parts]
+    parts.sort(key=lambda g: tuple(canonical(g.exterior, True)[0]))
+    objects = []
+    for g in parts:
+        rings = [canonical(g.exterior, True)] + sorted((canonical(h, False) for h in g.interiors), key=lambda r: tuple(r[0]))
+        objects.append(_Object([mesh.closed_contour(ring, 0.25) for ring in rings], np.asarray(g.centroid.coords[0])))
     return objects, parts
 
 

@@ -163,12 +163,17 @@ def even_odd_region(rings) -> EvenOddRegion:
     boundary pieces are chained into rings keeping the region on their left, turning as sharply
     left as possible where more than two pieces meet: parts touching at a single point stay two
     parts, as in shapely. Points are matched exactly (vertices as given, a crossing computed once
-    for both edges); a boundary that does not close raises ``ValueError``."""
+    for both edges); a boundary that does not close raises ``ValueError``.
+
+    The order is fixed by the region alone, not by how its rings were given: each ring starts at
+    its lowest vertex (first coordinate, then second), holes and parts are sorted by that vertex.
+    So what depends on the order of points (which of two equally near points the MSI takes) is
+    the same for the same region."""
     pieces = _boundary_pieces([np.asarray(ring, dtype=float) for ring in rings if len(ring) >= 3])
     if not len(pieces):
         return EvenOddRegion(())
     pieces = _region_on_left(pieces)
-    loops = [pieces[chain, 0] for chain in _chains(pieces)]
+    loops = [_from_lowest_vertex(pieces[chain, 0]) for chain in _chains(pieces)]
     signed = np.array([_signed_area(loop) for loop in loops])
     outer = [k for k in np.argsort(signed) if signed[k] > 0]  # smallest first
     holes = {k: [] for k in outer}
@@ -179,11 +184,16 @@ def even_odd_region(rings) -> EvenOddRegion:
             raise ValueError("a hole of an even-odd region lies in no outer ring")
         holes[containing[0]].append(k)
     parts = []
-    for k in sorted(outer, key=lambda j: -signed[j]):
-        members = [loops[k]] + [loops[j] for j in holes[k]]
+    for k in sorted(outer, key=lambda j: tuple(loops[j][0])):
+        members = [loops[k]] + sorted((loops[j] for j in holes[k]), key=lambda loop: tuple(loop[0]))
         area = float(sum(signed[j] for j in [k] + holes[k]))
         parts.append(RegionPart(tuple(members), area, sum(_first_moments(m) for m in members) / area))
     return EvenOddRegion(tuple(parts))
+
+
+def _from_lowest_vertex(ring) -> np.ndarray:
+    """A closed ring (no vertex twice) started at its lowest vertex (first coordinate, then second)."""
+    return np.roll(ring, -int(np.lexsort((ring[:, 1], ring[:, 0]))[0]), axis=0)
 
 
 def _signed_area(ring) -> float:
