@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 #: Contour planes closer than this (mm) are one plane.
 PLANE_TOLERANCE_MM = 0.01
@@ -169,11 +171,14 @@ def even_odd_region(rings) -> EvenOddRegion:
     its lowest vertex (first coordinate, then second), holes and parts are sorted by that vertex.
     So what depends on the order of points (which of two equally near points the MSI takes) is
     the same for the same region."""
-    pieces = _boundary_pieces([np.asarray(ring, dtype=float) for ring in rings if len(ring) >= 3])
-    if not len(pieces):
-        return EvenOddRegion(())
-    pieces = _region_on_left(pieces)
-    loops = [_from_lowest_vertex(pieces[chain, 0]) for chain in _chains(pieces)]
+    rings = [ring[np.any(ring != np.roll(ring, -1, axis=0), axis=1)] for ring in map(np.asarray, rings)]
+    rings = [ring.astype(float) for ring in rings if len(ring) >= 3]  # fewer points enclose nothing
+    loops = _apart(rings)
+    if loops is None:
+        pieces = _boundary_pieces(rings)
+        pieces = _region_on_left(pieces) if len(pieces) else pieces
+        loops = [pieces[chain, 0] for chain in _chains(pieces)] if len(pieces) else []
+    loops = [_from_lowest_vertex(loop) for loop in loops]
     signed = np.array([_signed_area(loop) for loop in loops])
     outer = [k for k in np.argsort(signed) if signed[k] > 0]  # smallest first
     holes = {k: [] for k in outer}
@@ -189,6 +194,24 @@ def even_odd_region(rings) -> EvenOddRegion:
         area = float(sum(signed[j] for j in [k] + holes[k]))
         parts.append(RegionPart(tuple(members), area, sum(_first_moments(m) for m in members) / area))
     return EvenOddRegion(tuple(parts))
+
+
+def _apart(rings):
+    """The rings turned to keep the region on their left (a ring inside an even number of the
+    others counterclockwise, else clockwise) when they are the region's boundary as given: no
+    point given twice and no edge meeting another (:func:`_meeting_points`), the usual contours;
+    else None."""
+    if not rings:
+        return []
+    vertices = np.concatenate(rings)
+    if len(np.unique(vertices, axis=0)) < len(vertices):
+        return None
+    if len(_meeting_points(vertices, np.concatenate([np.roll(ring, -1, axis=0) for ring in rings]))[0]):
+        return None
+    probes = np.array([ring[0] for ring in rings])
+    contains = np.array([inside_even_odd(probes, [ring]) for ring in rings])  # [ring, probe]
+    depth = contains.sum(axis=0) - np.diagonal(contains)  # a probe on its own ring is not inside it
+    return [ring if (_signed_area(ring) > 0) == (level % 2 == 0) else ring[::-1] for ring, level in zip(rings, depth)]
 
 
 def _from_lowest_vertex(ring) -> np.ndarray:
@@ -291,66 +314,79 @@ def _cross(u, v) -> np.ndarray:
 
 
 def _region_on_left(pieces) -> np.ndarray:
-    """Boundary ``pieces`` (:func:`_boundary_pieces`) turned so the region lies on their left:
-    whether the region is just beside a piece's middle is the parity of the other pieces a ray
-    from the middle crosses (towards increasing second coordinate; increasing first coordinate
-    for a piece along the second axis)."""
-    middle = pieces.mean(axis=1)
-    across = pieces[:, 0, 0] == pieces[:, 1, 0]  # along the second axis: the ray runs along the first
-    axes = np.where(across, 1, 0)
-    height = middle[np.arange(len(pieces)), axes]
-    position = middle[np.arange(len(pieces)), 1 - axes]
-    inside = np.empty(len(pieces), dtype=bool)
-    for chunk in np.array_split(np.arange(len(pieces)), max(1, len(pieces) // 1000)):
-        r0, r1 = pieces[:, 0][:, axes[chunk]].T, pieces[:, 1][:, axes[chunk]].T  # (chunk, pieces)
-        c0, c1 = pieces[:, 0][:, 1 - axes[chunk]].T, pieces[:, 1][:, 1 - axes[chunk]].T
-        h, p = height[chunk, None], position[chunk, None]
-        spans = (r0 <= h) != (r1 <= h)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            crossed = spans & (c0 + (h - r0) * (c1 - c0) / (r1 - r0) > p)
-        crossed[np.arange(len(chunk)), chunk] = False
-        inside[chunk] = np.count_nonzero(crossed, axis=1) % 2 == 1
+    """Boundary ``pieces`` (:func:`_boundary_pieces`) turned so the region lies on their left.
+    The side is read in a band between vertex heights (:func:`_spans`) that a piece crosses:
+    the pieces crossing a band do not cross each other, so the region lies just beyond a piece
+    (towards increasing second coordinate) when an odd number of them cross the band beyond it.
+    A piece along the second axis is read the same way with the two coordinates swapped."""
     direction = pieces[:, 1] - pieces[:, 0]
-    # the side towards the ray is on the left when the piece runs towards increasing first
+    along_second = direction[:, 0] == 0
+    # the side beyond a piece is on its left when the piece runs towards increasing first
     # coordinate (a piece along the second axis: towards decreasing second coordinate)
-    ray_on_left = np.where(across, direction[:, 1] < 0, direction[:, 0] > 0)
+    beyond_on_left = np.where(along_second, direction[:, 1] < 0, direction[:, 0] > 0)
+    region_beyond = np.zeros(len(pieces), dtype=bool)
+    for swapped in (False, True) if along_second.any() else (False,):
+        frame = pieces[:, :, ::-1] if swapped else pieces
+        starts, ends = frame[:, 0], frame[:, 1]
+        cuts = np.unique(frame[:, :, 0])
+        band, edge = _spans(starts, ends, cuts)
+        order = np.lexsort((_columns(starts, ends, edge, (cuts[band] + cuts[band + 1]) / 2), band))
+        band, edge = band[order], edge[order]
+        beyond = np.searchsorted(band, band, side="right") - np.arange(len(band)) - 1
+        decided, first = np.unique(edge, return_index=True)
+        decided_here = along_second[decided] == swapped
+        region_beyond[decided[decided_here]] = beyond[first[decided_here]] % 2 == 1
     turned = pieces.copy()
-    turned[inside != ray_on_left] = pieces[inside != ray_on_left][:, ::-1]
+    flip = region_beyond != beyond_on_left
+    turned[flip] = pieces[flip][:, ::-1]
     return turned
 
 
 def _chains(pieces) -> list:
     """Closed chains of ``pieces`` (start, end; each end the start of as many pieces as end
-    there), as lists of piece indices, none passing a point twice. Where several pieces leave a
+    there), as arrays of piece indices, none passing a point twice. Where several pieces leave a
     point, the next is the sharpest left turn (first clockwise from the way back); a chain that
     comes back to a point it passed is split there into two (parts touching at a point are two
     outer rings, a hole touching its outer ring is a hole: shapely's valid rings)."""
     points, index = np.unique(pieces.reshape(-1, 2), axis=0, return_inverse=True)
     start, end = index.reshape(-1, 2).T
-    if not np.array_equal(np.bincount(start, minlength=len(points)), np.bincount(end, minlength=len(points))):
+    leaving_count = np.bincount(start, minlength=len(points))
+    if not np.array_equal(leaving_count, np.bincount(end, minlength=len(points))):
         raise ValueError("the boundary of an even-odd region does not close")
     leaving = np.argsort(start, kind="stable")
-    first = np.searchsorted(start[leaving], np.arange(len(points) + 1))
+    first = np.r_[0, np.cumsum(leaving_count)]
     direction = pieces[:, 1] - pieces[:, 0]
     angle = np.arctan2(direction[:, 1], direction[:, 0])
     following = leaving[first[end]]  # the only piece leaving, where one does
-    for k in np.flatnonzero(np.diff(first)[end] > 1):
+    for k in np.flatnonzero(leaving_count[end] > 1):
         candidates = leaving[first[end[k]]:first[end[k] + 1]]
         following[k] = candidates[np.argmin((angle[k] + np.pi - angle[candidates]) % (2 * np.pi))]
-    chains, used = [], np.zeros(len(pieces), dtype=bool)
-    for seed in range(len(pieces)):
-        chain, k = [], seed
-        while not used[k]:
-            used[k] = True
-            chain.append(k)
-            k = following[k]
-        if chain and k != seed:
-            raise ValueError("the boundary of an even-odd region does not close")
-        if len(np.unique(start[chain])) < len(chain):
-            chains += _split_at_repeated_points(chain, start)
-        elif chain:
-            chains.append(chain)
+    if not np.array_equal(np.sort(following), np.arange(len(pieces))):
+        raise ValueError("the boundary of an even-odd region does not close")
+    chains = []
+    for chain in _cycles(following):
+        shared_point = leaving_count[start[chain]] > 1
+        chains += _split_at_repeated_points(chain.tolist(), start) if shared_point.any() else [chain]
     return chains
+
+
+def _cycles(following) -> list:
+    """The cycles of a permutation (``following[k]``: the element after ``k``), each an array
+    starting at its smallest element, in order. Pointer doubling: each element's distance to the
+    cycle's last element (the one before its smallest) is summed along jumps that double."""
+    size = len(following)
+    label = connected_components(coo_matrix((np.ones(size), (np.arange(size), following)), shape=(size, size)),
+                                 connection="weak")[1]
+    smallest = np.full(label.max() + 1, size)
+    np.minimum.at(smallest, label, np.arange(size))
+    last = following == smallest[label]
+    jump = np.where(last, np.arange(size), following)
+    remaining = (~last).astype(int)
+    while np.any(jump != jump[jump]):
+        remaining = remaining + remaining[jump]
+        jump = jump[jump]
+    order = np.lexsort((-remaining, label))
+    return np.split(order, np.flatnonzero(np.diff(label[order])) + 1)
 
 
 def _split_at_repeated_points(chain, start) -> list:
