@@ -11,7 +11,12 @@ from segmetrics.metrics.contours import polygon_dice
 from segmetrics.metrics.msi import _Object, _score_objects, polygon_slice
 from segmetrics.spatial import mesh
 
-shapely = pytest.importorskip("shapely")
+
+
+@pytest.fixture
+def shapely():
+    """The reference library: a test asking for it skips without it (Slicer's bundled packages)."""
+    return pytest.importorskip("shapely")
 
 
 def square(x, y, size):
@@ -21,6 +26,8 @@ def square(x, y, size):
 def shapely_region(rings):
     """The even-odd region of ``rings`` by shapely: the faces of the noded ring edges that a ray
     from inside crosses an odd number of times (counted by brute force on each face's edges)."""
+    import shapely
+
     rings = [np.asarray(ring, dtype=float) for ring in rings if len(ring) >= 3]
     if not rings:
         return shapely.Polygon()
@@ -34,6 +41,8 @@ def shapely_region(rings):
 def _crossings(face, ring) -> int:
     """How many edges of ``ring`` a ray from a point inside ``face`` crosses (shapely, edge by
     edge: an edge drawn twice counts twice; the ray's odd direction misses every vertex)."""
+    import shapely
+
     start = shapely.get_coordinates(shapely.point_on_surface(face))[0]
     ray = shapely.LineString([start, start + 1e6 * np.array([math.cos(0.1234567), math.sin(0.1234567)])])
     edges = shapely.linestrings(np.stack([ring, np.roll(ring, -1, axis=0)], axis=1))
@@ -41,6 +50,8 @@ def _crossings(face, ring) -> int:
 
 
 def as_shapely(region):
+    import shapely
+
     return shapely.union_all([shapely.Polygon(part.rings[0], part.rings[1:]) for part in region.parts]) \
         if region.parts else shapely.Polygon()
 
@@ -49,6 +60,8 @@ def canonical(ring, counterclockwise):
     """A shapely ring's points (closing point dropped) turned and started at the lowest vertex
     (first coordinate, then second), as :func:`even_odd_region` gives its rings: the MSI breaks
     ties between equally near points by their order."""
+    import shapely
+
     if ring.is_ccw != counterclockwise:
         ring = shapely.LinearRing(np.asarray(ring.coords)[::-1])
     points = np.asarray(ring.coords)[:-1]
@@ -58,6 +71,8 @@ def canonical(ring, counterclockwise):
 def shapely_objects(region):
     """The objects and part areas the polygon MSI scores, from shapely's parts of the region (in
     the order of :func:`even_odd_region`)."""
+    import shapely
+
     parts = [g for g in shapely.get_parts(region) if isinstance(g, shapely.Polygon) and g.area > 0]
     parts.sort(key=lambda g: tuple(canonical(g.exterior, True)[0]))
     objects = []
@@ -68,6 +83,8 @@ def shapely_objects(region):
 
 
 def shapely_polygon_slice(reference_rings, test_rings, il=1.0, ol=1.0):
+    import shapely
+
     (ref_objects, ref_parts), (test_objects, test_parts) = (shapely_objects(shapely_region(rings))
                                                             for rings in (reference_rings, test_rings))
     overlap = np.array([[shapely.intersection(r, t).area for t in test_parts] for r in ref_parts]).reshape(
@@ -77,6 +94,8 @@ def shapely_polygon_slice(reference_rings, test_rings, il=1.0, ol=1.0):
 
 
 def assert_same_region(rings):
+    import shapely
+
     region, reference = even_odd_region(rings), shapely_region(rings)
     assert region.area == pytest.approx(reference.area, rel=1e-9, abs=1e-9)
     assert even_odd_area(rings) == pytest.approx(reference.area, rel=1e-9, abs=1e-9)
@@ -108,12 +127,12 @@ SHAPES = {
 
 
 @pytest.mark.parametrize("name", SHAPES)
-def test_regions_and_parts_as_shapely(name):
+def test_regions_and_parts_as_shapely(shapely, name):
     assert_same_region(SHAPES[name])
 
 
 @pytest.mark.parametrize("first", SHAPES)
-def test_intersection_areas_as_shapely(first):
+def test_intersection_areas_as_shapely(shapely, first):
     """Every pair of shapes, moved so that they share edges, vertices, or lie apart: the area both
     hold is shapely's, and exactly 0 where they only touch."""
     for second in SHAPES.values():
@@ -124,7 +143,7 @@ def test_intersection_areas_as_shapely(first):
             assert value == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
-def test_random_crossing_repeated_and_out_and_back_rings_as_shapely():
+def test_random_crossing_repeated_and_out_and_back_rings_as_shapely(shapely):
     rng = np.random.default_rng(5)
     for _ in range(60):
         rings = [rng.uniform(-2, 32, (int(rng.integers(3, 8)), 2)) for _ in range(int(rng.integers(1, 4)))]
@@ -133,7 +152,7 @@ def test_random_crossing_repeated_and_out_and_back_rings_as_shapely():
 
 
 @pytest.mark.parametrize("name", SHAPES)
-def test_polygon_msi_and_dice_as_with_shapely_regions(name):
+def test_polygon_msi_and_dice_as_with_shapely_regions(shapely, name):
     """Each shape against every other one slightly moved: the polygon MSI of a plane and its Dice."""
     for other in SHAPES.values():
         test = [ring * 1.05 + (0.7, -0.4) for ring in other]
@@ -151,7 +170,7 @@ PAIRS = (("Tumor Bed", "Tumor Bed Block"), ("Heart", "Lt Lung"), ("Breast", "BOD
 
 
 @pytest.mark.parametrize("reference_name, test_name", PAIRS)
-def test_real_structure_set_planes_as_with_shapely_regions(data_dir, reference_name, test_name):
+def test_real_structure_set_planes_as_with_shapely_regions(shapely, data_dir, reference_name, test_name):
     """Two structures of the real breast RT structure set compared plane by plane (one as the
     reference, the other as the test): polygon MSI and Dice as with shapely, to 1e-9."""
     from segmetrics.inputs.readers.rtstruct import read_structure_set
@@ -170,3 +189,34 @@ def test_real_structure_set_planes_as_with_shapely_regions(data_dir, reference_n
         total = reference_region.area + test_region.area
         dice = 2 * shapely.intersection(reference_region, test_region).area / total
         assert polygon_dice(even_odd_region(reference), even_odd_region(test)) == pytest.approx(dice, rel=1e-9)
+
+
+def test_closed_form_areas_parts_and_rings():
+    """Without a reference library: the areas, parts and rings of shapes worked out by hand."""
+    expected = {"hole": (91, [(91, 2)]), "nested_island": (68, [(4, 1), (64, 2)]), "shared_edge": (32, [(32, 1)]),
+                "touching_corners": (32, [(16, 1), (16, 1)]), "hole_touching_the_outer_ring": (94, [(94, 2)]),
+                "overlapping": (150, [(75, 1), (75, 1)]), "given_twice": (0, []), "figure_eight": (50, [(25, 1), (25, 1)]),
+                "keyhole": (84, [(84, 2)]), "out_and_back": (100, [(100, 1)])}
+    for name, (area, parts) in expected.items():
+        region = even_odd_region(SHAPES[name])
+        assert region.area == pytest.approx(area, abs=1e-12), name
+        assert sorted((round(part.area, 9), len(part.rings)) for part in region.parts) == parts, name
+    assert intersection_area([square(0, 0, 10)], [square(4, 7, 10)]) == pytest.approx(6 * 3, abs=1e-12)
+    assert intersection_area(SHAPES["hole"], [square(0, 0, 4.5)]) == pytest.approx(4.5 ** 2 - 1.5 ** 2, abs=1e-12)
+    assert intersection_area([square(0, 0, 10)], [square(10, 0, 10)]) == 0.0  # a shared edge only
+
+
+def test_the_region_does_not_depend_on_how_its_rings_are_given():
+    """Rings in another order, run the other way, from another vertex: the same parts, rings and
+    points in the same order (the polygon MSI breaks ties between equally near points by order)."""
+    rings = SHAPES["nested_island"] + [square(20, 0, 5), np.array([[30, 0], [34, 0], [32, 3]], float)]
+    shuffled = [np.roll(ring[::-1], 2, axis=0) for ring in rings[::-1]]
+    first, second = even_odd_region(rings), even_odd_region(shuffled)
+    assert len(first.parts) == len(second.parts) == 4
+    for one, other in zip(first.parts, second.parts):
+        assert len(one.rings) == len(other.rings) and one.area == other.area
+        assert all(np.array_equal(a, b) for a, b in zip(one.rings, other.rings))
+        assert np.allclose(one.centroid, other.centroid, rtol=0, atol=1e-12)
+    for part in first.parts:  # the region on the left: outer rings counterclockwise, holes clockwise
+        areas = [0.5 * np.sum(r[:, 0] * np.roll(r[:, 1], -1) - np.roll(r[:, 0], -1) * r[:, 1]) for r in part.rings]
+        assert areas[0] > 0 and all(a < 0 for a in areas[1:])
