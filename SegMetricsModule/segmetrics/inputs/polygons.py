@@ -175,8 +175,7 @@ def even_odd_region(rings) -> EvenOddRegion:
     rings = [ring.astype(float) for ring in rings if len(ring) >= 3]  # fewer points enclose nothing
     loops = _apart(rings)
     if loops is None:
-        pieces = _boundary_pieces(rings)
-        pieces = _region_on_left(pieces) if len(pieces) else pieces
+        pieces = _region_on_left(_boundary_pieces(rings))
         loops = [pieces[chain, 0] for chain in _chains(pieces)] if len(pieces) else []
     loops = [_from_lowest_vertex(loop) for loop in loops]
     signed = np.array([_signed_area(loop) for loop in loops])
@@ -241,13 +240,10 @@ def _ramp(counts) -> np.ndarray:
 def _boundary_pieces(rings) -> np.ndarray:
     """``(P, 2, 2)`` pieces (start, end) of the ring edges cut at every point where edges meet,
     keeping each piece covered an odd number of times once: the boundary of the even-odd region.
-    A cut at a vertex takes the vertex's coordinates, a crossing is computed once for both edges."""
-    if not rings:
-        return np.empty((0, 2, 2))
+    A cut at a vertex takes the vertex's coordinates, a crossing is computed once for both edges.
+    No ring may hold a point twice in a row (a zero-length edge)."""
     starts = np.concatenate(rings)
     ends = np.concatenate([np.roll(ring, -1, axis=0) for ring in rings])
-    moving = np.any(starts != ends, axis=1)
-    starts, ends = starts[moving], ends[moving]
     edge, fraction, point = _meeting_points(starts, ends)
     edge = np.concatenate([np.arange(len(starts)), np.arange(len(starts)), edge])
     fraction = np.concatenate([np.zeros(len(starts)), np.ones(len(starts)), fraction])
