@@ -1,7 +1,10 @@
 """Even-odd regions of planar polygons in numpy (:mod:`segmetrics.inputs.polygons`) against shapely,
 the independent reference: areas, intersection areas, connected parts, and the polygon MSI and
 per-plane Dice built on them (synthetic shapes and the real RT structure set)."""
+import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -220,3 +223,35 @@ def test_the_region_does_not_depend_on_how_its_rings_are_given():
     for part in first.parts:  # the region on the left: outer rings counterclockwise, holes clockwise
         areas = [0.5 * np.sum(r[:, 0] * np.roll(r[:, 1], -1) - np.roll(r[:, 0], -1) * r[:, 1]) for r in part.rings]
         assert areas[0] > 0 and all(a < 0 for a in areas[1:])
+
+
+def test_real_planes_without_shapely_give_the_values_of_shapely_regions(shapely, data_dir):
+    """The polygon MSI and Dice computed with shapely unimportable (as in 3D Slicer) equal those
+    of the shapely regions, plane by plane, on the real structure set."""
+    script = f"""
+import json, sys
+sys.modules["shapely"] = None
+from segmetrics.inputs.polygons import even_odd_region, rings_by_plane
+from segmetrics.inputs.readers.rtstruct import read_structure_set
+from segmetrics.metrics.contours import polygon_dice
+from segmetrics.metrics.msi import polygon_slice
+real = read_structure_set({str(data_dir / "dicompyler_core/rtss.dcm")!r})
+by_name = {{name: real.contours[number] for number, name in real.names.items()}}
+planes = rings_by_plane(by_name["Tumor Bed"], by_name["Tumor Bed Block"])[1].values()
+regions = [(even_odd_region(reference), even_odd_region(test)) for reference, test in planes]
+print(json.dumps([[polygon_slice(*pair)[0], polygon_dice(*pair)] for pair in regions]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    from segmetrics.inputs.readers.rtstruct import read_structure_set
+
+    real = read_structure_set(data_dir / "dicompyler_core/rtss.dcm")
+    by_name = {name: real.contours[number] for number, name in real.names.items()}
+    planes = rings_by_plane(by_name["Tumor Bed"], by_name["Tumor Bed Block"])[1].values()
+    expected = []
+    for reference, test in planes:
+        reference_region, test_region = shapely_region(reference), shapely_region(test)
+        total = reference_region.area + test_region.area
+        expected.append([shapely_polygon_slice(reference, test)[0],
+                         2 * shapely.intersection(reference_region, test_region).area / total])
+    assert np.allclose(json.loads(done.stdout), expected, rtol=1e-9, atol=0)
