@@ -255,3 +255,17 @@ print(json.dumps([[polygon_slice(*pair)[0], polygon_dice(*pair)] for pair in reg
         expected.append([shapely_polygon_slice(reference, test)[0],
                          2 * shapely.intersection(reference_region, test_region).area / total])
     assert np.allclose(json.loads(done.stdout), expected, rtol=1e-9, atol=0)
+
+
+def test_polygon_msi_of_random_crossing_rings_as_with_shapely_regions(shapely):
+    """Random rings on both sides (crossing each other and themselves, one given twice): the
+    polygon MSI of the plane as with shapely's regions."""
+    rng = np.random.default_rng(11)
+    for _ in range(30):
+        sides = [[rng.uniform(-2, 32, (int(rng.integers(3, 8)), 2)) for _ in range(int(rng.integers(1, 4)))]
+                 for _ in range(2)]
+        sides[0] += [sides[0][0]] * int(rng.integers(0, 2))
+        expected = shapely_polygon_slice(*sides, 1.5, 1.0)
+        value = polygon_slice(even_odd_region(sides[0]), even_odd_region(sides[1]), 1.5, 1.0)
+        assert value[0] == pytest.approx(expected[0], rel=1e-9) and value[1] == pytest.approx(expected[1], rel=1e-9)
+        assert value[2:] == expected[2:]
