@@ -5,13 +5,17 @@ The rule, shared by the rasteriser (:func:`fill_even_odd`), the area (:func:`eve
 point test (:func:`inside_even_odd`): a point is inside when a ray from it crosses the rings an odd
 number of times (a ring inside another is a hole, a ring given twice cancels). Rings are ``(N, 2)``
 arrays of in-plane coordinates, closed implicitly (the last point joined to the first).
-:func:`even_odd_region` gives the same region as a shapely geometry for the contour metrics.
+:func:`even_odd_region` splits the region into connected parts (outer ring and holes) and
+:func:`intersection_area` measures what two regions share, for the polygon metrics (MSI, Dice).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 #: Contour planes closer than this (mm) are one plane.
 PLANE_TOLERANCE_MM = 0.01
@@ -116,31 +120,286 @@ def fill_even_odd(rings, shape) -> np.ndarray:
     return np.cumsum(steps, axis=1)[:, :-1] > 0
 
 
-def even_odd_region(rings):
-    """The region (shapely geometry, in-plane mm) inside closed ``rings`` (``(N, 2)`` arrays, closed
-    implicitly) by the even-odd rule of :func:`fill_even_odd`, exactly: the faces of the arrangement
-    of all ring edges (noded by shapely) whose interior is crossed an odd number of times. A ring
-    inside another is a hole, a ring given twice (or traced twice) cancels, an out-and-back polygon
-    encloses nothing, a self-crossing ring keeps each of its lobes. Rings that are valid polygons
-    (no crossing, no repeated edge: the usual case) are combined by symmetric difference, the same
-    region found faster. Needs shapely (the contour metrics); reading needs only :func:`even_odd_area`."""
-    import shapely
+@dataclass(frozen=True)
+class RegionPart:
+    """One connected part of an :class:`EvenOddRegion`: ``rings``, its outer ring then its holes
+    (``(N, 2)`` in-plane coordinates closed implicitly, the region on their left: the outer ring
+    counterclockwise, the holes clockwise), its area and its centroid (squared units, units)."""
 
-    rings = [np.asarray(ring, dtype=float) for ring in rings if len(ring) >= 3]
-    polygons = [shapely.Polygon(ring) for ring in rings]
-    if all(polygon.is_valid for polygon in polygons):
-        region = shapely.Polygon()
-        for polygon in polygons:
-            region = region.symmetric_difference(polygon)
-        return region
-    edges = shapely.union_all([shapely.LineString(np.vstack([ring, ring[:1]])) for ring in rings])
-    faces = shapely.get_parts(shapely.polygonize(shapely.get_parts(edges)))
-    faces = faces[shapely.area(faces) > 0]
-    if not len(faces):
-        return shapely.Polygon()
-    probes = shapely.get_coordinates(shapely.point_on_surface(faces))  # inside a face: on no edge
-    odd = inside_even_odd(probes, rings)
-    return shapely.union_all(faces[odd])
+    rings: tuple
+    area: float
+    centroid: np.ndarray
+
+
+@dataclass(frozen=True)
+class EvenOddRegion:
+    """The region inside closed rings by the even-odd rule of :func:`fill_even_odd`, as connected
+    parts (:func:`even_odd_region`)."""
+
+    parts: tuple
+
+    @property
+    def rings(self) -> list:
+        """Every boundary ring of the region (outer rings and holes)."""
+        return [ring for part in self.parts for ring in part.rings]
+
+    @property
+    def area(self) -> float:
+        return float(sum(part.area for part in self.parts))
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.parts
+
+
+def even_odd_region(rings) -> EvenOddRegion:
+    """The region inside closed ``rings`` (``(N, 2)`` arrays, closed implicitly) by the even-odd
+    rule of :func:`fill_even_odd`, exactly, split into its connected parts, each an outer ring and
+    its holes (what shapely gives for the same region).
+
+    Any rings are accepted: the edges are cut wherever they meet (crossings, a vertex on another
+    edge, stretches run along twice) and the region's boundary is made of the pieces covered an
+    odd number of times. So a ring inside another is a hole, a ring given twice (or traced twice)
+    cancels, an out-and-back spur or a keyhole's channel is no boundary, and a self-crossing ring
+    keeps each of its lobes as a part (shapely's faces of the noded edges, the same region). The
+    boundary pieces are chained into rings keeping the region on their left, turning as sharply
+    left as possible where more than two pieces meet: parts touching at a single point stay two
+    parts, as in shapely. Points are matched exactly (vertices as given, a crossing computed once
+    for both edges); a boundary that does not close raises ``ValueError``.
+
+    The order is fixed by the region alone, not by how its rings were given: each ring starts at
+    its lowest vertex (first coordinate, then second), holes and parts are sorted by that vertex.
+    So what depends on the order of points (which of two equally near points the MSI takes) is
+    the same for the same region."""
+    rings = [ring[np.any(ring != np.roll(ring, -1, axis=0), axis=1)] for ring in map(np.asarray, rings)]
+    rings = [ring.astype(float) for ring in rings if len(ring) >= 3]  # fewer points enclose nothing
+    loops = _apart(rings)
+    if loops is None:
+        pieces = _region_on_left(_boundary_pieces(rings))
+        loops = [pieces[chain, 0] for chain in _chains(pieces)] if len(pieces) else []
+    loops = [_from_lowest_vertex(loop) for loop in loops]
+    signed = np.array([_signed_area(loop) for loop in loops])
+    outer = [k for k in np.argsort(signed) if signed[k] > 0]  # smallest first
+    holes = {k: [] for k in outer}
+    for k in np.flatnonzero(signed < 0):
+        probe = (loops[k][:1] + loops[k][1:2]) / 2  # the middle of a boundary piece: on no other ring
+        containing = [j for j in outer if inside_even_odd(probe, [loops[j]])[0]]
+        if not containing:
+            raise ValueError("a hole of an even-odd region lies in no outer ring")
+        holes[containing[0]].append(k)
+    parts = []
+    for k in sorted(outer, key=lambda j: tuple(loops[j][0])):
+        members = [loops[k]] + sorted((loops[j] for j in holes[k]), key=lambda loop: tuple(loop[0]))
+        area = float(sum(signed[j] for j in [k] + holes[k]))
+        parts.append(RegionPart(tuple(members), area, sum(_first_moments(m) for m in members) / area))
+    return EvenOddRegion(tuple(parts))
+
+
+def _apart(rings):
+    """The rings turned to keep the region on their left (a ring inside an even number of the
+    others counterclockwise, else clockwise) when they are the region's boundary as given: no
+    point given twice and no edge meeting another (:func:`_meeting_points`), the usual contours;
+    else None."""
+    if not rings:
+        return []
+    vertices = np.concatenate(rings)
+    if len(np.unique(vertices, axis=0)) < len(vertices):
+        return None
+    if len(_meeting_points(vertices, np.concatenate([np.roll(ring, -1, axis=0) for ring in rings]))[0]):
+        return None
+    probes = np.array([ring[0] for ring in rings])
+    contains = np.array([inside_even_odd(probes, [ring]) for ring in rings])  # [ring, probe]
+    depth = contains.sum(axis=0) - np.diagonal(contains)  # a probe on its own ring is not inside it
+    return [ring if (_signed_area(ring) > 0) == (level % 2 == 0) else ring[::-1] for ring, level in zip(rings, depth)]
+
+
+def _from_lowest_vertex(ring) -> np.ndarray:
+    """A closed ring (no vertex twice) started at its lowest vertex (first coordinate, then second)."""
+    return np.roll(ring, -int(np.lexsort((ring[:, 1], ring[:, 0]))[0]), axis=0)
+
+
+def _signed_area(ring) -> float:
+    """Shoelace area of a closed ring, positive when counterclockwise."""
+    following = np.roll(ring, -1, axis=0)
+    return float(np.sum(ring[:, 0] * following[:, 1] - following[:, 0] * ring[:, 1]) / 2)
+
+
+def _first_moments(ring) -> np.ndarray:
+    """The integrals of the two coordinates over a closed ring's interior, signed as
+    :func:`_signed_area` (a centroid is their sum over rings divided by the area)."""
+    following = np.roll(ring, -1, axis=0)
+    cross = ring[:, 0] * following[:, 1] - following[:, 0] * ring[:, 1]
+    return np.sum((ring + following) * cross[:, None], axis=0) / 6
+
+
+def _ramp(counts) -> np.ndarray:
+    """``0, 1, ..., n - 1`` for each ``n`` of ``counts``, concatenated."""
+    return np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def _boundary_pieces(rings) -> np.ndarray:
+    """``(P, 2, 2)`` pieces (start, end) of the ring edges cut at every point where edges meet,
+    keeping each piece covered an odd number of times once: the boundary of the even-odd region.
+    A cut at a vertex takes the vertex's coordinates, a crossing is computed once for both edges.
+    No ring may hold a point twice in a row (a zero-length edge)."""
+    starts = np.concatenate(rings)
+    ends = np.concatenate([np.roll(ring, -1, axis=0) for ring in rings])
+    edge, fraction, point = _meeting_points(starts, ends)
+    edge = np.concatenate([np.arange(len(starts)), np.arange(len(starts)), edge])
+    fraction = np.concatenate([np.zeros(len(starts)), np.ones(len(starts)), fraction])
+    point = np.concatenate([starts, ends, point])
+    order = np.lexsort((fraction, edge))
+    edge, point = edge[order], point[order]
+    follows = (edge[1:] == edge[:-1]) & np.any(point[1:] != point[:-1], axis=1)
+    pieces = np.stack([point[:-1][follows], point[1:][follows]], axis=1)
+    # count each piece whichever way it runs: the lower endpoint first
+    flip = (pieces[:, 0, 0] > pieces[:, 1, 0]) | ((pieces[:, 0, 0] == pieces[:, 1, 0]) & (pieces[:, 0, 1] > pieces[:, 1, 1]))
+    pieces[flip] = pieces[flip][:, ::-1]
+    unique, counts = np.unique(pieces.reshape(-1, 4), axis=0, return_counts=True)
+    return unique[counts % 2 == 1].reshape(-1, 2, 2)
+
+
+def _meeting_points(starts, ends) -> tuple:
+    """``(edge, fraction, point)``: where an edge (``starts`` to ``ends``) is met by another inside
+    it (not at its own ends), as the fraction of its length and the point: a vertex of another
+    edge lying on it (within 1e-12 of the coordinates' size: touching rings, stretches run along
+    twice), or a proper crossing of two edges. Only edges whose bounding boxes overlap are tested."""
+    low, high = np.minimum(starts, ends), np.maximum(starts, ends)
+    order = np.argsort(low[:, 0], kind="stable")
+    counts = np.searchsorted(low[order, 0], high[order, 0], side="right") - np.arange(len(order)) - 1
+    first = np.repeat(np.arange(len(order)), counts)
+    a, b = order[first], order[first + 1 + _ramp(counts)]
+    boxes_meet = (low[a, 1] <= high[b, 1]) & (low[b, 1] <= high[a, 1])
+    a, b = a[boxes_meet], b[boxes_meet]
+    tolerance = 1e-12 * max(1.0, float(np.abs(starts).max()))
+    found = []
+    for edge, other in ((a, b), (b, a)):  # the other edge's vertices on the edge
+        origin, direction = starts[edge], ends[edge] - starts[edge]
+        squared = np.sum(direction ** 2, axis=1)
+        for vertex in (starts[other], ends[other]):
+            fraction = np.sum((vertex - origin) * direction, axis=1) / squared
+            off_line = np.abs(_cross(direction, vertex - origin)) / np.sqrt(squared)
+            on = (off_line <= tolerance) & (fraction > 0) & (fraction < 1)
+            on &= np.any(vertex != starts[edge], axis=1) & np.any(vertex != ends[edge], axis=1)
+            found.append((edge[on], fraction[on], vertex[on]))
+    # a crossing is computed on the two edges taken in one order and direction whichever way they
+    # were given, so that an edge drawn twice is crossed at the very same point
+    lower = (starts[:, 0] < ends[:, 0]) | ((starts[:, 0] == ends[:, 0]) & (starts[:, 1] < ends[:, 1]))
+    tail, head = np.where(lower[:, None], starts, ends), np.where(lower[:, None], ends, starts)
+    rank = np.empty(len(starts), dtype=int)
+    rank[np.lexsort((head[:, 1], head[:, 0], tail[:, 1], tail[:, 0]))] = np.arange(len(starts))
+    one, other = np.where(rank[a] <= rank[b], a, b), np.where(rank[a] <= rank[b], b, a)
+    r, s, offset = head[one] - tail[one], head[other] - tail[other], tail[other] - tail[one]
+    denominator = _cross(r, s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        along_one, along_other = _cross(offset, s) / denominator, _cross(offset, r) / denominator
+    length_one, length_other = np.hypot(*r.T), np.hypot(*s.T)
+    proper = ((along_one * length_one > tolerance) & ((1 - along_one) * length_one > tolerance)
+              & (along_other * length_other > tolerance) & ((1 - along_other) * length_other > tolerance))
+    crossing = tail[one][proper] + along_one[proper, None] * r[proper]
+    for edge in (a[proper], b[proper]):
+        direction = ends[edge] - starts[edge]
+        fraction = np.sum((crossing - starts[edge]) * direction, axis=1) / np.sum(direction ** 2, axis=1)
+        found.append((edge, fraction, crossing))
+    return tuple(np.concatenate(column) for column in zip(*found))
+
+
+def _cross(u, v) -> np.ndarray:
+    """The z component of the cross product of rows of 2-D vectors."""
+    return u[..., 0] * v[..., 1] - u[..., 1] * v[..., 0]
+
+
+def _region_on_left(pieces) -> np.ndarray:
+    """Boundary ``pieces`` (:func:`_boundary_pieces`) turned so the region lies on their left.
+    The side is read in a band between vertex heights (:func:`_spans`) that a piece crosses:
+    the pieces crossing a band do not cross each other, so the region lies just beyond a piece
+    (towards increasing second coordinate) when an odd number of them cross the band beyond it.
+    A piece along the second axis is read the same way with the two coordinates swapped."""
+    direction = pieces[:, 1] - pieces[:, 0]
+    along_second = direction[:, 0] == 0
+    # the side beyond a piece is on its left when the piece runs towards increasing first
+    # coordinate (a piece along the second axis: towards decreasing second coordinate)
+    beyond_on_left = np.where(along_second, direction[:, 1] < 0, direction[:, 0] > 0)
+    region_beyond = np.zeros(len(pieces), dtype=bool)
+    for swapped in (False, True) if along_second.any() else (False,):
+        frame = pieces[:, :, ::-1] if swapped else pieces
+        starts, ends = frame[:, 0], frame[:, 1]
+        cuts = np.unique(frame[:, :, 0])
+        band, edge = _spans(starts, ends, cuts)
+        order = np.lexsort((_columns(starts, ends, edge, (cuts[band] + cuts[band + 1]) / 2), band))
+        band, edge = band[order], edge[order]
+        beyond = np.searchsorted(band, band, side="right") - np.arange(len(band)) - 1
+        decided, first = np.unique(edge, return_index=True)
+        decided_here = along_second[decided] == swapped
+        region_beyond[decided[decided_here]] = beyond[first[decided_here]] % 2 == 1
+    turned = pieces.copy()
+    flip = region_beyond != beyond_on_left
+    turned[flip] = pieces[flip][:, ::-1]
+    return turned
+
+
+def _chains(pieces) -> list:
+    """Closed chains of ``pieces`` (start, end; each end the start of as many pieces as end
+    there), as arrays of piece indices, none passing a point twice. Where several pieces leave a
+    point, the next is the sharpest left turn (first clockwise from the way back); a chain that
+    comes back to a point it passed is split there into two (parts touching at a point are two
+    outer rings, a hole touching its outer ring is a hole: shapely's valid rings)."""
+    points, index = np.unique(pieces.reshape(-1, 2), axis=0, return_inverse=True)
+    start, end = index.reshape(-1, 2).T
+    leaving_count = np.bincount(start, minlength=len(points))
+    if not np.array_equal(leaving_count, np.bincount(end, minlength=len(points))):
+        raise ValueError("the boundary of an even-odd region does not close")
+    leaving = np.argsort(start, kind="stable")
+    first = np.r_[0, np.cumsum(leaving_count)]
+    direction = pieces[:, 1] - pieces[:, 0]
+    angle = np.arctan2(direction[:, 1], direction[:, 0])
+    following = leaving[first[end]]  # the only piece leaving, where one does
+    for k in np.flatnonzero(leaving_count[end] > 1):
+        candidates = leaving[first[end[k]]:first[end[k] + 1]]
+        following[k] = candidates[np.argmin((angle[k] + np.pi - angle[candidates]) % (2 * np.pi))]
+    if not np.array_equal(np.sort(following), np.arange(len(pieces))):
+        raise ValueError("the boundary of an even-odd region does not close")
+    chains = []
+    for chain in _cycles(following):
+        shared_point = leaving_count[start[chain]] > 1
+        chains += _split_at_repeated_points(chain.tolist(), start) if shared_point.any() else [chain]
+    return chains
+
+
+def _cycles(following) -> list:
+    """The cycles of a permutation (``following[k]``: the element after ``k``), each an array
+    starting at its smallest element, in order. Pointer doubling: each element's distance to the
+    cycle's last element (the one before its smallest) is summed along jumps that double."""
+    size = len(following)
+    label = connected_components(coo_matrix((np.ones(size), (np.arange(size), following)), shape=(size, size)),
+                                 connection="weak")[1]
+    smallest = np.full(label.max() + 1, size)
+    np.minimum.at(smallest, label, np.arange(size))
+    last = following == smallest[label]
+    jump = np.where(last, np.arange(size), following)
+    remaining = (~last).astype(int)
+    while np.any(jump != jump[jump]):
+        remaining = remaining + remaining[jump]
+        jump = jump[jump]
+    order = np.lexsort((-remaining, label))
+    return np.split(order, np.flatnonzero(np.diff(label[order])) + 1)
+
+
+def _split_at_repeated_points(chain, start) -> list:
+    """A closed chain of pieces (indices; ``start``: each piece's start point) cut into closed
+    chains passing each point once: whenever the walk comes back to a point, the loop since then
+    is closed off."""
+    loops, walk, position = [], [], {}
+    for k in chain:
+        if start[k] in position:
+            loop = walk[position[start[k]]:]
+            del walk[position[start[k]]:]
+            for piece in loop:
+                del position[start[piece]]
+            loops.append(loop)
+        position[start[k]] = len(walk)
+        walk.append(k)
+    return loops + [walk]
 
 
 def encloses_area(points) -> bool:
@@ -155,16 +414,33 @@ def encloses_area(points) -> bool:
 
 def even_odd_area(rings) -> float:
     """The area inside ``rings`` by the even-odd rule (squared units of the coordinates), exact up
-    to rounding. The plane is cut into bands at every vertex height (first coordinate) and every
-    height where two edges cross; within a band the edges crossing it are straight and keep their
-    order, so the width inside is linear in the height and the band's area is its width at
-    mid-height times its height."""
-    rings = [np.asarray(ring, dtype=float) for ring in rings if len(ring) >= 3]
-    if not rings:
+    to rounding (:func:`_area_inside_all`)."""
+    return _area_inside_all([rings])
+
+
+def intersection_area(first, second) -> float:
+    """The area inside both the even-odd region of the rings ``first`` and that of ``second``
+    (squared units of the coordinates), exact up to rounding: measured directly, so regions that
+    only touch (a shared edge or vertex) or lie apart share exactly 0, never a rounding residue."""
+    return _area_inside_all([first, second])
+
+
+def _area_inside_all(ring_sets) -> float:
+    """The area inside every one of the even-odd regions of ``ring_sets`` (lists of rings). The
+    plane is cut into bands at every vertex height (first coordinate) and every height where two
+    edges cross; within a band the edges crossing it are straight and keep their order, so the
+    width inside is linear in the height and the band's area is its width at mid-height times its
+    height. Each edge runs towards increasing height, so an edge given in both directions crosses
+    a band at the same column."""
+    sets = [[np.asarray(ring, dtype=float) for ring in rings if len(ring) >= 3] for rings in ring_sets]
+    if not all(sets):
         return 0.0
-    starts = np.concatenate(rings)
-    ends = np.concatenate([np.roll(ring, -1, axis=0) for ring in rings])
-    cuts = np.unique(starts[:, 0])
+    starts = np.concatenate([ring for rings in sets for ring in rings])
+    ends = np.concatenate([np.roll(ring, -1, axis=0) for rings in sets for ring in rings])
+    side = np.repeat(np.arange(len(sets)), [sum(len(ring) for ring in rings) for rings in sets])
+    downwards = starts[:, 0] > ends[:, 0]
+    starts, ends = np.where(downwards[:, None], ends, starts), np.where(downwards[:, None], starts, ends)
+    cuts = np.unique(np.concatenate([starts[:, 0], ends[:, 0]]))
     band, edge = _spans(starts, ends, cuts)
     crossings = _crossing_heights(starts, ends, cuts, band, edge)
     if len(crossings):
@@ -172,9 +448,11 @@ def even_odd_area(rings) -> float:
         band, edge = _spans(starts, ends, cuts)
     columns = _columns(starts, ends, edge, (cuts[band] + cuts[band + 1]) / 2)
     order = np.lexsort((columns, band))
-    pairs = columns[order].reshape(-1, 2)  # each band is crossed an even number of times
-    heights = np.diff(cuts)[band[order][::2]]
-    return float(np.sum((pairs[:, 1] - pairs[:, 0]) * heights))
+    band, edge, columns = band[order], edge[order], columns[order]
+    # each side crosses each band an even number of times: the parities start even in every band
+    parities = np.cumsum(side[edge] == np.arange(len(sets))[:, None], axis=1) % 2
+    inside = np.all(parities[:, :-1] == 1, axis=0) & (band[1:] == band[:-1])
+    return float(np.sum((columns[1:] - columns[:-1])[inside] * np.diff(cuts)[band[:-1][inside]]))
 
 
 def _spans(starts, ends, cuts) -> tuple:
@@ -185,7 +463,7 @@ def _spans(starts, ends, cuts) -> tuple:
     first, stop = np.searchsorted(cuts, low), np.searchsorted(cuts, high)  # bands first .. stop - 1
     counts = stop - first
     edge = np.repeat(np.arange(len(starts)), counts)
-    band = np.repeat(first, counts) + np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    band = np.repeat(first, counts) + _ramp(counts)
     return band, edge
 
 

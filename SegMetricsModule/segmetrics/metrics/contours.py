@@ -54,6 +54,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from .msi import compared_planes, contour_planes, pair_slice_axis
+from ..inputs.polygons import intersection_area
 from ..spatial.orientation import Reorientation
 from ..registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
                        register_group, undefined)
@@ -458,9 +459,9 @@ class Plane:
 
 def polygon_dice(reference, test) -> float:
     """Dice of two sides' filled contours on one plane (:func:`segmetrics.inputs.polygons.even_odd_region`, exact
-    areas, mm²); NaN when both are empty."""
+    areas, mm²: :func:`segmetrics.inputs.polygons.intersection_area`); NaN when both are empty."""
     total = reference.area + test.area
-    return 2 * reference.intersection(test).area / total if total > 0 else math.nan
+    return 2 * intersection_area(reference.rings, test.rings) / total if total > 0 else math.nan
 
 
 def mask_slices(reference, test, spacing, axis: int):

@@ -35,7 +35,7 @@ from scipy.spatial import cKDTree
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from ..spatial import _bundled_planar, accelerator, mesh
-from ..inputs.polygons import even_odd_region, nearest_slice, rings_by_plane
+from ..inputs.polygons import even_odd_region, intersection_area, nearest_slice, rings_by_plane
 from ..spatial.geometry import through_plane_axis
 from ..spatial.orientation import Reorientation
 from ..registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
@@ -296,32 +296,26 @@ def _score_objects(ref_objects, test_objects, overlap, sizes_ref, sizes_test, il
 # ---------------------------------------------------------------- planar polygons (RT Structure Sets)
 
 
-def polygon_objects(region, max_segment_mm: float = POLYGON_SEGMENT_MM) -> tuple:
-    """``(objects, regions)`` of one side's :func:`~segmetrics.inputs.polygons.even_odd_region` on one plane (in-plane mm): one
-    object per connected region (shapely ``Polygon``) with its outer and hole contours subdivided
-    to at most ``max_segment_mm``."""
-    import shapely
-
-    regions = [g for g in shapely.get_parts(region) if isinstance(g, shapely.Polygon) and g.area > 0]
-    objects = [_Object([mesh.closed_contour(np.asarray(r.coords)[:-1], max_segment_mm)
-                        for r in (g.exterior, *g.interiors)], np.asarray(g.centroid.coords[0]))
-               for g in regions]
-    return objects, regions
+def polygon_objects(region, max_segment_mm: float = POLYGON_SEGMENT_MM) -> list:
+    """The objects of one side's :class:`~segmetrics.inputs.polygons.EvenOddRegion` on one plane
+    (in-plane mm): one per connected part, with its outer and hole contours subdivided to at most
+    ``max_segment_mm``."""
+    return [_Object([mesh.closed_contour(ring, max_segment_mm) for ring in part.rings], part.centroid)
+            for part in region.parts]
 
 
 def polygon_slice(reference_region, test_region, il: float = 1.0, ol: float = 1.0, align: str = "none") -> tuple:
     """``(msi, weight, counts, status)`` of one plane of two sides' filled contours
     (:func:`~segmetrics.inputs.polygons.even_odd_region`, in-plane mm), as :func:`slice_table` scores the slice of two masks,
-    with exact areas instead of pixel counts: objects paired by the same rule (IoU and centroid
-    distance), BLD between the subdivided polygons, even-odd inside test against the reference
-    polygons."""
-    import shapely
-
-    (ref_objects, ref_regions), (test_objects, test_regions) = polygon_objects(reference_region), polygon_objects(test_region)
-    overlap = np.array([[shapely.intersection(r, t).area for t in test_regions] for r in ref_regions]).reshape(
-        len(ref_regions), len(test_regions))
-    sizes_ref, sizes_test = (np.array([g.area for g in regions]) for regions in (ref_regions, test_regions))
-    return _score_objects(ref_objects, test_objects, overlap, sizes_ref, sizes_test, il, ol, align)
+    with exact areas instead of pixel counts (:func:`~segmetrics.inputs.polygons.intersection_area`):
+    objects paired by the same rule (IoU and centroid distance), BLD between the subdivided
+    polygons, even-odd inside test against the reference polygons."""
+    ref_parts, test_parts = reference_region.parts, test_region.parts
+    overlap = np.array([[intersection_area(r.rings, t.rings) for t in test_parts] for r in ref_parts]).reshape(
+        len(ref_parts), len(test_parts))
+    sizes_ref, sizes_test = (np.array([part.area for part in parts]) for parts in (ref_parts, test_parts))
+    return _score_objects(polygon_objects(reference_region), polygon_objects(test_region), overlap, sizes_ref,
+                          sizes_test, il, ol, align)
 
 
 def contour_planes(pair: StructurePair) -> tuple:
