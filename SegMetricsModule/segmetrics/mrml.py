@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +21,7 @@ import vtk
 from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
 from .outputs import slices
+from .spatial.checkpoints import checkpoint, checkpoints
 from .outputs.slices import slice_rows  # per-slice rows as dicts, also for SegMetrics.py
 from .evaluation.compare import ComparisonResult, compare
 from .inputs.validation import NothingToCompareError, check_evaluation_options
@@ -52,6 +54,8 @@ PLANAR_CONTOUR = "Planar contour"
 #: Colour legend width and height as fractions of the view (Slicer's default 0.15 x 0.5 let a long
 #: title reach over tall models in the middle of the view).
 LEGEND_SIZE = (0.08, 0.4)
+#: Shortest time (s) between two progress reports repeated from the checkpoints of a run.
+REPORT_INTERVAL_S = 0.1
 
 
 @dataclass
@@ -494,10 +498,13 @@ def _mask(temporary: _TemporaryNodes, segmentation_node, segment_id, grid_node, 
     segment and for segments the working copy dropped (empty planar contours)."""
     if segment_id is None or segmentation_node.GetSegmentation().GetSegment(segment_id) is None:
         return np.zeros(grid.array.shape, dtype=bool)
+    checkpoint()
     labelmap = _export(temporary, segmentation_node, [segment_id], grid_node)
+    checkpoint()
     if labelmap is None:
         return np.zeros(grid.array.shape, dtype=bool)
-    mask = label_image_from_volume(labelmap).array > 0
+    image = labelmap.GetImageData()
+    mask = vtk_to_numpy(image.GetPointData().GetScalars()).reshape(image.GetDimensions()[::-1]) > 0
     if mask.shape != grid.array.shape:
         raise RuntimeError(f"segment {segment_id!r} of {segmentation_node.GetName()!r} was exported on "
                            f"{mask.shape} voxels instead of the common grid's {grid.array.shape}")
@@ -569,6 +576,7 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
         return
     for role, (own, other, inner, outer) in (("test", (test, reference, params.msi_il, params.msi_ol)),
                                              ("reference", (reference, test, params.msi_ol, params.msi_il))):
+        checkpoint()
         arrays = polydata[role].GetPointData()
         if arrays.GetArray("SignedDistance_mm") is None or arrays.GetArray("MSI") is None:
             signed, weights = msi.surface_msi(own, other, inner, outer)[:2]
@@ -592,8 +600,10 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
         As for :func:`segmetrics.compare` (metric/group names, :class:`Parameters`).
     progress : callable, optional
         Called as ``progress(fraction, message)`` before each stage of each pair (export,
-        metrics, review surfaces) and after each metric group; it may raise :class:`Cancelled`
-        to stop the run. Messages are translated in Slicer.
+        metrics, review surfaces), after each metric group, and in between from the checkpoints
+        of the long loops (per slice, per side; at most every :data:`REPORT_INTERVAL_S` seconds,
+        repeating the last report); it may raise :class:`Cancelled` to stop the run. Messages
+        are translated in Slicer.
 
     Returns
     -------
@@ -612,36 +622,64 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
     if not pairs:
         raise NothingToCompareError("nothing to compare: no segment pair (the segmentations hold no segment, or no "
                                     "segment IDs were given)")
-    report = progress or (lambda fraction, message: None)
+    reporter = _Reporter(progress)
     notes = []
     temporary = _TemporaryNodes(scene)
     try:
-        report(0.0, _("preparing segmentations"))
-        reference, test = (_working_copy(temporary, n, r, notes) for n, r in ((reference_node, "reference"), (test_node, "test")))
-        grid_node, grid = _common_grid(temporary, reference, test, notes)
-        structures = []
-        stages = 3
-        for index, pair in enumerate(pairs):
-            step = lambda stage, message: report((index * stages + stage) / (len(pairs) * stages), f"{pair.name}: {message}")  # noqa: E731
-            step(0, _("exporting"))
-            masks = [_mask(temporary, node, segment_id, grid_node, grid)
-                     for node, segment_id in ((reference, pair.reference_id), (test, pair.test_id))]
-            images = [grid.with_array(m.astype(np.uint8)) for m in masks]
-            for image in images:
-                image.names = {1: pair.name}
-            step(1, _("computing metrics"))
-            structure = compare(images[0], images[1], labels=[1], metrics=metrics, params=params, keep_surfaces=True,
-                                progress=lambda done, total, name: step(1 + done / total, _("computing metrics"))
-                                ).structures[0]
-            structure.reference_label, structure.test_label = pair.reference_id, pair.test_id
-            step(2, _("building the review surfaces"))
-            structure.extras["slice_centres"] = slice_centres(masks[0] | masks[1], msi_axis(structure))
-            add_review_surfaces(structure, masks[0], masks[1], grid.spacing, params)
-            structures.append(structure)
-        report(1.0, _("done"))
+        with checkpoints(reporter.repeat):
+            reporter(0.0, _("preparing segmentations"))
+            reference, test = (_working_copy(temporary, n, r, notes) for n, r in ((reference_node, "reference"), (test_node, "test")))
+            grid_node, grid = _common_grid(temporary, reference, test, notes)
+            structures = []
+            for index, pair in enumerate(pairs):
+                step = lambda stage, message: reporter((index * 3 + stage) / (len(pairs) * 3), f"{pair.name}: {message}")  # noqa: E731
+                structures.append(_compare_pair(temporary, reference, test, pair, grid_node, grid, metrics, params, step))
+        reporter(1.0, _("done"))
         return ComparisonResult(structures, notes), grid
     finally:
         temporary.remove()
+
+
+def _compare_pair(temporary: _TemporaryNodes, reference, test, pair: SegmentPair, grid_node, grid: LabelImage, metrics,
+                  params, step):
+    """One pair's :class:`StructureResult` with its review extras; ``step(stage, message)`` reports
+    the stages 0 (export), 1 to 2 (metrics, a fraction after each group) and 2 (review surfaces)."""
+    step(0, _("exporting"))
+    masks = [_mask(temporary, node, segment_id, grid_node, grid)
+             for node, segment_id in ((reference, pair.reference_id), (test, pair.test_id))]
+    images = [grid.with_array(m.view(np.uint8)) for m in masks]  # the 0/1 bytes of the masks, not a copy
+    for image in images:
+        image.names = {1: pair.name}
+    step(1, _("computing metrics"))
+    structure = compare(images[0], images[1], labels=[1], metrics=metrics, params=params, keep_surfaces=True,
+                        progress=lambda done, total, name: step(1 + done / total, _("computing metrics"))).structures[0]
+    structure.reference_label, structure.test_label = pair.reference_id, pair.test_id
+    step(2, _("building the review surfaces"))
+    structure.extras["slice_centres"] = slice_centres(masks[0] | masks[1], msi_axis(structure))
+    add_review_surfaces(structure, masks[0], masks[1], grid.spacing, params)
+    return structure
+
+
+class _Reporter:
+    """A run's ``progress(fraction, message)``, called at each stage and, through :meth:`repeat`, at
+    the checkpoints inside the long loops (:mod:`segmetrics.spatial.checkpoints`), where it repeats
+    the last report at most every :data:`REPORT_INTERVAL_S` seconds: often enough for the user
+    interface to stay responsive and for a cancel to stop the run within a second."""
+
+    def __init__(self, progress):
+        self.progress = progress
+        self.last = (0.0, "")
+        self.time = time.monotonic()
+
+    def __call__(self, fraction: float, message: str) -> None:
+        self.last = (fraction, message)
+        self.time = time.monotonic()
+        if self.progress is not None:
+            self.progress(fraction, message)
+
+    def repeat(self) -> None:
+        if time.monotonic() - self.time >= REPORT_INTERVAL_S:
+            self(*self.last)
 
 
 # --- output nodes ------------------------------------------------------------------------------
