@@ -521,6 +521,7 @@ def slice_centres(mask: np.ndarray, axis: int) -> dict:
     centres are array indices (z, y, x) as floats."""
     centres = {}
     for index in np.flatnonzero(mask.any(axis=tuple(a for a in range(mask.ndim) if a != axis))):
+        checkpoint()
         inside = np.nonzero(np.take(mask, index, axis=axis))
         centre = [float(np.mean(i)) for i in inside]
         centre.insert(axis, float(index))
@@ -532,6 +533,12 @@ def _add_point_array(polydata, name: str, values) -> None:
     array = numpy_to_vtk(np.ascontiguousarray(values, dtype=float), deep=True)
     array.SetName(name)
     polydata.GetPointData().AddArray(array)
+
+
+def _checked(function, *args):
+    """``function(*args)`` after a :func:`~segmetrics.spatial.checkpoints.checkpoint`."""
+    checkpoint()
+    return function(*args)
 
 
 def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.ndarray, spacing, params) -> None:
@@ -559,7 +566,7 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
     if built is not None:  # compare's surfaces of these masks, in its working frame
         reference, test = built.reference, built.test
         polydata = {role: structure.extras.get(f"{role}_surface") for role in ("reference", "test")}
-        polydata = {role: built.polydata(role) if view is None else view for role, view in polydata.items()}
+        polydata = {role: _checked(built.polydata, role) if view is None else view for role, view in polydata.items()}
     else:
         reference, test = mesh.pair_surfaces(reference_mask, test_mask, spacing)
         polydata = {"reference": mesh.to_polydata(reference), "test": mesh.to_polydata(test)}

@@ -538,6 +538,7 @@ def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
     searches share the threads at once."""
     distances, searches = [None] * len(requests), []
     for index, (points, surface) in enumerate(requests):
+        checkpoint()
         points = np.asarray(points, dtype=float)
         if signed and surface.cells.shape[1] != 3:
             raise ValueError("signed distances need a 3-D (triangle) surface")
@@ -548,7 +549,6 @@ def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
         star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex,
                 _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
         searches.append((index, points, _three_components(points), star, surface))
-    checkpoint()
     found = in_threads_together([(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
                                  for _, _, queries, star, surface in searches])
     for index, points, queries, star, surface in searches:  # each search's outputs dropped once walked
