@@ -296,4 +296,4 @@ def test_metric_order_does_not_depend_on_import_order():
            "from segmetrics.registry import all_groups\nprint(','.join(all_groups()))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip().split(",") == list(all_groups()) == ["overlap", "distance", "msi", "roughness", "contours",
-                                                                   "lesions"]
+                                                                   "lesions", "dose"]

@@ -8,10 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from segmetrics.metrics import distance as D
-from segmetrics.spatial import _kernels, mesh
+from segmetrics.spatial import _bundled_surface, accelerator, mesh
 from segmetrics.registry import Parameters, Status, StructurePair
 
-surface_distance = pytest.importorskip("surface_distance")
+
+
+def deepmind_library():
+    """DeepMind's ``surface_distance`` package, the reference library (skips without it)."""
+    return pytest.importorskip("surface_distance")
 
 ANISO = (2.5, 0.8, 0.8)
 
@@ -55,6 +59,7 @@ def summary(sd):
 
 def library(reference, test, spacing):
     """The four DeepMind numbers plus the directed means from the reference library."""
+    surface_distance = deepmind_library()
     sd = surface_distance.compute_surface_distances(reference.astype(bool), test.astype(bool), tuple(spacing))
     means = surface_distance.compute_average_surface_distance(sd)
     return {
@@ -127,7 +132,7 @@ def test_offset_spheres_anisotropic_close_to_truth_and_better_than_deepmind(offs
     ref, test, spacing, truth = offset_spheres
     ours = summary(D.surface_distances(ref, test, spacing))
     lib = library(ref, test, spacing)
-    sd = surface_distance.compute_surface_distances(ref, test, spacing)
+    sd = deepmind_library().compute_surface_distances(ref, test, spacing)
     areas = np.concatenate([sd["surfel_areas_gt"], sd["surfel_areas_pred"]])
     lib["assd"] = np.sum(np.concatenate([sd["distances_gt_to_pred"], sd["distances_pred_to_gt"]]) * areas) / areas.sum()
     assert ours["hd95"] == pytest.approx(truth["hd95"], abs=0.15)
@@ -174,7 +179,7 @@ def test_point_triangle_distance_against_dense_sampling():
     inside = u + v <= 1
     u, v = u[inside], v[inside]
     dense = [np.min(np.linalg.norm(p[i] - (a[i] + u[:, None] * (b[i] - a[i]) + v[:, None] * (c[i] - a[i])), axis=1)) for i in range(300)]
-    got = np.array([np.linalg.norm(_kernels._triangle(*map(tuple, corners))[0]) for corners in zip(p, a, b, c)])
+    got = np.linalg.norm(_bundled_surface._triangle(p.T, a.T, b.T, c.T)[0], axis=0)  # the compiled one: test_bundled_surface
     assert np.all(got <= np.array(dense) + 1e-12)  # the sampled points lie on the triangle
     np.testing.assert_allclose(got, dense, atol=5e-3)
 
@@ -355,6 +360,7 @@ def test_group_params_and_cache():
     assert values["nsd"].params == {"mode": "deepmind", "tolerance_mm": 1.5}
     sd = pair.cache[("surface_distances", "deepmind")]
     assert values["hdp_mm"].value == D.percentile_distance(sd, 90, "pooled")
+    surface_distance = deepmind_library()
     lib = surface_distance.compute_surface_distances(ref, test, (1.0, 1.0, 1.0))
     assert values["nsd"].value == pytest.approx(surface_distance.compute_surface_dice_at_tolerance(lib, 1.5), abs=1e-9)
     assert values["hd95_mm"].value == pytest.approx(surface_distance.compute_robust_hausdorff(lib, 95), abs=1e-9)
@@ -432,10 +438,10 @@ def test_distances_sort_as_a_stable_argsort(seed, size, ties):
         distances = rng.choice(distances[: max(1, size // 10)], size)
         distances[rng.random(size) < 0.1] = np.inf
         distances[rng.random(size) < 0.1] = 0.0
-    assert np.array_equal(_kernels.ascending_order(distances), np.argsort(distances, kind="stable"))
+    assert np.array_equal(accelerator.kernels(_bundled_surface).ascending_order(distances), np.argsort(distances, kind="stable"))
 
 
 def test_sorting_other_values_stays_a_permutation():
     """Negative values and NaN have no distance order, but the sort still returns every index once."""
     values = np.array([1.0, -2.0, np.nan, 0.0, -0.0, np.inf, -np.inf, 3.5])
-    assert sorted(_kernels.ascending_order(values)) == list(range(len(values)))
+    assert sorted(accelerator.kernels(_bundled_surface).ascending_order(values)) == list(range(len(values)))

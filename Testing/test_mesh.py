@@ -6,10 +6,9 @@ import pytest
 import vtk
 from scipy import ndimage
 from scipy.spatial import cKDTree
-from skimage import measure
 from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
-from segmetrics.spatial import _kernels, mesh
+from segmetrics.spatial import _bundled_surface, accelerator, mesh
 from segmetrics.spatial.geometry import LabelImage
 
 
@@ -153,6 +152,7 @@ def test_points_on_vertices_and_segments_in_2d():
 
 def marching_cubes_area(mask, spacing):
     """Area (mm²) of the marching-cubes surface of a binary mask (scikit-image), closed by padding."""
+    measure = pytest.importorskip("skimage.measure")
     vertices, faces, _, _ = measure.marching_cubes(np.pad(mask, 1).astype(float), 0.5, spacing=spacing)
     return measure.mesh_surface_area(vertices, faces)
 
@@ -199,19 +199,21 @@ def test_blockwise_gaussian_equals_the_full_blur():
 
 def test_nearest_vertices_match_a_kd_tree():
     """The bucket search finds a nearest vertex (scipy's KD-tree as truth) near, far and outside
-    the grid, in any query order, and gives up (-1) only beyond its rings."""
+    the grid, in any query order, and gives up (-1) only beyond its rings (the bundled twin, a
+    KD-tree itself, never does)."""
     rng = np.random.default_rng(3)
     unit = rng.normal(size=(5000, 3))
     vertices = 30.0 * unit / np.linalg.norm(unit, axis=1, keepdims=True) * [1.0, 0.6, 1.4]  # an ellipsoid's surface
     queries = np.concatenate([vertices[:2000] + rng.normal(scale=2.0, size=(2000, 3)), rng.uniform(-80, 80, size=(2000, 3))])
     rng.shuffle(queries)
     bucket_mm = 3.0
-    nearest, squared = _kernels.nearest_vertices(queries, bucket_mm, *_kernels.vertex_grid(vertices, bucket_mm))
+    kernels = accelerator.kernels(_bundled_surface)
+    nearest, squared = kernels.nearest_vertices(queries, bucket_mm, *kernels.vertex_grid(vertices, bucket_mm))
     distances, _ = cKDTree(vertices).query(queries)
     found = nearest >= 0
     np.testing.assert_allclose(np.sqrt(squared[found]), distances[found], rtol=0, atol=1e-12)
     np.testing.assert_allclose(np.linalg.norm(vertices[nearest[found]] - queries[found], axis=1), distances[found], atol=1e-12)
-    assert found.sum() > 2000 and np.all(distances[~found] > _kernels.MAX_RINGS * bucket_mm)
+    assert found.sum() > 2000 and np.all(distances[~found] > _bundled_surface.MAX_RINGS * bucket_mm)
 
 
 def test_far_points_get_their_distance_through_the_fallback():
@@ -233,10 +235,11 @@ def test_far_points_get_their_distance_through_the_fallback():
 def test_gaussian_blur_matches_scipy(shape, sigma):
     mask = np.random.default_rng(5).random(shape) > 0.6
     expected = ndimage.gaussian_filter(mask, sigma, output=np.float32, mode="constant", truncate=3.0)
-    np.testing.assert_allclose(_kernels.gaussian_blur(mask, sigma, np.float32), expected, rtol=0, atol=1e-6)
+    kernels = accelerator.kernels(_bundled_surface)
+    np.testing.assert_allclose(kernels.gaussian_blur(mask, sigma, np.float32), expected, rtol=0, atol=1e-6)
     plane = mask[0]
     expected = ndimage.gaussian_filter(plane, sigma, output=float, mode="constant", truncate=3.0)
-    np.testing.assert_allclose(_kernels.gaussian_blur(plane, sigma, float), expected, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(kernels.gaussian_blur(plane, sigma, float), expected, rtol=0, atol=1e-14)
 
 
 def _distances_in_child(queue, points, surface):

@@ -201,14 +201,16 @@ def test_direction_buckets_find_every_hit_of_the_exhaustive_search(ndim):
 def test_radial_gaps_kernel_refuses_a_grid_built_for_another_finest():
     """A direction grid of 2 buckets per axis (levels of 8 and 1 buckets) read as one of 3 (27 and 1):
     the same number of levels, but bucket keys past the grid."""
-    from segmetrics.spatial import _kernels
+    from segmetrics.metrics.roughness import _roughness_kernels
+    from segmetrics.spatial._bundled_roughness import MAX_DIRECTION_BUCKETS
 
-    cells = _kernels.ray_cells(np.eye(3), np.array([[0, 1, 2]]), np.zeros(3))
-    grid = _kernels.direction_grid(cells[0], cells[1], 2)
+    kernels = _roughness_kernels()  # compiled, or the numpy twins with SEGMETRICS_ACCELERATOR=off
+    cells = kernels.ray_cells(np.eye(3), np.array([[0, 1, 2]]), np.zeros(3))
+    grid = kernels.direction_grid(cells[0], cells[1], 2)
     with pytest.raises(ValueError, match="does not fit"):
-        _kernels.radial_gaps(np.ones((1, 3)) / np.sqrt(3), np.ones(1), *cells, 1e-9, 3, *grid)
+        kernels.radial_gaps(np.ones((1, 3)) / np.sqrt(3), np.ones(1), *cells, 1e-9, 3, *grid)
     with pytest.raises(ValueError, match="power of 2"):  # memory grows with the cube of finest
-        _kernels.direction_grid(cells[0], cells[1], 2 * _kernels.MAX_DIRECTION_BUCKETS)
+        kernels.direction_grid(cells[0], cells[1], 2 * MAX_DIRECTION_BUCKETS)
 
 
 def test_a_window_wider_than_int64_buckets_holds_the_whole_surface():

@@ -545,7 +545,7 @@ def test_a_full_run_needs_only_what_slicer_bundles():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "SEGMETRICS_ACCELERATOR": "off"})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[-2] == "['contours', 'distance', 'lesions', 'msi', 'overlap', 'roughness'] True ['box']"
+    assert done.stdout.split("\n")[-2] == "['contours', 'distance', 'dose', 'lesions', 'msi', 'overlap', 'roughness'] True ['box']"
 
 
 def test_slice_rows_carry_the_added_path_length_of_each_slice(module):

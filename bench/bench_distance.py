@@ -15,7 +15,11 @@ spheres, the error against the continuous truth. Methods:
 - the CLI end to end (``segmetrics compare``, a new process, start-up included), kidney case only.
 
 Run: ``python bench/bench_distance.py`` (several minutes on two cores; other load on the machine
-shows as noise: compare runs of one session only). ``--quick`` uses a 120×256×256 grid;
+shows as noise: compare runs of one session only). ``--bundled`` instead times the distance group
+(``compare``, exact and deepmind modes) with the numba kernels and without them (the bundled-packages
+path of 3D Slicer, ``SEGMETRICS_ACCELERATOR=off``) in the same rounds, on the sphere pairs and on
+the TotalSegmentator pair of the shared data (when present), and prints the ratio and the largest
+relative difference of the values. ``--quick`` uses a 120×256×256 grid;
 ``--stages`` also prints, per sphere pair, the time of each step ``compare`` takes (reading the masks,
 the surfaces and their search structures, the exact search both ways, the sorts) and the CPU time
 of the exact search per query vertex on one thread.
@@ -29,8 +33,9 @@ import numpy as np
 import SimpleITK as sitk
 
 import segmetrics
-from common import (DISTANCE_SET, NSD_TOLERANCE_MM, best_time, cli_seconds, deepmind_distance_set, peak_added_mb, values,
-                    write_image)
+from common import (DEFAULT_DATA, DISTANCE_SET, NSD_TOLERANCE_MM, best_time, cli_seconds, deepmind_distance_set, peak_added_mb,
+                    values, write_image)
+from segmetrics.spatial import accelerator
 
 SHAPE = (300, 512, 512)
 SPACING = (2.5, 0.8, 0.8)
@@ -109,6 +114,63 @@ def stage_split(reference, test, rounds: int) -> str:
     return f"stages, best ms: {split}; exact search on one thread {one_thread / queries * 1e9:.0f} ns per query ({queries} queries)"
 
 
+def with_accelerator(setting: str, function):
+    """``function`` to run with ``SEGMETRICS_ACCELERATOR`` set to ``setting`` (``auto`` or ``off``), restored after."""
+    def run():
+        before = os.environ.get(accelerator.ENVIRONMENT_VARIABLE)
+        os.environ[accelerator.ENVIRONMENT_VARIABLE] = setting
+        try:
+            return function()
+        finally:
+            if before is None:
+                del os.environ[accelerator.ENVIRONMENT_VARIABLE]
+            else:
+                os.environ[accelerator.ENVIRONMENT_VARIABLE] = before
+    return run
+
+
+def compare_paths(name: str, reference, test, spacing, repeats: int) -> None:
+    """Print, per surface mode, the best wall time of ``compare``'s distance group with the numba
+    kernels and without (in rounds, both paths once per round), their ratio, and the largest
+    relative difference of the values (inf and NaN must be equal)."""
+    for mode in ("exact", "deepmind"):
+        params = segmetrics.Parameters(surface_mode=mode, nsd_tolerance_mm=TOLERANCE_MM)
+        call = lambda: segmetrics.compare(reference, test, spacing=spacing, metrics="distance", params=params)  # noqa: E731
+        runs = {"numba": with_accelerator("auto", call), "bundled": with_accelerator("off", call)}
+        best, found = {}, {}
+        for _ in range(repeats):
+            for path, run in runs.items():
+                seconds, result = best_time(run, 1)
+                best[path] = min(seconds, best.get(path, seconds))
+                found[path] = np.array([record["value"] for record in result.records()], dtype=float)
+        numba, bundled = found["numba"], found["bundled"]
+        finite = np.isfinite(numba)
+        if not np.array_equal(numba[~finite], bundled[~finite], equal_nan=True):
+            raise AssertionError(f"{name}, {mode}: the paths differ in inf or NaN values")
+        difference = np.max(np.abs(bundled[finite] - numba[finite]) / np.maximum(np.abs(numba[finite]), 1e-300), initial=0.0)
+        print(f"{name:<22} {mode:<9} {best['numba']:>9.3f} {best['bundled']:>10.3f} {best['bundled'] / best['numba']:>6.2f}x {difference:>13.1e}")
+
+
+def bundled_comparison(wanted: list, data: Path) -> None:
+    """:func:`compare_paths` on the sphere cases in ``wanted`` and the TotalSegmentator pair (40 labels)."""
+    tiny = lambda: ours("exact")(np.ones((2, 2, 2), bool), np.ones((2, 2, 2), bool))  # noqa: E731
+    for setting in ("auto", "off"):
+        with_accelerator(setting, tiny)()  # compile / load kernels, build cached tables
+    header = f"{'case':<22} {'mode':<9} {'numba s':>9} {'bundled s':>10} {'ratio':>7} {'largest diff':>13}"
+    print(f"distance group through compare, numba kernels vs bundled packages (SEGMETRICS_ACCELERATOR=off)\n{header}")
+    print("-" * len(header))
+    for name, reference, test, _, repeats in cases():
+        if name.split()[0] in wanted:
+            compare_paths(name, reference, test, SPACING, max(repeats, 3))
+    folder = data / "totalsegmentator"
+    if folder.is_dir():
+        images = [sitk.ReadImage(str(folder / f)) for f in ("example_seg.nii.gz", "example_seg_fast.nii.gz")]
+        reference, test = (sitk.GetArrayFromImage(image) for image in images)
+        compare_paths("TotalSegmentator pair", reference, test, images[0].GetSpacing()[::-1], 5)
+    else:
+        print(f"(no TotalSegmentator pair: {folder} not found)")
+
+
 def read_then_deepmind(reference_file, test_file):
     reference, test = (sitk.GetArrayFromImage(sitk.ReadImage(str(f))) for f in (reference_file, test_file))
     return deepmind_distance_set(reference, test, SPACING)
@@ -120,10 +182,15 @@ def main():
     parser.add_argument("--quick", action="store_true", help="a 120×256×256 grid (development runs)")
     parser.add_argument("--cases", default="kidney,liver,body", help="comma-separated subset of kidney,liver,body")
     parser.add_argument("--stages", action="store_true", help="also print where compare's time goes for the spheres")
+    parser.add_argument("--bundled", action="store_true", help="time the numba and the bundled-packages paths instead")
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared data folder (--bundled: TotalSegmentator pair)")
     args = parser.parse_args()
     if args.quick:
         SHAPE = (120, 256, 256)
     wanted = args.cases.split(",")
+    if args.bundled:
+        bundled_comparison(wanted, args.data)
+        return
     tiny = lambda: ours("exact")(np.ones((2, 2, 2), bool), np.ones((2, 2, 2), bool))  # noqa: E731
     tiny()  # compile / load kernels, build cached tables
     methods = {

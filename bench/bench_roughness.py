@@ -1,4 +1,4 @@
-"""Seconds per structure of the roughness group (default convention, RI + RR + ARD).
+"""Seconds per structure of the roughness group (default convention, RI + RR + ARD), on both paths.
 
 Cases: ``liver`` = the dcmqi liver (512 × 512 × 3 at 1 × 0.81 × 0.81 mm) against itself, as in
 ``segmetrics compare liver_seg.nrrd liver_seg.nrrd --metrics roughness``; ``spine`` = label 100 of
@@ -6,20 +6,23 @@ the panoptica spine reference vs prediction (512 × 512 × 17 at 3.3 × 0.59 × 
 ``ellipsoid`` = two organ-sized ellipsoids (semi-axes 100 × 80 × 120 mm and one 3 mm larger,
 shifted by 4 mm) on a 300 × 512 × 512 grid at 2.5 × 0.8 × 0.8 mm (array order z, y, x).
 
-Per case it prints the vertex counts and the seconds spent building the two shared surfaces
-(``segmetrics.mesh``, shared with other groups), computing both RIs (window means), the ARD (ray
-casting) and the whole group, then the group through the public entry point
+Per case and path (``numba``: the compiled kernels; ``bundled``: ``SEGMETRICS_ACCELERATOR=off``, the
+numpy/scipy twins that run on 3D Slicer's bundled packages) it prints the vertex counts and the
+seconds spent building the two shared surfaces (``segmetrics.mesh``, shared with other groups),
+computing both RIs (window means), the ARD (ray casting) and the whole group, the group's time
+relative to the numba path of the same run, then the group through the public entry point
 (``segmetrics.compare(..., metrics="roughness")`` on the arrays) and, as the peer measured in the
 same run, DeepMind ``surface_distance``'s distance set of the same pair (no other implementation
 of these metrics exists), with the ratio compare / peer. ``--baseline FILE`` also times the group
 of another version of ``roughness.py``, e.g.
-``git show <commit>:SegMetricsModule/segmetrics/roughness.py > old.py``.
+``git show <commit>:SegMetricsModule/segmetrics/metrics/roughness.py > old.py``.
 
 Usage: python bench/bench_roughness.py [--data ../shared/data] [--cases liver,spine,ellipsoid]
-       [--baseline old.py]
+       [--paths numba,bundled] [--baseline old.py] [--no-peer]
 """
 import argparse
 import importlib.util
+import os
 import time
 from pathlib import Path
 
@@ -28,7 +31,7 @@ import SimpleITK as sitk
 
 import segmetrics
 from common import best_time, deepmind_distance_set
-from segmetrics.spatial import mesh
+from segmetrics.spatial import accelerator, mesh
 from segmetrics.metrics import roughness
 from segmetrics.registry import Parameters, StructurePair
 
@@ -78,37 +81,60 @@ def load_baseline(path: Path):
     return module
 
 
+def time_path(name, reference, test, spacing, peer: bool, baseline) -> tuple:
+    """Seconds of each stage of the roughness group on the path the environment selects:
+    ``(vertices, surfaces, RI x2, ARD, group, compare, DeepMind or None, baseline group or None)``."""
+    start = time.perf_counter()
+    surfaces = mesh.pair_surfaces(reference, test, spacing)
+    built = time.perf_counter()
+    for surface in surfaces:
+        roughness.roughness_index(surface, roughness.DEFAULT_WINDOW_MM)
+    ri = time.perf_counter()
+    roughness.average_roughness_distance(*surfaces)
+    ard = time.perf_counter()
+    roughness.compute(StructurePair(name, reference, test, spacing), Parameters())  # surfaces included
+    group = time.perf_counter()
+    vertices = "/".join(str(len(s.points)) for s in surfaces)
+    on_arrays, _ = best_time(lambda: segmetrics.compare(reference, test, spacing=spacing, metrics="roughness", labels=[1]), 1)
+    deepmind = best_time(lambda: deepmind_distance_set(reference, test, spacing), 1)[0] if peer else None
+    baseline_group = None
+    if baseline:
+        start_baseline = time.perf_counter()
+        baseline.compute(StructurePair(name, reference, test, spacing), Parameters())
+        baseline_group = time.perf_counter() - start_baseline
+    return vertices, built - start, ri - built, ard - ri, group - ard, on_arrays, deepmind, baseline_group
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared data folder")
     parser.add_argument("--cases", default="liver,spine,ellipsoid")
+    parser.add_argument("--paths", default="numba,bundled" if accelerator.numba_installed() else "bundled",
+                        help="numba (compiled kernels) and/or bundled (SEGMETRICS_ACCELERATOR=off)")
     parser.add_argument("--baseline", type=Path, help="another roughness.py whose group is timed too")
+    parser.add_argument("--no-peer", action="store_true", help="skip DeepMind's distance set")
     args = parser.parse_args()
     baseline = load_baseline(args.baseline) if args.baseline else None
-    header = (f"{'case':10s} {'vertices':>15s} {'surfaces':>9s} {'RI x2':>7s} {'ARD':>7s} {'group':>7s} {'compare':>8s} "
-              f"{'DeepMind':>9s} {'ratio':>6s}")
+    settings = {"numba": "auto", "bundled": "off"}
+    paths = args.paths.split(",")
+    if "numba" in paths:
+        mesh.compile_kernels()  # numba's compilation or disk cache, outside the timings
+    header = (f"{'case':10s} {'path':8s} {'vertices':>15s} {'surfaces':>9s} {'RI x2':>7s} {'ARD':>7s} {'group':>7s} "
+              f"{'/numba':>7s} {'compare':>8s} {'DeepMind':>9s} {'ratio':>6s}")
     print(header + (f" {'baseline group':>15s}" if baseline else "") + "  (seconds)")
     for name, reference, test, spacing in cases(args.data.resolve(), args.cases.split(",")):
-        start = time.perf_counter()
-        surfaces = mesh.pair_surfaces(reference, test, spacing)
-        built = time.perf_counter()
-        for surface in surfaces:
-            roughness.roughness_index(surface, roughness.DEFAULT_WINDOW_MM)
-        ri = time.perf_counter()
-        roughness.average_roughness_distance(*surfaces)
-        ard = time.perf_counter()
-        roughness.compute(StructurePair(name, reference, test, spacing), Parameters())  # surfaces included
-        group = time.perf_counter()
-        vertices = "/".join(str(len(s.points)) for s in surfaces)
-        on_arrays, _ = best_time(lambda: segmetrics.compare(reference, test, spacing=spacing, metrics="roughness", labels=[1]), 1)
-        peer, _ = best_time(lambda: deepmind_distance_set(reference, test, spacing), 1)
-        row = (f"{name:10s} {vertices:>15s} {built - start:9.2f} {ri - built:7.2f} {ard - ri:7.2f} {group - ard:7.2f} "
-               f"{on_arrays:8.2f} {peer:9.2f} {on_arrays / peer:5.2f}x")
-        if baseline:
-            start = time.perf_counter()
-            baseline.compute(StructurePair(name, reference, test, spacing), Parameters())
-            row += f" {time.perf_counter() - start:15.2f}"
-        print(row)
+        numba_group = None
+        for path in paths:
+            os.environ[accelerator.ENVIRONMENT_VARIABLE] = settings[path]
+            vertices, built, ri, ard, group, on_arrays, peer, baseline_group = time_path(
+                name, reference, test, spacing, not args.no_peer, baseline)
+            numba_group = group if path == "numba" else numba_group
+            relative = f"{group / numba_group:6.2f}x" if numba_group else f"{'-':>7s}"
+            peer_columns = f"{peer:9.2f} {on_arrays / peer:5.2f}x" if peer else f"{'-':>9s} {'-':>6s}"
+            row = (f"{name:10s} {path:8s} {vertices:>15s} {built:9.2f} {ri:7.2f} {ard:7.2f} {group:7.2f} {relative} "
+                   f"{on_arrays:8.2f} {peer_columns}")
+            print(row + (f" {baseline_group:15.2f}" if baseline else ""), flush=True)
+    os.environ.pop(accelerator.ENVIRONMENT_VARIABLE, None)
 
 
 if __name__ == "__main__":

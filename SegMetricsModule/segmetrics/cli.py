@@ -31,6 +31,7 @@ PARAMETER_FLAGS = {
     "roughness_window": "roughness_window_mm",
     "roughness_convention": "roughness_convention",
     "apl_tolerance": "apl_tolerance_mm",
+    "dose_levels": "dose_levels_gy",
 }
 
 
@@ -68,6 +69,20 @@ def _add_parameter_arguments(p) -> None:
     p.add_argument("--roughness-convention", choices=["default", "paper"])
     p.add_argument("--apl-tolerance", type=float, metavar="MM",
                    help="added path length: reference contour farther than this from the test counts (default 1)")
+    p.add_argument("--dose-levels", metavar="GY,GY",
+                   help="doses of the V metrics of the dose group (volume receiving at least each), e.g. 20,30Gy")
+
+
+def _dose_levels(text: str) -> tuple:
+    """``--dose-levels``: comma-separated doses in Gy, any of them written with its unit (``20,30Gy``)."""
+    levels = []
+    for item in text.split(","):
+        number = item.strip()[:-2] if item.strip().lower().endswith("gy") else item
+        try:
+            levels.append(float(number))
+        except ValueError:
+            raise UserError(f"--dose-levels {text}: {item.strip()!r} is not a dose in Gy (e.g. 20,30Gy)") from None
+    return tuple(levels)
 
 
 def _add_input_arguments(p) -> None:
@@ -121,6 +136,8 @@ def _parameters(args):
                             "or the preset")
         values.update(zip(("msi_il", "msi_ol"), MSI_PRESETS[args.msi_preset]))
     values.update({field: getattr(args, flag) for flag, field in PARAMETER_FLAGS.items() if getattr(args, flag) is not None})
+    if args.dose_levels is not None:
+        values["dose_levels_gy"] = _dose_levels(args.dose_levels)
     return Parameters(**values)
 
 
@@ -144,6 +161,10 @@ def _add_compare_parser(subparsers) -> None:
                                       "lesions, which --metrics lesions adds)")
     _add_parameter_arguments(p)
     _add_input_arguments(p)
+    p.add_argument("--dose", metavar="RTDOSE", help="planned dose (DICOM RT Dose) for the dose metrics (dose group): "
+                   "DVH statistics of reference and test and their difference")
+    p.add_argument("--dvh", metavar="CSV", help="write the cumulative DVHs (dose, volume in cc and %% of reference "
+                   "and test, per structure) to this CSV; needs --dose")
     p.add_argument("--slices", "--msi-slices", metavar="CSV", dest="slices",
                    help="write the per-slice table (MSI, added path length, Dice, HD of each slice, per structure) "
                         "to this CSV")
@@ -182,9 +203,14 @@ def _run_compare(args) -> int:
     from .inputs.io import load_pair, read_name_map
     from .outputs.tables import write_result
     from .outputs.slices import write_slice_table
+    from .outputs.dvh import write_dvh_table
+    from .inputs.readers.rtdose import load_dose
     from .inputs.structure_names import read_synonyms
 
     policy = _input_policy(args)
+    # the dose is checked against the structure files' frames of reference, then given to compare read
+    dose, dose_notes = load_dose(args.dose, {"reference": args.reference, "test": args.test}) if args.dose \
+        else (None, [])
     synonyms = read_synonyms(args.synonyms) if args.synonyms else None  # small files first: refused before the images
     names = read_name_map(args.names) if args.names else None
     reference, test = load_pair(args.reference, args.test, threshold=args.threshold, input_policy=policy,
@@ -193,13 +219,16 @@ def _run_compare(args) -> int:
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
                          resample_to=args.resample_to, progress=progress, input_policy=policy, synonyms=synonyms,
-                         names=names)
+                         names=names, dose=dose)
+    result.notes[:0] = dose_notes
     result.provenance.update(command=args.command_line, inputs=_input_files(
-        reference=args.reference, test=args.test, names=args.names))
+        reference=args.reference, test=args.test, names=args.names, dose=args.dose))
     fmt, layout = ("csv", "wide") if args.format == "wide-csv" else (args.format, args.layout)
     write_result(result, fmt, args.output, layout=layout, sort=args.sort, wide=args.wide)
     if args.slices:
         write_slice_table(result, args.slices)
+    if args.dvh:
+        write_dvh_table(result, args.dvh)
     return 0
 
 
@@ -320,7 +349,8 @@ def _add_batch_parser(subparsers) -> None:
                     "skipped, failed ones retried). Exit status 1 when a case failed.")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--manifest", metavar="CSV",
-                        help="CSV with columns case_id, reference, test and optional names (label map JSON)")
+                        help="CSV with columns case_id, reference, test and optional names (label map JSON) and "
+                             "dose (RT Dose file of the case, for the dose metrics)")
     source.add_argument("--reference-dir", metavar="DIR", help="folder of references, matched to --test-dir by file name")
     p.add_argument("--test-dir", metavar="DIR", help="folder of test segmentations (with --reference-dir)")
     p.add_argument("--names", metavar="JSON", help='label value -> name map for folder mode, e.g. {"1": "liver"}')
@@ -450,7 +480,7 @@ INSTANCE_OPTIONS = ("connectivity", "detection_iou", "size_edges")
 
 #: Output locations of each command: option -> "file" or "folder".
 OUTPUTS = {
-    "compare": {"output": "file", "slices": "file"},
+    "compare": {"output": "file", "slices": "file", "dvh": "file"},
     "frames": {"output": "file"},
     "batch": {"output": "folder", "report": "folder"},
     "demo": {"output": "folder"},
@@ -461,7 +491,7 @@ OUTPUTS = {
 #: an existing file inside an input folder), and an output folder must not be an input folder,
 #: whatever the path spelling (links, ``./``, ``..``).
 INPUTS = {
-    "compare": ("reference", "test", "image", "resample_to", "names", "synonyms", "params"),
+    "compare": ("reference", "test", "image", "resample_to", "names", "synonyms", "params", "dose"),
     "frames": ("reference_dir", "test_dir", "reference", "test", "classes", "scores", "instance_dirs"),
     "batch": ("reference_dir", "test_dir", "manifest"),
 }
@@ -527,6 +557,9 @@ def check_options(args) -> None:
         if getattr(args, "slices", None) and not {"msi", "contours"} & set(selection):
             raise UserError(f"--slices {args.slices}: the per-slice table comes from the msi and contours groups, "
                             f"and --metrics {args.metrics} selects neither; add msi or contours to --metrics")
+        if getattr(args, "dvh", None) and not (args.dose and "dose" in selection):
+            raise UserError(f"--dvh {args.dvh}: the DVH curves come from the dose group; give --dose RTDOSE.dcm "
+                            "(and dose in --metrics when it is given)")
         if getattr(args, "sort", None) and not any(args.sort in names for names in selection.values()):
             raise UserError(f"--sort {args.sort}: not among the selected metrics ({args.metrics or 'the default set'}); "
                             "give a metric name such as dice or hd95_mm")

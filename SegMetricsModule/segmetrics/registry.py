@@ -31,6 +31,7 @@ class Status:
     NOT_APPLICABLE = "not_applicable"
     MULTIPLE_OBJECTS = "multiple_objects"
     MISSING_PLANES = "missing_planes"  # contour distances: planes only one side contours were left out
+    OUTSIDE_DOSE_GRID = "outside_dose_grid"
 
 
 @dataclass
@@ -90,7 +91,8 @@ class Parameters:
     convention) and ``apl_tolerance_mm`` (added path length tolerance,
     default 1 mm: about one CT pixel, the voxel-level agreement of Vaassen et al. 2020) > 0;
     ``lesion_iou`` (the IoU a lesion match needs) in (0, 1]; ``lesion_size_edges_mm`` two increasing
-    diameters > 0 (lesion size bins, see :mod:`segmetrics.metrics.lesions`); ``msi_axis`` 0, 1 or 2; text fields one
+    diameters > 0 (lesion size bins, see :mod:`segmetrics.metrics.lesions`); ``dose_levels_gy`` doses (Gy) > 0
+    whose V metrics the dose group adds (:mod:`segmetrics.metrics.dose`); ``msi_axis`` 0, 1 or 2; text fields one
     of :data:`PARAMETER_CHOICES`. :meth:`check_dimension` checks ``msi_axis`` against an image.
     """
 
@@ -109,6 +111,7 @@ class Parameters:
     apl_tolerance_mm: float = 1.0
     lesion_iou: float = 0.5  # lesion-wise detection: IoU a component match needs
     lesion_size_edges_mm: tuple = (3.0, 10.0)  # equivalent diameters between small | medium | large lesions
+    dose_levels_gy: tuple = ()  # V<level>Gy of the dose group
 
     def __post_init__(self):
         self.hd_percentile = positive_number("hd_percentile", self.hd_percentile, maximum=100.0)
@@ -125,6 +128,10 @@ class Parameters:
         self.lesion_size_edges_mm = tuple(positive_number("lesion_size_edges_mm", edge) for edge in edges)
         if self.lesion_size_edges_mm[0] >= self.lesion_size_edges_mm[1]:
             raise ParameterError(f"lesion_size_edges_mm must increase (small < medium < large), got {edges!r}")
+        levels = self.dose_levels_gy
+        if isinstance(levels, (str, bytes)) or not isinstance(levels, (Sequence, np.ndarray)):
+            raise ParameterError(f"dose_levels_gy must be a list of doses in Gy, got {levels!r}")
+        self.dose_levels_gy = tuple(dict.fromkeys(positive_number("dose_levels_gy", level) for level in levels))
         if self.roughness_window_mm is not None:
             self.roughness_window_mm = positive_number("roughness_window_mm", self.roughness_window_mm)
             if self.roughness_convention == "paper" and not self.roughness_window_mm.is_integer():
@@ -211,6 +218,7 @@ class StructurePair:
     cache: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
     contours: tuple | None = None
+    dose: object = None
 
     @property
     def emptiness(self) -> str:
@@ -235,7 +243,9 @@ class MetricGroup:
 
     :func:`segmetrics.evaluation.compare.compare` gives ``compute`` the masks within the pair's bounding box
     (values must not depend on the background around a structure), unless
-    ``whole_image(params)`` says the values depend on the image's extent.
+    ``whole_image(params)`` says the values depend on the image's extent. ``level_metrics(params)``
+    gives the specs of metrics whose names follow the parameters (the dose group's V at the
+    user's dose levels): computed whenever the group runs, not in :func:`metric_specs`.
     """
 
     name: str
@@ -243,6 +253,7 @@ class MetricGroup:
     compute: Callable
     description: str = ""
     whole_image: Callable = lambda params: False
+    level_metrics: Callable = lambda params: ()
 
     def spec(self, metric_name: str) -> MetricSpec:
         return next(m for m in self.metrics if m.name == metric_name)
@@ -256,6 +267,7 @@ _GROUP_MODULES = (
     "segmetrics.metrics.roughness",
     "segmetrics.metrics.contours",
     "segmetrics.metrics.lesions",
+    "segmetrics.metrics.dose",
 )
 #: Metric names of the built-in groups, listed here so that the CLI's help need not import the
 #: groups' modules (vtk, numba, scikit-image); a test checks it against :func:`all_groups`.
@@ -273,6 +285,9 @@ BUILTIN_METRIC_NAMES = {
     "lesions": ("lesion_f1", "lesion_precision", "lesion_recall", "lesion_tp", "lesion_fp", "lesion_fn",
                 *(f"lesion_{kind}_{size}" for size in ("small", "medium", "large")
                   for kind in ("recall", "tp", "fn", "fp"))),
+    "dose": tuple(f"dose_{statistic}_{side}_{'cc' if statistic == 'volume' else 'gy'}"
+                  for statistic in ("dmean", "dmax", "dmin", "d2", "d50", "d95", "d98", "volume")
+                  for side in ("reference", "test", "difference")),
 }
 #: Groups left out of the default selection (computed when named, e.g. ``--metrics lesions``, or with
 #: ``"all"``): lesion-wise detection counts components, which means nothing on organ atlases.

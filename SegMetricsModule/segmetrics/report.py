@@ -254,8 +254,34 @@ def worst_pairs(agg: Aggregate, metrics=DETAIL_METRICS) -> list:
             for record, labels in found.values()]
 
 
+def _dvh_plot(dvh, title: str, path: Path) -> bool:
+    """Cumulative DVHs of one structure pair (``extras["dvh"]``: :class:`segmetrics.metrics.dose.DoseVolumeHistogram`),
+    reference solid and test dashed, volume in % of each side's volume inside the dose grid."""
+    from matplotlib.figure import Figure
+
+    rows = dvh.rows()
+    sides = [side for side in ("reference", "test") if any(math.isfinite(row[f"{side}_percent"]) for row in rows)]
+    if not sides:
+        return False
+    fig = Figure(figsize=(7, 2.8))
+    ax = fig.subplots()
+    for side in sides:
+        ax.plot([row["dose_gy"] for row in rows], [row[f"{side}_percent"] for row in rows],
+                "-" if side == "reference" else "--", label=side)
+    ax.set_ylim(-2, 102)
+    ax.set_xlabel("dose (Gy)")
+    ax.set_ylabel("volume (%)")
+    ax.set_title(_plot_text(title), fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return True
+
+
 def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str | None = None) -> list:
-    """Recompute the worst case × structure pairs with the ``msi`` group for their extras.
+    """Recompute the worst case × structure pairs with the ``msi`` group for their extras (and the
+    ``dose`` group for their DVHs when the case has a dose).
 
     The pairs of :func:`worst_pairs` for :data:`DETAIL_METRICS` (or only ``metric``), ``n`` at most
     (missed structures have no surface; the summary lists them). ``cases`` are
@@ -265,6 +291,7 @@ def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str |
     """
     from .evaluation.batch import load_case
     from .evaluation.compare import compare
+    from .inputs.readers.rtdose import load_dose
     from .registry import all_groups
 
     if "msi" not in all_groups():
@@ -272,9 +299,11 @@ def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str |
     by_id = {case.case_id: case for case in cases}
     details = []
     for record, title in worst_pairs(agg, [metric] if metric else DETAIL_METRICS)[:n]:
-        reference, test = load_case(by_id[record["case_id"]], job.get("threshold"))
-        result = compare(reference, test, labels=[record["structure"]], metrics="msi",
-                         params=job.get("params"), resample_to=job.get("resample_to"))
+        case = by_id[record["case_id"]]
+        reference, test = load_case(case, job.get("threshold"))
+        result = compare(reference, test, labels=[record["structure"]], metrics="msi,dose" if case.dose else "msi",
+                         params=job.get("params"), resample_to=job.get("resample_to"),
+                         dose=load_dose(case.dose, {})[0] if case.dose else None)  # its frame checked by the batch
         details += [(title, reference, s) for s in result.structures if s.structure == record["structure"]]
     return details
 
@@ -293,6 +322,9 @@ def _detail_figures(details, figures: Path) -> tuple:
         if structure.extras.get("msi_slices") and _msi_curve(structure.extras["msi_slices"], f"per-slice MSI: {title}",
                                                              figures / f"{name}_msi_slices.png"):
             blocks.append(("img", f"{name}_msi_slices.png", "Per-slice MSI along the MSI axis."))
+        if "dvh" in structure.extras and _dvh_plot(structure.extras["dvh"], f"DVH: {title}", figures / f"{name}_dvh.png"):
+            blocks.append(("img", f"{name}_dvh.png", "Cumulative dose-volume histograms of the planned dose: reference "
+                                                     "(solid) and test (dashed) contour."))
         surface = structure.extras.get("test_surface")
         if surface is None or not can_render:
             continue

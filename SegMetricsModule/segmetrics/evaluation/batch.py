@@ -59,16 +59,18 @@ class BatchError(ValueError):
 
 @dataclass(frozen=True)
 class Case:
-    """One reference/test pair; ``names`` is an optional JSON file mapping label values to names."""
+    """One reference/test pair; ``names`` is an optional JSON file mapping label values to names,
+    ``dose`` an optional RT Dose file for the dose metrics."""
 
     case_id: str
     reference: str
     test: str
     names: str | None = None
+    dose: str | None = None
 
     def files(self) -> dict:
-        """The case's input files by role: ``reference``, ``test`` and, when given, ``names``."""
-        roles = {"reference": self.reference, "test": self.test, "names": self.names}
+        """The case's input files by role: ``reference``, ``test`` and, when given, ``names`` and ``dose``."""
+        roles = {"reference": self.reference, "test": self.test, "names": self.names, "dose": self.dose}
         return {role: path for role, path in roles.items() if path is not None}
 
 
@@ -120,10 +122,11 @@ class BatchSummary:
 
 # ---------------------------------------------------------------------------------------- inputs
 def read_manifest(path) -> list:
-    """Read a manifest CSV with columns ``case_id, reference, test`` and optional ``names``.
+    """Read a manifest CSV with columns ``case_id, reference, test`` and optional ``names`` and ``dose``.
 
     Relative paths are taken relative to the manifest's folder. ``names`` (also accepted as
-    ``labels`` or ``label_map``) is a JSON file mapping label values to structure names. A UTF-8
+    ``labels`` or ``label_map``) is a JSON file mapping label values to structure names; ``dose``
+    an RT Dose file (the case's planned dose, for the dose metrics; may be empty). A UTF-8
     byte-order mark (Excel's "CSV UTF-8") is accepted. Raises :class:`BatchError` (one line naming
     the file and row) for a folder, undecodable text, missing columns, empty fields or duplicate ids.
     """
@@ -153,8 +156,9 @@ def read_manifest(path) -> list:
             raise BatchError(f"manifest {path} line {line}: empty {', '.join(empty)} "
                              "(each row needs case_id, reference and test)")
         names = row.get("names") or row.get("labels") or row.get("label_map") or None
+        dose = (row.get("dose") or "").strip() or None
         cases.append(Case(row["case_id"], str(path.parent / row["reference"]), str(path.parent / row["test"]),
-                          str(path.parent / names) if names else None))
+                          str(path.parent / names) if names else None, str(path.parent / dose) if dose else None))
     duplicates = _duplicate_ids(cases)
     if duplicates:
         raise BatchError(f"manifest {path}: duplicate case ids {duplicates}")
@@ -244,6 +248,7 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
     the digests are those of the bytes evaluated. A header-only image (``.mhd``, ``.nhdr``) is
     hashed by its header file.
     """
+    from ..inputs.readers.rtdose import load_dose
     from .compare import compare
     from .provenance import file_info
 
@@ -253,20 +258,23 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
     try:
         versions = {side: _file_version(path) for side, path in files.items()}
         inputs = {side: file_info(path) for side, path in files.items()}
+        # the dose is checked against the case's files, then given to compare read
+        dose, dose_notes = load_dose(case.dose, {"reference": case.reference, "test": case.test}) if case.dose \
+            else (None, [])
         reference, test = load_case(case, threshold, input_policy)
         changed = [path for side, path in files.items() if _file_version(path) != versions[side]]
         if changed:
             raise BatchError(f"{', '.join(changed)} changed while the case was read; its digest would not be that of "
                              "the bytes evaluated, run the case again")
         result = compare(reference, test, labels=labels, metrics=metrics, params=params,
-                         resample_to=resample_to, input_policy=input_policy)
+                         resample_to=resample_to, input_policy=input_policy, dose=dose)
     except Exception as error:  # MemoryError included: a failed case is data, not a crash of the run
         message = f"{type(error).__name__}: {str(error).strip() or 'no message'}"
         return CaseOutcome(case.case_id, "failed", error=message, seconds=time.perf_counter() - start, inputs=inputs)
     diagonal = float(np.linalg.norm(np.asarray(reference.array.shape) * np.asarray(reference.spacing)))
     records = [{"case_id": case.case_id, **r} for r in result.records()]
     return CaseOutcome(case.case_id, "ok", records, diagonal_mm=diagonal, voxel_mm=float(min(reference.spacing)),
-                       seconds=time.perf_counter() - start, notes=list(result.notes), inputs=inputs)
+                       seconds=time.perf_counter() - start, notes=dose_notes + list(result.notes), inputs=inputs)
 
 
 def _file_version(path) -> tuple | None:
@@ -529,7 +537,8 @@ def _fingerprint(case: Case, settings: dict) -> str:
     ``.nhdr``) only the header file is checked.
     """
     files = []
-    for path in (case.reference, case.test, case.names):
+    doses = [case.dose] if case.dose else []  # a case without a dose keeps the fingerprint it had before doses
+    for path in (case.reference, case.test, case.names, *doses):
         absolute = None if path is None else os.path.abspath(path)
         version = _file_version(absolute) if absolute else None  # None when missing: redone, fails reading
         files.append([absolute, *(version or ())])

@@ -11,7 +11,9 @@ from ..spatial.geometry import LabelImage, check_same_geometry, geometry_differe
 from ..spatial.orientation import Reorientation, canonical
 from ..registry import (MetricValue, Parameters, Status, StructurePair, all_groups, as_parameters,
                        resolve_selection)
+from ..inputs.readers.rtdose import load_dose
 from ..inputs.structure_names import match_structures
+from ..metrics.dose import outside_notes, sampling_note
 from ..inputs.validation import NothingToCompareError, check_evaluation_options
 
 
@@ -294,6 +296,7 @@ def compare(
     contour_resolution_mm: float | None = None,
     keep_surfaces: bool = False,
     names=None,
+    dose=None,
 ) -> ComparisonResult:
     """Compare a test segmentation with a reference, structure by structure.
 
@@ -343,6 +346,13 @@ def compare(
     keep_surfaces : bool
         Keep each structure's 3-D surfaces in ``extras["surfaces"]`` (:class:`PairSurfaces`), e.g.
         for the Slicer review; off by default, so that results of many structures stay small.
+    dose : path or DoseGrid, optional
+        The planned dose (RTDOSE file or :class:`segmetrics.inputs.readers.rtdose.DoseGrid`) of the dose
+        metrics (:mod:`segmetrics.metrics.dose`; V levels in ``params.dose_levels_gy``); refused
+        when its frame of reference is not that of the structure files (in-memory images carry
+        none: check the files they came from with :func:`segmetrics.inputs.readers.rtdose.check_dose_frame`).
+        Without it the dose group reports nothing (a note says so when dose metrics were asked for
+        by name; ``ValueError`` when nothing else was).
 
     Raises :class:`NothingToCompareError` when neither image holds a structure and no ``labels``
     were given, and ``ValueError`` for parameters that do not fit the images (e.g. ``msi_axis``).
@@ -361,6 +371,10 @@ def compare(
     params = as_parameters(params)
     check_evaluation_options(metrics=metrics, labels=labels, resample_to=resample_to)  # load_pair checks the others
     inputs = {"reference": describe_input(reference), "test": describe_input(test)}
+    dose_notes = []
+    if dose is not None:
+        inputs["dose"] = describe_input(dose)
+        dose, dose_notes = load_dose(dose, {"reference": reference, "test": test})
     reference, test = load_pair(reference, test, spacing, threshold, input_policy=input_policy, image=image,
                                 contour_resolution_mm=contour_resolution_mm)
     checkpoint()
@@ -391,6 +405,12 @@ def compare(
     checkpoint()
 
     selection = resolve_selection(metrics)
+    if dose is None and "dose" in selection and metrics not in (None, "all", ["all"]):  # asked for by name
+        if len(selection) == 1:
+            raise ValueError("the dose metrics need the planned dose: give dose= (CLI: --dose RTDOSE.dcm)")
+        notes.append("dose metrics skipped: no dose was given (dose=, CLI: --dose RTDOSE.dcm)")
+    if dose is not None and "dose" in selection:
+        notes += [*dose_notes, sampling_note(dose, reference.spacing)]
     groups = all_groups()
     whole_image = any(groups[name].whole_image(params) for name in selection)
     checkpoint()
@@ -412,10 +432,12 @@ def compare(
             image=grid,
             orientation=view,
             contours=_contours(reference, ref_label, test, test_label),
+            dose=dose,
         )
         values = []
         for position, (group_name, wanted) in enumerate(selection.items(), start=1):
             checkpoint()
+            wanted = wanted | {spec.name for spec in groups[group_name].level_metrics(params)}
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]
             if progress is not None:
@@ -426,9 +448,12 @@ def compare(
             kept = [None if surface is None else replace(surface) for surface in kept]  # results hold less memory
             extras["surfaces"] = PairSurfaces(*kept, view, grid.spacing)
         results.append(StructureResult(name, ref_label, test_label, values, extras))
+    if dose is not None and "dose" in selection:
+        notes += outside_notes(results, dose)
     settings = {"metrics": metrics if metrics is None or isinstance(metrics, str) else list(metrics),
                 "labels": None if labels is None else [str(x) for x in labels], "params": params,
-                "resample_to": resample_to, "threshold": threshold, "input_policy": input_policy}
+                "resample_to": resample_to, "threshold": threshold, "input_policy": input_policy,
+                "dose": None if dose is None else dose.source}
     return ComparisonResult(results, notes, params,
                             provenance(inputs, settings, grid=grid_info(reference)))
 

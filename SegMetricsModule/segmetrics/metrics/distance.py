@@ -32,9 +32,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from skimage import measure
+from vtkmodules.util.numpy_support import numpy_to_vtk, vtk_to_numpy
+from vtkmodules.vtkCommonDataModel import vtkImageData
+from vtkmodules.vtkFiltersCore import vtkFlyingEdges2D, vtkFlyingEdges3D
 
-from ..spatial import _kernels, mesh
+from ..spatial import _bundled_surface, accelerator, mesh
 from ..spatial._threads import thread_pool
 from ..registry import MetricGroup, MetricSpec, MetricValue, Parameters, StructurePair, register_group
 
@@ -118,7 +120,7 @@ def exact_surface_distances(reference: mesh.Surface | None, test: mesh.Surface |
 def _sorted_by_distance(directed: list, mode: str) -> SurfaceDistances:
     """:class:`SurfaceDistances` of the ``(distances, sizes)`` reference→test and test→reference,
     each sorted by distance, equal distances in their input order (the two sorts run in parallel)."""
-    orders = thread_pool().map(_kernels.ascending_order, [np.asarray(distances, dtype=float) for distances, _ in directed])
+    orders = thread_pool().map(accelerator.kernels(_bundled_surface).ascending_order, [np.asarray(distances, dtype=float) for distances, _ in directed])
     return SurfaceDistances(*(values[order] for (distances, sizes), order in zip(directed, orders) for values in (distances, sizes)), mode)
 
 
@@ -167,11 +169,13 @@ def _corner_surfels(padded: np.ndarray, spacing: np.ndarray):
 @lru_cache(maxsize=None)
 def _unit_surfel_vectors(ndim: int) -> np.ndarray:
     """Per neighbourhood code, the area vectors of its marching-cubes triangles (3-D) or the
-    vectors of its marching-squares segments (2-D) at unit spacing, zero-padded.
+    vectors of its marching-squares segments (2-D) at unit spacing, in array axis order, zero-padded.
 
     Bit ``2**(corners-1-i)`` of a code is the ``i``-th corner of the neighbourhood in C order.
     Codes with more than half the corners inside use the triangulation of their complement, as
-    DeepMind's table does (it matters for the ambiguous cases).
+    DeepMind's table does (it matters for the ambiguous cases). The triangles are VTK's flying
+    edges of the 0.5 level (the same sizes as scikit-image's Lorensen marching cubes, which
+    DeepMind's table follows).
     """
     corners = 2**ndim
     per_code = [np.zeros((1, ndim))]
@@ -179,20 +183,32 @@ def _unit_surfel_vectors(ndim: int) -> np.ndarray:
         bits = np.array([(code >> (corners - 1 - i)) & 1 for i in range(corners)], dtype=float)
         if bits.sum() > corners // 2:
             bits = 1.0 - bits
-        cube = bits.reshape((2,) * ndim)
-        if bits.sum() == 0:
-            per_code.append(np.zeros((1, ndim)))
-        elif ndim == 3:
-            vertices, faces, _, _ = measure.marching_cubes(cube, 0.5, method="lorensen")
-            tri = vertices[faces].astype(float)
-            per_code.append(0.5 * np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]))
-        else:
-            per_code.append(np.concatenate([np.diff(c, axis=0) for c in measure.find_contours(cube, 0.5)]))
+        per_code.append(_level_cell_vectors(bits.reshape((2,) * ndim)) if bits.any() else np.zeros((1, ndim)))
     width = max(len(v) for v in per_code)
     table = np.zeros((len(per_code), width, ndim))
     for code, vectors in enumerate(per_code):
         table[code, : len(vectors)] = vectors
     return table
+
+
+def _level_cell_vectors(cube: np.ndarray) -> np.ndarray:
+    """Area vectors of the triangles (3-D) or vectors of the segments (2-D) of the 0.5 level of a
+    2×2(×2) array of 0 and 1 at unit spacing (VTK flying edges), in array axis order."""
+    image = vtkImageData()
+    image.SetDimensions(*cube.shape[::-1], *(1,) * (3 - cube.ndim))
+    image.GetPointData().SetScalars(numpy_to_vtk(cube.ravel(), deep=True))
+    level = vtkFlyingEdges3D() if cube.ndim == 3 else vtkFlyingEdges2D()
+    level.SetInputData(image)
+    level.SetValue(0, 0.5)
+    level.Update()
+    output = level.GetOutput()
+    points = vtk_to_numpy(output.GetPoints().GetData()).astype(float)[:, cube.ndim - 1::-1]  # (x, y, z) to array order
+    if cube.ndim == 3:
+        triangles = points[vtk_to_numpy(output.GetPolys().GetConnectivityArray()).reshape(-1, 3)]
+        return 0.5 * np.cross(triangles[:, 1] - triangles[:, 0], triangles[:, 2] - triangles[:, 0])
+    lines = output.GetLines()
+    chain, offsets = vtk_to_numpy(lines.GetConnectivityArray()), vtk_to_numpy(lines.GetOffsetsArray())
+    return np.concatenate([np.diff(points[chain[start:stop]], axis=0) for start, stop in zip(offsets[:-1], offsets[1:])])
 
 
 @lru_cache(maxsize=64)

@@ -20,7 +20,7 @@ import math
 import numpy as np
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
-from ..spatial import _kernels, mesh
+from ..spatial import _bundled_roughness, accelerator, mesh
 from ..spatial._threads import in_threads
 from ..registry import MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, register_group
 
@@ -164,7 +164,7 @@ def local_roughness(surface: mesh.Surface, radius: float) -> np.ndarray:
     both means over the window are weighted by the vertices' areas (lengths in 2-D). This is the
     paper's per-window term ``(1/N) Σ |ζ_i - mean ζ|`` with one window per vertex. The windows
     are scanned in the buckets of the surface's vertex grid (:attr:`segmetrics.spatial.mesh.Surface.vertex_grid`,
-    :func:`segmetrics.spatial._kernels.window_deviations`, in threads).
+    ``window_deviations`` of :func:`_roughness_kernels`, :func:`_on_points`).
 
     Parameters
     ----------
@@ -182,7 +182,7 @@ def local_roughness(surface: mesh.Surface, radius: float) -> np.ndarray:
     zeta = np.linalg.norm(points - surface_centre(points, weights), axis=1)
     centres = np.pad(np.asarray(points, dtype=float), ((0, 0), (0, 3 - points.shape[1])))
     shared = (zeta, np.asarray(weights, dtype=float), float(radius), *surface.vertex_grid)
-    return in_threads(_kernels.window_deviations, (centres,), shared)[0]
+    return _on_points(_roughness_kernels(), "window_deviations", (centres,), shared)
 
 
 def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
@@ -197,9 +197,9 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
     directions, 2 for cells wider than a chord of 1, where the cap may no longer contain the cell)
     of the cell's mean direction. The cells are filed by these caps in buckets of directions, on
     levels of bucket sizes a factor 2 apart so that wide cells (close to the centre) do not widen
-    the search for all the others (:func:`segmetrics.spatial._kernels.direction_grid`); each ray tests the
-    cells of its buckets (:func:`segmetrics.spatial._kernels.radial_gaps`, in threads; Möller–Trumbore
-    with the cells prepared by :func:`segmetrics.spatial._kernels.ray_cells`).
+    the search for all the others (``direction_grid``); each ray tests the cells of its buckets
+    (``radial_gaps``, :func:`_on_points`; Möller–Trumbore with the cells prepared by ``ray_cells``),
+    the kernels of :func:`_roughness_kernels`.
 
     Parameters
     ----------
@@ -220,20 +220,39 @@ def radial_gaps(points, centre, other_vertices, other_cells) -> np.ndarray:
     missing = 3 - points.shape[1]  # 2-D: rays and segments in the plane z = 0
     directions = np.pad(offsets / np.maximum(zeta, 1e-300)[:, None], ((0, 0), (0, missing)))
     vertices = np.pad(np.asarray(other_vertices, dtype=float), ((0, 0), (0, missing)))
-    cells = _kernels.ray_cells(vertices, np.asarray(other_cells, dtype=np.int64), np.pad(np.asarray(centre, dtype=float), (0, missing)))
+    origin = np.pad(np.asarray(centre, dtype=float), (0, missing))
+    kernels = _roughness_kernels()
+    cells = kernels.ray_cells(vertices, np.asarray(other_cells, dtype=np.int64), origin)
     finest = _direction_buckets(cells[1])
-    shared = (*cells, _HIT_TOLERANCE, finest, *_kernels.direction_grid(cells[0], cells[1], finest))
-    return in_threads(_kernels.radial_gaps, (directions, zeta), shared)[0]
+    shared = (*cells, _HIT_TOLERANCE, finest, *kernels.direction_grid(cells[0], cells[1], finest))
+    return _on_points(kernels, "radial_gaps", (directions, zeta), shared)
+
+
+def _roughness_kernels():
+    """The roughness kernels: compiled (:mod:`segmetrics.spatial._kernels`) when numba runs, else
+    their numpy/scipy twins (:mod:`segmetrics.spatial._bundled_roughness`), with the same values."""
+    return accelerator.kernels(_bundled_roughness)
+
+
+def _on_points(kernels, name: str, per_point: tuple, shared: tuple) -> np.ndarray:
+    """The output of kernel ``name`` of ``kernels`` (a 1-tuple) on the points: the compiled kernel
+    on the package's threads (it releases the GIL), the numpy twin in the calling thread (its
+    blocks of pairs are small and hold the GIL most of the time: threads would contend for it and
+    each would redo the per-call set-up)."""
+    kernel = getattr(kernels, name)
+    if kernels is _bundled_roughness:
+        return kernel(*per_point, *shared)[0]
+    return in_threads(kernel, per_point, shared)[0]
 
 
 def _direction_buckets(reach: np.ndarray) -> int:
     """Buckets per axis of the finest level of :func:`radial_gaps`' direction buckets (over the
     cube ``[-1, 1]**3``): buckets :data:`DIRECTION_BUCKET_REACHES` median cap radii wide, as a
-    power of 2 of at most :data:`segmetrics.spatial._kernels.MAX_DIRECTION_BUCKETS`."""
+    power of 2 of at most :data:`segmetrics.spatial._bundled_roughness.MAX_DIRECTION_BUCKETS`."""
     if len(reach) == 0:
         return 1
     wanted = 2.0 / (DIRECTION_BUCKET_REACHES * float(np.median(reach)))
-    return int(2 ** np.clip(np.floor(np.log2(max(wanted, 1.0))), 0, np.log2(_kernels.MAX_DIRECTION_BUCKETS)))
+    return int(2 ** np.clip(np.floor(np.log2(max(wanted, 1.0))), 0, np.log2(_bundled_roughness.MAX_DIRECTION_BUCKETS)))
 
 
 def roughness_index(surface: mesh.Surface, radius: float) -> tuple:

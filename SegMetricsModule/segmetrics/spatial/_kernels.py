@@ -19,22 +19,13 @@ that a slip fails with IndexError.
 import numba
 import numpy as np
 
+from ._bundled_surface import (FACE, FEATURE_CORNERS, MAX_BUCKETS, MAX_BUCKETS_PER_AXIS, MAX_COORDINATE_MM,  # noqa: F401
+                               MAX_RINGS, MAX_SIGMA_VOXELS, MAX_WALK_STEPS, SLIVER, VERTICES_PER_BUCKET, gaussian_weights)
+from ._bundled_roughness import MAX_DIRECTION_BUCKETS
+
 
 # --- closest point: the walk --------------------------------------------------------------------
 
-#: Closest-feature codes. Triangles: 0–2 vertex a, b, c; 3 edge ab; 4 edge ac; 5 edge bc; 6 the
-#: face. Segments: 0–1 vertex a, b; 2 the segment.
-FACE = 6
-#: Triangles whose squared sine of the angle at the first corner is at most this are taken as
-#: their three edges by the walk: the face and edge regions of a flatter one are decided by rounding.
-SLIVER = 1e-20
-#: Longest walk, in moves of about one cell (1–2 are usual).
-MAX_WALK_STEPS = 32
-#: Cell-local corners of each feature code (-1 = none), for triangles (3 columns) and segments (2).
-FEATURE_CORNERS = {
-    3: np.array([[0, -1, -1], [1, -1, -1], [2, -1, -1], [0, 1, -1], [0, 2, -1], [1, 2, -1], [0, 1, 2]]),
-    2: np.array([[0, -1], [1, -1], [0, 1]]),
-}
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -257,18 +248,6 @@ def _walk(queries, i, start, points, cells, by_vertex, first, count, feature_cor
 
 # --- nearest vertex: a uniform grid of buckets ---------------------------------------------------
 
-#: Vertices a bucket of :func:`vertex_grid` holds on average on a flat patch of surface.
-VERTICES_PER_BUCKET = 12
-#: Buckets :func:`nearest_vertices` searches out from a point before giving up on it.
-MAX_RINGS = 4
-#: Most buckets per axis of :func:`vertex_grid`.
-MAX_BUCKETS_PER_AXIS = 2**20
-#: Most buckets of :func:`vertex_grid` in all (16 GiB of bucket bounds: more is a bucket size
-#: far too small for the points, refused with a message rather than an allocation failure).
-MAX_BUCKETS = 2**31
-#: Largest coordinate (mm, absolute) the nearest-point searches take: the squared distance of
-#: two such points (up to 12e300 mm²) stays finite, so a search always finds a nearest point.
-MAX_COORDINATE_MM = 1e150
 
 
 @numba.njit(cache=True, nogil=True)
@@ -356,12 +335,14 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
     for a point outside the grid) that holds every vertex as near as the previous point's nearest
     vertex (one bucket out for the first point, and more when nothing is found), and again
     farther out if the nearest vertex found may have a nearer one beyond; columns of buckets
-    (along z) farther than the nearest vertex so far are skipped. Fastest for points in surface
-    order (each near the one before). -1 (and inf) for points with no vertex within
-    :data:`MAX_RINGS` buckets (``MAX_RINGS * bucket_mm``), and for every point when there are no
-    vertices. ValueError for a grid whose buckets are not those of :func:`vertex_grid` (3 axes of
-    1 to :data:`MAX_BUCKETS_PER_AXIS` buckets, runs of vertices in order), which could lead the
-    search out of range."""
+    (along z) farther than the nearest vertex so far are skipped. Of vertices at the same least
+    distance, the one of lowest index (so that the answer does not depend on the points searched
+    before, nor on the chunks the points are split into). Fastest for points in surface order
+    (each near the one before). -1 (and inf) for points with no vertex within :data:`MAX_RINGS`
+    buckets (``MAX_RINGS * bucket_mm``), and for every point when there are no vertices.
+    ValueError for a grid whose buckets are not those of :func:`vertex_grid` (3 axes of 1 to
+    :data:`MAX_BUCKETS_PER_AXIS` buckets, runs of vertices in order), which could lead the search
+    out of range."""
     if queries.shape[1] != 3:
         raise ValueError("nearest_vertices: needs query points of 3 components")
     _check_grid(bucket_mm, low, shape, first, order, sorted_xyz)
@@ -389,18 +370,18 @@ def nearest_vertices(queries, bucket_mm, low, shape, first, order, sorted_xyz):
             start, stop = max(k - rings, 0), min(k + rings, shape[2] - 1)
             for a in range(max(i - rings, 0), min(i + rings, shape[0] - 1) + 1):
                 along_x = _outside(x, low[0], a, bucket_mm) ** 2
-                if along_x >= best:
+                if along_x > best:  # (a bucket at the bound may hold a tie)
                     continue
                 for b in range(max(j - rings, 0), min(j + rings, shape[1] - 1) + 1):
-                    if along_x + _outside(y, low[1], b, bucket_mm) ** 2 >= best:
+                    if along_x + _outside(y, low[1], b, bucket_mm) ** 2 > best:
                         continue
                     column = (a * shape[1] + b) * shape[2]  # its buckets start..stop are one run of vertices
                     for n in range(first[column + start], first[column + stop + 1]):
                         d = (xs[n] - x) ** 2 + (ys[n] - y) ** 2 + (zs[n] - z) ** 2
-                        if d < best:
+                        if d < best or (d == best and found >= 0 and order[n] < order[found]):
                             best, found = d, n
             reach = _reach_all(x, y, z, low, i, j, k, shape, rings, bucket_mm)
-            if found >= 0 and best <= reach * reach:  # also when the cube covers the grid (reach inf)
+            if found >= 0 and best < reach * reach:  # also when the cube covers the grid (reach inf); a tie may be beyond
                 nearest[q], squared[q], previous = order[found], best, found
                 break
             if reach == np.inf:  # the whole grid holds no vertex
@@ -496,20 +477,6 @@ def ascending_order(values):
 
 
 # --- surface building ---------------------------------------------------------------------------
-
-
-#: Widest Gaussian of :func:`gaussian_weights` (voxels): a kernel of up to about 6 million weights.
-MAX_SIGMA_VOXELS = 1e6
-
-
-def gaussian_weights(sigma_voxels: float) -> np.ndarray:
-    """The sampled Gaussian of ``sigma_voxels`` (> 0) truncated at 3 sigma, summing to 1 (scipy's kernel).
-    ValueError for a sigma that is not a number in ``(0, MAX_SIGMA_VOXELS]``."""
-    if not 0 < sigma_voxels <= MAX_SIGMA_VOXELS:  # also NaN
-        raise ValueError(f"the Gaussian's sigma must be in (0, {MAX_SIGMA_VOXELS:g}] voxels, got {sigma_voxels}")
-    radius = int(3.0 * sigma_voxels + 0.5)
-    weights = np.exp(-0.5 * (np.arange(-radius, radius + 1) / sigma_voxels) ** 2)
-    return weights / weights.sum()
 
 
 def gaussian_blur(mask: np.ndarray, sigma_voxels: float, dtype) -> np.ndarray:
@@ -643,9 +610,6 @@ def corner_shares(cells, sizes, vertex_count):
 
 
 # --- rays from one centre -----------------------------------------------------------------------
-
-#: Most buckets per axis of the finest level of :func:`direction_grid` (a power of 2).
-MAX_DIRECTION_BUCKETS = 128
 
 
 @numba.njit(cache=True, nogil=True)

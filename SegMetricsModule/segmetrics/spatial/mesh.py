@@ -62,10 +62,10 @@ from vtkmodules.vtkCommonTransforms import vtkTransform
 from vtkmodules.vtkFiltersCore import vtkFlyingEdges3D, vtkReverseSense
 from vtkmodules.vtkFiltersGeneral import vtkTransformPolyDataFilter
 from scipy.spatial import cKDTree
-from skimage import measure
 from vtkmodules.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
-from . import _kernels
+from . import _bundled_surface, accelerator
+from ._bundled_surface import FACE, FEATURE_CORNERS, MAX_BUCKETS_PER_AXIS, MAX_COORDINATE_MM, VERTICES_PER_BUCKET
 from ._threads import in_threads, in_threads_together, thread_pool
 from .checkpoints import checkpoint
 from .geometry import bounding_box, union_box
@@ -152,7 +152,7 @@ class Surface:
     @_built_once
     def cells_by_vertex(self) -> tuple:
         """``(cells, first, count)``: the cells around vertex ``v`` are ``cells[first[v]:first[v] + count[v]]``."""
-        return _kernels.cells_by_vertex(self.cells, len(self.points))
+        return _surface_kernels().cells_by_vertex(self.cells, len(self.points))
 
     @cached_property
     def face_normals(self) -> np.ndarray:
@@ -233,16 +233,12 @@ def smooth_surface(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS, 
         spacing, origin = spacing[::-1], origin[::-1]  # in the points' axis order
         sizes = _triangle_areas(vertices, cells)
     else:
-        contours = [c[:-1] for c in measure.find_contours(field, 0.5)]  # closed: drop the repeated point
-        first = np.cumsum([0] + [len(c) for c in contours[:-1]])
-        cells = np.concatenate(
-            [np.stack([i + np.arange(len(c)), i + (np.arange(len(c)) + 1) % len(c)], axis=1) for i, c in zip(first, contours)]
-        )
-        vertices = np.concatenate(contours) * spacing + corner
+        vertices, cells = _marching_squares(field)
+        vertices = vertices * spacing + corner
         sizes = np.linalg.norm(vertices[cells[:, 1]] - vertices[cells[:, 0]], axis=1)
     if not np.all(sizes > 0):  # cells of size 0 (rounding) go, and so do vertices left without a cell
         cells, sizes = cells[sizes > 0], sizes[sizes > 0]
-    vertex_sizes = _kernels.corner_shares(cells, sizes, len(vertices))
+    vertex_sizes = _surface_kernels().corner_shares(cells, sizes, len(vertices))
     used = vertex_sizes > 0
     if not used.all():
         vertices, vertex_sizes, cells = vertices[used], vertex_sizes[used], (np.cumsum(used) - 1)[cells]
@@ -253,9 +249,10 @@ def _surface_field(padded: np.ndarray, sigma_voxels: float) -> np.ndarray:
     """The field whose 0.5 level is :func:`smooth_surface`'s surface, for a padded boolean mask
     (array order, one value per voxel centre; see the module docstring)."""
     dtype = np.float32 if padded.ndim == 3 else float  # 3-D: low memory; 2-D: symmetric shapes exact
-    field = _kernels.gaussian_blur(padded, sigma_voxels, dtype)
+    kernels = _surface_kernels()
+    field = kernels.gaussian_blur(padded, sigma_voxels, dtype)
     # inside centres that the blur alone leaves outside the surface
-    lost, blurred = _kernels.clamp_field(field.ravel(), padded.ravel(), CLAMP_MARGIN)
+    lost, blurred = kernels.clamp_field(field.ravel(), padded.ravel(), CLAMP_MARGIN)
     lost = np.unravel_index(lost, padded.shape)
     # thin in more than one axis (reach > 0) only where the wide blur is below a third of the blur;
     # its central window bounds it from below and clears most centres of bulk structures at once
@@ -279,7 +276,7 @@ def _central_gaussian_sum(padded: np.ndarray, index: tuple, sigma_voxels: float,
     weights summed over the mask's voxels within ``radius`` voxels on every axis only."""
     if len(index[0]) == 0:
         return np.zeros(0)
-    kernel = _kernels.gaussian_weights(sigma_voxels)
+    kernel = _bundled_surface.gaussian_weights(sigma_voxels)
     halo = len(kernel) // 2
     central = kernel[halo - radius: halo + radius + 1]
     weights = central
@@ -303,14 +300,14 @@ def _gaussian_at(padded: np.ndarray, index: tuple, sigma_voxels: float, dtype) -
     values = np.empty(len(index), dtype=dtype)
     if len(index) == 0:
         return values
-    halo = len(_kernels.gaussian_weights(sigma_voxels)) // 2  # the kernel's radius
+    halo = len(_bundled_surface.gaussian_weights(sigma_voxels)) // 2  # the kernel's radius
     block = np.unique(index // BLUR_BLOCK, axis=0, return_inverse=True)[1].ravel()
     order = np.argsort(block, kind="stable")
     for members in np.split(order, np.cumsum(np.bincount(block))[:-1]):
         points = index[members]
         low = np.maximum(points.min(axis=0) - halo, 0)
         box = tuple(slice(start, stop) for start, stop in zip(low, points.max(axis=0) + halo + 1))
-        blurred = _kernels.gaussian_blur(padded[box], sigma_voxels, dtype)
+        blurred = _surface_kernels().gaussian_blur(padded[box], sigma_voxels, dtype)
         values[members] = blurred[tuple((points - low).T)]
     return values
 
@@ -347,6 +344,39 @@ def pair_surfaces(reference, test, spacing, sigma_voxels: float = SMOOTHING_SIGM
     return tuple(map(build, masks, boxes, [False] * 2))
 
 
+#: Per marching-squares case (bit 1 upper left, 2 upper right, 4 lower left, 8 lower right corner
+#: inside), its segments as (from, to) edges of the square: 0 top, 1 bottom, 2 left, 3 right. They
+#: run with the inside on their right (rows down, columns right); the two saddles (6, 9) keep
+#: their inside corners apart (the foreground is 4-connected).
+_SQUARE_SEGMENTS = {1: [(0, 2)], 2: [(3, 0)], 3: [(3, 2)], 4: [(2, 1)], 5: [(0, 1)], 6: [(3, 0), (2, 1)], 7: [(3, 1)],
+                    8: [(1, 3)], 9: [(0, 2), (1, 3)], 10: [(1, 0)], 11: [(1, 2)], 12: [(2, 3)], 13: [(0, 3)], 14: [(2, 0)]}
+
+
+def _marching_squares(field: np.ndarray) -> tuple:
+    """The 0.5 level of a 2-D field that is nowhere exactly 0.5 (array order, one value per pixel
+    centre): ``(vertices, segments)``, vertices in pixel units ``(row, col)`` where the level
+    crosses a grid edge (linear interpolation from its first end: the points of scikit-image's
+    ``find_contours``), segments as pairs of vertex indices (:data:`_SQUARE_SEGMENTS`)."""
+    inside = field > 0.5
+    across = inside[:, :-1] != inside[:, 1:]  # edges (r, c)-(r, c + 1)
+    down = inside[:-1, :] != inside[1:, :]  # edges (r, c)-(r + 1, c)
+    r, c = np.nonzero(across)
+    start, end = field[r, c], field[r, c + 1]
+    across_points = np.stack([r, c + (0.5 - start) / (end - start)], axis=1)
+    r, c = np.nonzero(down)
+    start, end = field[r, c], field[r + 1, c]
+    down_points = np.stack([r + (0.5 - start) / (end - start), c], axis=1)
+    across_index = np.full(across.shape, -1, dtype=np.int64)
+    across_index[across] = np.arange(len(across_points))
+    down_index = np.full(down.shape, -1, dtype=np.int64)
+    down_index[down] = len(across_points) + np.arange(len(down_points))
+    case = inside[:-1, :-1] + 2 * inside[:-1, 1:] + 4 * inside[1:, :-1] + 8 * inside[1:, 1:]
+    edges = np.stack([across_index[:-1], across_index[1:], down_index[:, :-1], down_index[:, 1:]])  # top, bottom, left, right
+    segments = [np.stack([edges[start][case == code], edges[end][case == code]], axis=1)
+                for code, pairs in _SQUARE_SEGMENTS.items() for start, end in pairs]
+    return np.concatenate([across_points, down_points]).astype(float), np.concatenate(segments)
+
+
 def _flying_edges(field: np.ndarray, spacing: np.ndarray):
     """Vertices (mm, ``(x, y, z)`` from the field's corner) and outward triangles of the 0.5 level of a 3-D field."""
     image = vtkImageData()
@@ -381,10 +411,32 @@ def to_polydata(surface: Surface | None) -> vtkPolyData:
     return polydata
 
 
+def _surface_kernels():
+    """The module running the surface kernels: the compiled :mod:`segmetrics.spatial._kernels` when numba
+    runs, else :mod:`segmetrics.spatial._bundled_surface` (same functions and values, numpy and scipy
+    only; see :func:`segmetrics.spatial.accelerator.kernels`)."""
+    return accelerator.kernels(_bundled_surface)
+
+
+def _planar_kernels():
+    """The module running the 2-D contour kernels: the compiled :mod:`segmetrics.spatial._kernels` when
+    numba runs, else their twins on numpy and scipy, :mod:`segmetrics.spatial._bundled_planar`."""
+    if accelerator.use_numba():
+        from . import _kernels
+        return _kernels
+    from . import _bundled_planar
+    return _bundled_planar
+
+
 def compile_kernels() -> None:
     """Compile, or load from numba's disk cache, every kernel of :mod:`segmetrics.spatial._kernels`, on a
-    tiny 3-D and 2-D mask. Batch runs call it before starting worker processes, which then only read the
-    cache: numba's cache is not safe to write from several processes at once."""
+    tiny 3-D and 2-D mask; nothing without numba (:func:`segmetrics.spatial.accelerator.use_numba`).
+    Batch runs call it before starting worker processes, which then only read the cache: numba's
+    cache is not safe to write from several processes at once."""
+    if not accelerator.use_numba():
+        return
+    from . import _kernels
+
     for shape in ((5, 6, 6), (6, 6)):
         mask = np.zeros(shape, bool)
         mask[(slice(1, -1),) * len(shape)] = True
@@ -392,7 +444,7 @@ def compile_kernels() -> None:
         _kernels.ascending_order(distances_to_surface(surface.points + 0.3, surface))  # as the distance group sorts them
         points = _three_components(surface.points)  # the walk alone runs for points beyond the grid search
         _kernels.closest_points(points + 0.3, np.zeros(len(points), dtype=np.int64), points, surface.cells,
-                                *surface.cells_by_vertex, _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
+                                *surface.cells_by_vertex, FEATURE_CORNERS[surface.cells.shape[1]])
     _kernels.compile_roughness_kernels()
     _kernels.compile_contour_kernels()
 
@@ -401,8 +453,12 @@ def kernel_cache_missing() -> bool:
     """Whether numba's disk cache (``__pycache__``, the user's cache folder or ``NUMBA_CACHE_DIR``)
     lacks a kernel of :mod:`segmetrics.spatial._kernels` or holds it for an older source, i.e. whether
     using them would compile (first use after install or after an update). Kernels inlined into
-    others have no cache of their own and are not counted."""
+    others have no cache of their own and are not counted. False when numba does not run them."""
+    if not accelerator.use_numba():
+        return False
     from numba.core.registry import CPUDispatcher
+
+    from . import _kernels
 
     kernels = [k for k in vars(_kernels).values() if isinstance(k, CPUDispatcher) and k.targetoptions.get("inline") != "always"]
     return any(not k._cache._cache_file._load_index() for k in kernels)  # {} when absent or stale
@@ -434,18 +490,18 @@ def surface_mesh(mask, spacing, sigma_voxels: float = SMOOTHING_SIGMA_VOXELS) ->
 
 def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     """Buckets of surface points for :func:`nearest_points`: ``(bucket size in mm, ...)`` of
-    :func:`segmetrics.spatial._kernels.vertex_grid`, sized to hold about
-    :data:`~segmetrics.spatial._kernels.VERTICES_PER_BUCKET` points on a flat patch of a surface whose
+    :func:`segmetrics.spatial._bundled_surface.vertex_grid`, sized to hold about
+    :data:`~segmetrics.spatial._bundled_surface.VERTICES_PER_BUCKET` points on a flat patch of a surface whose
     points carry ``sizes`` (mm² each; mm for 2-D contours), and larger when the points are so
     spread out (a few specks far apart, points on a line or a plane) that there would be more
     than about :data:`MAX_BUCKETS_PER_POINT` buckets per point. Any points work: none (one
     empty bucket), a single one, all on a line or a plane, sizes of 0. ValueError for points
-    that are not finite or beyond :data:`segmetrics.spatial._kernels.MAX_COORDINATE_MM` (1e150 mm)."""
+    that are not finite or beyond :data:`segmetrics.spatial._bundled_surface.MAX_COORDINATE_MM` (1e150 mm)."""
     surface_dimensions = points.shape[1] - 1  # sizes are areas (3-D) or lengths (2-D)
     points = _three_components(points)
     _require_within_reach(points, "point_grid: the points")
     mean_size = max(float(np.mean(sizes)), 0.0) if len(sizes) else 0.0
-    bucket_mm = np.sqrt(_kernels.VERTICES_PER_BUCKET) * mean_size ** (1.0 / surface_dimensions)
+    bucket_mm = np.sqrt(VERTICES_PER_BUCKET) * mean_size ** (1.0 / surface_dimensions)
     if not bucket_mm < np.inf:
         bucket_mm = 0.0
     # at most `budget` buckets along the longest axis (and half the kernel's most), over the two
@@ -453,13 +509,13 @@ def point_grid(points: np.ndarray, sizes: np.ndarray) -> tuple:
     budget = MAX_BUCKETS_PER_POINT * len(points) + 4096
     extent = np.sort([np.ptp(axis) for axis in points.T] if len(points) else np.zeros(3))[::-1]  # mm, longest first
     # (axis by axis: NumPy's reductions over the short axis of (n, 3) rows are many times slower)
-    bucket_mm = max(bucket_mm, extent[0] / min(budget, _kernels.MAX_BUCKETS_PER_AXIS // 2),
+    bucket_mm = max(bucket_mm, extent[0] / min(budget, MAX_BUCKETS_PER_AXIS // 2),
                     *((math.prod(extent[:axes].tolist()) / budget) ** (1.0 / axes) for axes in (2, 3)))
     if bucket_mm == 0:  # one point, or all at one place, with sizes of 0
         bucket_mm = 1.0
     elif bucket_mm == np.inf:  # extents near 1e150 mm overflow the products: one bucket along the longest axis
         bucket_mm = float(extent[0])
-    return (bucket_mm, *_kernels.vertex_grid(points, bucket_mm))
+    return (bucket_mm, *_surface_kernels().vertex_grid(points, bucket_mm))
 
 
 def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple) -> tuple:
@@ -474,7 +530,7 @@ def nearest_points(queries: np.ndarray, points: np.ndarray, grid: tuple) -> tupl
         raise ValueError(f"nearest_points: the grid holds {len(grid[4])} points, not these {len(points)}")
     if len(points) == 0:
         return np.full(len(queries), np.inf), np.full(len(queries), -1, dtype=np.int64)
-    nearest, squared = in_threads(_kernels.nearest_vertices, (_three_components(queries),), grid)
+    nearest, squared = in_threads(_surface_kernels().nearest_vertices, (_three_components(queries),), grid)
     far = np.flatnonzero(nearest < 0)
     if len(far):
         squared[far], nearest[far] = kd_tree(points).query(queries[far], workers=-1)
@@ -547,9 +603,9 @@ def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
             continue
         _require_within_reach(points, "distances_to_surface: the points")
         star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex,
-                _kernels.FEATURE_CORNERS[surface.cells.shape[1]])
+                FEATURE_CORNERS[surface.cells.shape[1]])
         searches.append((index, points, _three_components(points), star, surface))
-    found = in_threads_together([(_kernels.closest_points_near, (queries,), (*surface.vertex_grid, *star))
+    found = in_threads_together([(_surface_kernels().closest_points_near, (queries,), (*surface.vertex_grid, *star))
                                  for _, _, queries, star, surface in searches])
     for index, points, queries, star, surface in searches:  # each search's outputs dropped once walked
         checkpoint()
@@ -558,11 +614,11 @@ def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
 
 
 def _walked_distances(points, queries, star, surface: Surface, offset, cell, feature, nearest, signed: bool) -> np.ndarray:
-    """The distances of :func:`distances_to_surface` from what :func:`_kernels.closest_points_near` found."""
+    """The distances of :func:`distances_to_surface` from what ``closest_points_near`` (:func:`_surface_kernels`) found."""
     far = np.flatnonzero(nearest < 0)  # no vertex within the grid search's reach: the KD-tree's nearest, then the walk
     if len(far):
-        nearest = surface.tree.query(points[far], workers=-1)[1]  # the tree holds the surface's 2-D or 3-D points
-        offset[far], cell[far], feature[far] = _kernels.closest_points(queries[far], nearest, *star)
+        nearest = _bundled_surface.nearest_vertices(queries[far], *surface.vertex_grid)[0]  # ties as the grid's
+        offset[far], cell[far], feature[far] = _surface_kernels().closest_points(queries[far], nearest, *star)
     squared = offset * offset
     distances = np.sqrt(squared[:, 0] + squared[:, 1] + squared[:, 2])  # np.sum(..., axis=1), many times faster
     if signed:
@@ -603,9 +659,9 @@ def cached_distances_both_ways(pair) -> tuple:
 
 def _require_within_reach(points: np.ndarray, what: str) -> None:
     """ValueError (starting with ``what``) unless every coordinate (mm) is finite and within
-    :data:`segmetrics.spatial._kernels.MAX_COORDINATE_MM`, where the searches' squared distances stay finite."""
-    if not np.all(np.abs(points) <= _kernels.MAX_COORDINATE_MM):  # also NaN
-        raise ValueError(f"{what} must be finite and within {_kernels.MAX_COORDINATE_MM:g} mm")
+    :data:`segmetrics.spatial._bundled_surface.MAX_COORDINATE_MM`, where the searches' squared distances stay finite."""
+    if not np.all(np.abs(points) <= MAX_COORDINATE_MM):  # also NaN
+        raise ValueError(f"{what} must be finite and within {MAX_COORDINATE_MM:g} mm")
 
 
 def _three_components(points: np.ndarray) -> np.ndarray:
@@ -623,11 +679,11 @@ def _dot(u, v):
 
 def _feature_normals(cells, feature, surface: Surface):
     """Pseudo-normal (see :func:`distances_to_surface`) of the closest feature (code of
-    :mod:`segmetrics.spatial._kernels`) of each triangle, shape (k, 3)."""
+    :data:`segmetrics.spatial._bundled_surface.FACE`) of each triangle, shape (k, 3)."""
     normals = surface.face_normals[cells]
     corner = feature < 3
     normals[corner] = surface.vertex_normals[surface.cells[cells[corner], feature[corner]]]
-    edge = (feature >= 3) & (feature < _kernels.FACE)
+    edge = (feature >= 3) & (feature < FACE)
     side = np.array([0, 2, 1])[feature[edge] - 3]  # ab, ac (= ca), bc in the order of Surface.edge_twins
     normals[edge] += surface.face_normals[surface.edge_twins[cells[edge], side]]
     return normals
@@ -674,7 +730,7 @@ def triangle_areas(polydata: vtkPolyData) -> np.ndarray:
 
 def _triangle_areas(vertices: np.ndarray, cells: np.ndarray) -> np.ndarray:
     """Areas of triangles ``cells`` (m, 3) of ``vertices`` (n, 3)."""
-    return _kernels.triangle_areas(np.ascontiguousarray(vertices, dtype=float), np.ascontiguousarray(cells, dtype=np.int64))
+    return _surface_kernels().triangle_areas(np.ascontiguousarray(vertices, dtype=float), np.ascontiguousarray(cells, dtype=np.int64))
 
 
 def point_areas(polydata: vtkPolyData) -> np.ndarray:
@@ -800,10 +856,10 @@ def contours_2d(mask2d, spacing2d, max_segment_mm: float | None = None) -> list:
     mask2d = np.asarray(mask2d, dtype=bool)
     if not mask2d.any():
         return []
-    # the boundaries scikit-image's find_contours gives, from one compiled pass (same points and order);
+    # the boundaries scikit-image's find_contours gives, from one pass (same points and order);
     # origin (1, 1) of label 1 undoes the pad
-    points, lengths, first, _ = _kernels.label_contours(np.pad(mask2d, 1).astype(np.int32), np.ones((2, 2), np.int64),
-                                                         np.asarray(spacing2d, dtype=float), max_segment_mm or -1.0)
+    points, lengths, first, _ = _planar_kernels().label_contours(
+        np.pad(mask2d, 1).astype(np.int32), np.ones((2, 2), np.int64), np.asarray(spacing2d, dtype=float), max_segment_mm or -1.0)
     return [Contour(points[start:stop], lengths[start:stop]) for start, stop in zip(first[:-1], first[1:])]
 
 

@@ -143,13 +143,20 @@ def read_structure_set(path) -> StructureSet:
         open_contours.pop(number)
     names = {number: names.get(number, str(number)) for number in contours}
     check_unique_names(names, str(path))
-    frames = {str(roi.ReferencedFrameOfReferenceUID) for roi in dataset.get("StructureSetROISequence", [])
-              if roi.get("ReferencedFrameOfReferenceUID")}
+    frames = structure_set_frames(dataset)
     referenced = dataset.get("ReferencedFrameOfReferenceSequence", [])
-    frames = frames or {str(frame.FrameOfReferenceUID) for frame in referenced if frame.get("FrameOfReferenceUID")}
     series = {str(s.SeriesInstanceUID) for frame in referenced for study in frame.get("RTReferencedStudySequence", [])
               for s in study.get("RTReferencedSeriesSequence", []) if s.get("SeriesInstanceUID")}
     return StructureSet(str(path), names, contours, frozenset(frames), frozenset(series), dropped, open_contours)
+
+
+def structure_set_frames(dataset) -> set:
+    """The frames of reference (UIDs) an RTSTRUCT dataset's ROIs are drawn in (``StructureSetROISequence``),
+    else those it references (``ReferencedFrameOfReferenceSequence``); empty when it says neither."""
+    frames = {str(roi.ReferencedFrameOfReferenceUID) for roi in dataset.get("StructureSetROISequence", [])
+              if roi.get("ReferencedFrameOfReferenceUID")}
+    referenced = dataset.get("ReferencedFrameOfReferenceSequence", [])
+    return frames or {str(frame.FrameOfReferenceUID) for frame in referenced if frame.get("FrameOfReferenceUID")}
 
 
 def _roi_number(item, keyword: str) -> int:
