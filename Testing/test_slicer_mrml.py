@@ -8,7 +8,7 @@ import pytest
 slicer = pytest.importorskip("slicer", reason="slicer-core (MRML Python wrapping) is not installed")
 vtk = pytest.importorskip("vtk")
 
-from vtk.util.numpy_support import vtk_to_numpy  # noqa: E402
+from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy  # noqa: E402
 
 from segmetrics import LabelImage, compare, mrml  # noqa: E402
 from segmetrics.inputs.io import load_label_image  # noqa: E402
@@ -293,6 +293,57 @@ def test_msi_columns_show_the_width_of_their_weights(scene):
     assert table.GetColumnTitle("msi") == "msi (σ 10 mm inside / 2.5 mm outside)"
     assert table.GetColumnTitle("msi_3d") == "msi_3d (σ 10 mm inside / 2.5 mm outside)"
     assert table.GetColumnTitle("dice") in ("", "dice")  # no σ, no unit
+
+
+def dose_volume(scene, image: LabelImage, dose_gy: np.ndarray):
+    """A scalar volume node holding ``dose_gy`` (z, y, x) on the grid of ``image``."""
+    volume = scene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", "dose")
+    data = vtk.vtkImageData()
+    data.SetDimensions(dose_gy.shape[::-1])
+    data.GetPointData().SetScalars(numpy_to_vtk(np.ascontiguousarray(dose_gy, np.float32).ravel(), deep=True))
+    volume.SetAndObserveImageData(data)
+    volume.SetIJKToRASMatrix(mrml.ras_matrix(image))
+    return volume
+
+
+def test_dose_volume_gives_dose_metrics_and_a_dvh_chart(headless):
+    """A dose growing 0.5 Gy per voxel along x: the reference box (x = 2..5) gets a mean dose of
+    0.5 * 3.5 Gy and the test box (x = 3..6) 0.5 * 4.5 Gy (the dose at the voxel centres, on the
+    dose's own grid); their DVHs fall from 100 % to 0 % (half at the median dose), the reference
+    dashed, the test solid, in a DVH chart shown when MSI did not run."""
+    scene = headless.scene
+    images = [box_image((10, 10, 10), box, name="gtv") for box in (np.s_[2:6, 2:6, 2:6], np.s_[2:6, 2:6, 3:7])]
+    nodes = [mrml.add_segmentation_from_label_image(scene, image, n) for image, n in zip(images, "rt")]
+    dose = dose_volume(scene, images[0], np.broadcast_to(0.5 * np.arange(10.0), (10, 10, 10)))
+    layout = scene.AddNewNodeByClass("vtkMRMLLayoutNode")
+    outputs = mrml.run(*nodes, metrics=["overlap"], dose_node=dose)
+    assert cell(outputs.table, 0, "dose_dmean_reference_gy") == pytest.approx(0.5 * 3.5)
+    assert cell(outputs.table, 0, "dose_dmean_test_gy") == pytest.approx(0.5 * 4.5)
+    assert cell(outputs.table, 0, "dose_dmean_difference_gy") == pytest.approx(0.5)
+    assert outputs.table.GetColumnUnitLabel("dose_dmean_reference_gy") == "Gy"
+    chart = outputs.dvh_chart
+    assert chart.GetNumberOfPlotSeriesNodes() == 2
+    reference, test = (chart.GetNthPlotSeriesNode(i) for i in range(2))
+    assert reference.GetLineStyle() == slicer.vtkMRMLPlotSeriesNode.LineStyleDash
+    assert test.GetYColumnName() == "test_percent"
+    table = reference.GetTableNode().GetTable()
+    dvh = {table.GetColumnByName("dose_gy").GetValue(r): table.GetColumnByName("reference_percent").GetValue(r)
+           for r in range(table.GetNumberOfRows())}
+    assert dvh[0.0] == pytest.approx(100.0) and max(dvh) > 2.5 and dvh[max(dvh)] == 0.0
+    assert min(v for v in dvh.values()) == 0.0
+    assert mrml.show_results(headless.app_logic, outputs) == slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView
+    assert layout.GetViewArrangement() == slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView
+    again = mrml.run(*nodes, metrics=["overlap"])  # without the dose: no dose column, the DVH nodes go
+    assert again.dvh_chart is None and again.table.GetColumnIndex("dose_dmean_reference_gy") < 0
+    assert scene.GetNumberOfNodesByClass("vtkMRMLPlotChartNode") == 0
+
+
+def test_dose_volume_under_a_transform_is_refused(scene):
+    image = box_image((6, 6, 6), np.s_[1:4, 1:4, 1:4])
+    dose = dose_volume(scene, image, np.ones((6, 6, 6)))
+    dose.SetAndObserveTransformNodeID(scene.AddNewNodeByClass("vtkMRMLLinearTransformNode").GetID())
+    with pytest.raises(ValueError, match="parent transform: harden it first"):
+        mrml.dose_grid_from_volume(dose)
 
 
 def test_table_headers_show_each_unit_once(scene):

@@ -76,8 +76,9 @@ class Outputs:
     """What :func:`run` produced: the core result, its grid (LPS) and the output nodes.
 
     ``models`` and ``reference_models`` map pair names to the test and reference surface models;
-    ``marker`` is the plot series marking the current slice on the chart; ``scene`` is the scene
-    they were written into (see :func:`outputs_scene`).
+    ``marker`` is the plot series marking the current slice on the chart; ``dvh_chart`` the
+    dose-volume histograms' chart when the dose group ran; ``scene`` is the scene they were
+    written into (see :func:`outputs_scene`).
     """
 
     result: ComparisonResult
@@ -89,12 +90,13 @@ class Outputs:
     reference_models: dict = field(default_factory=dict)
     marker: object = None
     scene: object = None
+    dvh_chart: object = None
 
 
 def outputs_scene(outputs: Outputs):
     """The scene of a run's outputs while any of its output nodes is still there (the user may have
     deleted some, e.g. the results table), else None (all removed, or the scene was closed)."""
-    nodes = [outputs.table, outputs.chart, *outputs.models.values(), *outputs.reference_models.values()]
+    nodes = [outputs.table, outputs.chart, outputs.dvh_chart, *outputs.models.values(), *outputs.reference_models.values()]
     return outputs.scene if any(n is not None and n.GetScene() is not None for n in nodes) else None
 
 
@@ -175,6 +177,22 @@ def label_image_from_volume(volume_node, names: dict | None = None) -> LabelImag
     matrix = vtk.vtkMatrix4x4()
     volume_node.GetIJKToRASMatrix(matrix)
     return _label_image(array, _numpy_matrix(matrix), names)
+
+
+def dose_grid_from_volume(volume_node):
+    """The :class:`segmetrics.inputs.readers.rtdose.DoseGrid` (Gy, LPS) of a scalar volume node
+    holding a dose in Gy, e.g. an RTDOSE loaded by SlicerRT's DICOM import (which scales it to Gy).
+    ``ValueError`` for a volume under a parent transform (harden it first: the dose would be placed
+    without it) or without voxels."""
+    from .inputs.readers.rtdose import DoseGrid
+
+    if volume_node.GetParentTransformNode() is not None:
+        raise ValueError(f"dose volume {volume_node.GetName()!r} has a parent transform: harden it first")
+    if volume_node.GetImageData() is None or volume_node.GetImageData().GetPointData().GetScalars() is None:
+        raise ValueError(f"dose volume {volume_node.GetName()!r} holds no voxels")
+    image = label_image_from_volume(volume_node)
+    return DoseGrid(image.array.astype(np.float32), image.spacing, image.origin, image.direction,
+                    source=f"dose volume {volume_node.GetName()!r}")
 
 
 def add_segmentation_from_label_image(scene, image: LabelImage, name: str):
@@ -592,7 +610,8 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
                     _add_point_array(polydata[role], name, values)
 
 
-def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, params=None, progress=None):
+def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, params=None, progress=None,
+                          dose_node=None):
     """Compare segment pairs of two segmentation nodes with :func:`segmetrics.compare`.
 
     Both segmentations are exported onto one grid that holds every voxel of both
@@ -612,6 +631,9 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
         repeating the last report); it may raise :class:`Cancelled` to stop the run. Messages
         are translated in Slicer. A scene closed during the run stops it at the next checkpoint
         (:class:`Cancelled`).
+    dose_node : vtkMRMLScalarVolumeNode, optional
+        The planned dose in Gy (:func:`dose_grid_from_volume`) of the dose metrics and DVHs
+        (``extras["dvh"]``); the dose group then runs with the chosen ones.
 
     Returns
     -------
@@ -625,6 +647,10 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
 
     params = as_parameters(params)
     check_evaluation_options(metrics=metrics)
+    dose = None if dose_node is None else dose_grid_from_volume(dose_node)
+    if dose is not None and metrics is not None:
+        metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+        metrics += [] if "dose" in metrics else ["dose"]
     scene = reference_node.GetScene()
     pairs = segment_pairs(reference_node, test_node) if pairs is None else pairs
     if not pairs:
@@ -647,7 +673,8 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
             structures = []
             for index, pair in enumerate(pairs):
                 step = lambda stage, message: reporter((index * 3 + stage) / (len(pairs) * 3), f"{pair.name}: {message}")  # noqa: E731
-                structures.append(_compare_pair(temporary, reference, test, pair, grid_node, grid, metrics, params, step))
+                structures.append(_compare_pair(temporary, reference, test, pair, grid_node, grid, metrics, params, dose,
+                                                step))
         reporter(1.0, _("done"))
         return ComparisonResult(structures, notes), grid
     finally:
@@ -655,7 +682,7 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
 
 
 def _compare_pair(temporary: _TemporaryNodes, reference, test, pair: SegmentPair, grid_node, grid: LabelImage, metrics,
-                  params, step):
+                  params, dose, step):
     """One pair's :class:`StructureResult` with its review extras; ``step(stage, message)`` reports
     the stages 0 (export), 1 to 2 (metrics, a fraction after each group) and 2 (review surfaces)."""
     step(0, _("exporting"))
@@ -665,7 +692,7 @@ def _compare_pair(temporary: _TemporaryNodes, reference, test, pair: SegmentPair
     for image in images:
         image.names = {1: pair.name}
     step(1, _("computing metrics"))
-    structure = compare(images[0], images[1], labels=[1], metrics=metrics, params=params, keep_surfaces=True,
+    structure = compare(images[0], images[1], labels=[1], metrics=metrics, params=params, keep_surfaces=True, dose=dose,
                         progress=lambda done, total, name: step(1 + done / total, _("computing metrics"))).structures[0]
     structure.reference_label, structure.test_label = pair.reference_id, pair.test_id
     step(2, _("building the review surfaces"))
@@ -921,6 +948,46 @@ def _write_slice_tables(scene, result, chart_node=None):
     return tables, chart, marker
 
 
+def _write_dvh(scene, result):
+    """The chart of the cumulative DVHs (volume in % of each side's volume inside the dose grid
+    against dose in Gy) of the pairs with ``extras["dvh"]``, one colour per pair, the reference
+    dashed and the test solid, over one table per pair; None (and the previous run's DVH nodes
+    removed) without any."""
+    from .outputs.dvh import DVH_COLUMNS
+
+    tables, series = [], []
+    for index, structure in enumerate(s for s in result.structures if "dvh" in s.extras):
+        rows = structure.extras["dvh"].rows()
+        table = _output_node(scene, "vtkMRMLTableNode", f"dvh:{structure.structure}", f"SegMetrics DVH {structure.structure}")
+        _fill_table(table, [(key, [r[key] for r in rows], *DVH_COLUMNS[key]) for key in rows[0]])
+        tables.append(table)
+        for side, style in (("reference", slicer.vtkMRMLPlotSeriesNode.LineStyleDash),
+                            ("test", slicer.vtkMRMLPlotSeriesNode.LineStyleSolid)):
+            plot = _output_node(scene, "vtkMRMLPlotSeriesNode", f"dvh series:{structure.structure} {side}",
+                                f"DVH {structure.structure} {side}")
+            plot.SetAndObserveTableNodeID(table.GetID())
+            plot.SetXColumnName("dose_gy")
+            plot.SetYColumnName(f"{side}_percent")
+            plot.SetPlotType(slicer.vtkMRMLPlotSeriesNode.PlotTypeScatter)
+            plot.SetMarkerStyle(slicer.vtkMRMLPlotSeriesNode.MarkerStyleNone)
+            plot.SetLineStyle(style)
+            plot.SetColor(*series_colour(index))
+            series.append(plot)
+    _remove_stale(scene, "vtkMRMLTableNode", "dvh:", tables)
+    _remove_stale(scene, "vtkMRMLPlotSeriesNode", "dvh series:", series)
+    if not series:
+        _remove_stale(scene, "vtkMRMLPlotChartNode", "dvh chart", [])
+        return None
+    chart = _output_node(scene, "vtkMRMLPlotChartNode", "dvh chart", "SegMetrics DVH")
+    chart.RemoveAllPlotSeriesNodeIDs()
+    for plot in series:
+        chart.AddAndObservePlotSeriesNodeID(plot.GetID())
+    chart.SetTitle(_("Dose-volume histograms (reference dashed, test solid)"))
+    chart.SetXAxisTitle(_("dose (Gy)"))
+    chart.SetYAxisTitle(_("volume (%)"))
+    return chart
+
+
 def mark_slice(outputs: Outputs, structure_name: str, index: int):
     """Mark slice ``index`` of a pair on the chart (the marker series' single point); returns that
     slice's per-slice row, or None (marker cleared) when the pair has no such row."""
@@ -1069,7 +1136,8 @@ def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=
     """Write a comparison into the scene, reusing the nodes of the previous run.
 
     Makes the results table, per-slice MSI tables with a plot chart (one colour per pair, and a
-    marker series for the current slice) when MSI ran, and per pair a model of the test surface
+    marker series for the current slice) when MSI ran, DVH tables with their chart when the dose
+    group ran (:func:`_write_dvh`), and per pair a model of the test surface
     and one of the reference surface (``extras["test_surface"]``/``["reference_surface"]``), shown
     in 3-D and as contours in the slice views, coloured by ``color_array`` (or the first available
     of :data:`SURFACE_ARRAYS`) with a colour legend.
@@ -1078,7 +1146,7 @@ def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=
     fill_results_table(table, result)
     slice_tables, chart, marker = _write_slice_tables(scene, result, chart_node)
     outputs = Outputs(result, grid, table, slice_tables, chart, _write_models(scene, result, grid, "test"),
-                      _write_models(scene, result, grid, "reference"), marker, scene)
+                      _write_models(scene, result, grid, "reference"), marker, scene, _write_dvh(scene, result))
     models = [*outputs.models.values(), *outputs.reference_models.values()]
     shown = next((a for a in (color_array, *SURFACE_ARRAYS) if shared_range(models, a) is not None), color_array)
     show_outputs_array(outputs, shown)
@@ -1086,13 +1154,14 @@ def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=
 
 
 def run(reference_node, test_node, pairs=None, metrics=None, params=None, table_node=None,
-        color_array=SURFACE_ARRAYS[0], progress=None) -> Outputs:
-    """Compare two segmentation nodes and write the outputs (see :func:`compare_segmentations`).
+        color_array=SURFACE_ARRAYS[0], progress=None, dose_node=None) -> Outputs:
+    """Compare two segmentation nodes and write the outputs (see :func:`compare_segmentations`,
+    which takes ``dose_node``, the planned dose volume).
 
     Nothing is written before every pair is computed, so a run stopped by :class:`Cancelled`
     (raised by ``progress``, or because the scene was closed meanwhile) leaves the scene as it was.
     """
-    result, grid = compare_segmentations(reference_node, test_node, pairs, metrics, params, progress)
+    result, grid = compare_segmentations(reference_node, test_node, pairs, metrics, params, progress, dose_node)
     scene = reference_node.GetScene()
     if scene is None:
         raise Cancelled("the scene was closed during the run")
@@ -1100,7 +1169,8 @@ def run(reference_node, test_node, pairs=None, metrics=None, params=None, table_
 
 
 def show_results(app_logic, outputs: Outputs):
-    """Show the results table and the MSI chart in a layout that has both views, set explicitly
+    """Show the results table and the MSI chart (the DVH chart when MSI did not run; the plot
+    view's chart selector shows the other) in a layout that has both views, set explicitly
     (Slicer's four-up view with plot and table; four-up with table when there is no chart):
     deriving it from the current layout, as the Tables and Plots logics do, turns the one-up 3-D
     layout into a four-up plot view without a table. Output nodes the user deleted are skipped.
@@ -1109,7 +1179,7 @@ def show_results(app_logic, outputs: Outputs):
     layout = scene.GetFirstNodeByClass("vtkMRMLLayoutNode") if scene is not None else None
     if layout is None:
         return None
-    chart = outputs.chart if outputs.chart is not None and outputs.chart.GetScene() is not None else None
+    chart = next((c for c in (outputs.chart, outputs.dvh_chart) if c is not None and c.GetScene() is not None), None)
     layout.SetViewArrangement(slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView if chart is not None
                               else slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpTableView)
     if outputs.table.GetScene() is not None:
