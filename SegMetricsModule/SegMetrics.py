@@ -15,7 +15,7 @@ import numpy as np
 import qt
 import slicer
 import vtk
-from slicer import vtkMRMLSegmentationNode, vtkMRMLTableNode
+from slicer import vtkMRMLScalarVolumeNode, vtkMRMLSegmentationNode, vtkMRMLTableNode
 from slicer.i18n import tr as _
 from slicer.i18n import translate
 from slicer.parameterNodeWrapper import Choice, WithinRange, parameterNodeWrapper
@@ -89,6 +89,7 @@ class SegMetricsParameterNode:
     testSegmentation: vtkMRMLSegmentationNode
     testSegmentID: str = ""
     allSegments: bool = True
+    doseVolume: vtkMRMLScalarVolumeNode
     overlap: bool = True
     distance: bool = True
     msi: bool = True
@@ -442,13 +443,14 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
         groups, params = self.metricParameters(p)
         ids = (None, None) if p.allSegments else ([p.referenceSegmentID], [p.testSegmentID])
         outputs = self.run(p.referenceSegmentation, p.testSegmentation, *ids, metrics=groups, params=params,
-                           tableNode=p.outputTable, colorArray=p.colorArray, progress=progress)
+                           tableNode=p.outputTable, colorArray=p.colorArray, progress=progress, doseNode=p.doseVolume)
         p.outputTable = outputs.table
         return outputs
 
     def run(self, referenceNode, testNode, referenceSegmentIDs=None, testSegmentIDs=None, metrics=None,
-            params=None, tableNode=None, colorArray=mrml.SURFACE_ARRAYS[0], progress=None):
+            params=None, tableNode=None, colorArray=mrml.SURFACE_ARRAYS[0], progress=None, doseNode=None):
         """Compare segment pairs (the given IDs, or all segments matched by name); see :func:`segmetrics.mrml.run`.
+        ``doseNode``: the planned dose volume (Gy), for the dose metrics and the DVH chart.
 
         ``progress(fraction, message)`` may raise :class:`segmetrics.mrml.Cancelled`: the run then
         stops, the previous outputs stay as they were and nothing new is added to the scene.
@@ -456,7 +458,7 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
         pairs = None
         if referenceSegmentIDs is not None or testSegmentIDs is not None:
             pairs = mrml.segment_pairs(referenceNode, testNode, referenceSegmentIDs, testSegmentIDs)
-        self.outputs = mrml.run(referenceNode, testNode, pairs, metrics, params, tableNode, colorArray, progress)
+        self.outputs = mrml.run(referenceNode, testNode, pairs, metrics, params, tableNode, colorArray, progress, doseNode)
         return self.outputs
 
     def clearOutputs(self):

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 slicer = pytest.importorskip("slicer", reason="slicer-core (MRML Python wrapping) is not installed")
+vtk = pytest.importorskip("vtk")
 
 from segmetrics import LabelImage, mrml  # noqa: E402
 from slicer_stand_ins import stand_in_modules  # noqa: E402
@@ -44,7 +45,7 @@ def monkeypatch_module():
 
 def parameters(**changes):
     values = dict(referenceSegmentation=None, referenceSegmentID="", testSegmentation=None, testSegmentID="",
-                  allSegments=True, overlap=True, distance=False, msi=False, contours=False, roughness=False,
+                  allSegments=True, doseVolume=None, overlap=True, distance=False, msi=False, contours=False, roughness=False,
                   hdPercentile=90.0, nsdToleranceMm=1.0, msiPreset="custom", msiInnerLevel=2.0, msiOuterLevel=3.0,
                   msiAxis=0, roughnessWindowMm=0.0,
                   outputTable=None, colorArray="SignedDistance_mm")
@@ -99,8 +100,18 @@ def test_process_fills_the_table_and_the_parameter_node(module):
     p = parameters(referenceSegmentation=nodes[0], testSegmentation=nodes[1], allSegments=False,
                    referenceSegmentID=nodes[0].GetSegmentation().GetNthSegmentID(0),
                    testSegmentID=nodes[1].GetSegmentation().GetNthSegmentID(0), msi=True, contours=True)
+    dose = scene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", "dose")  # 2 Gy everywhere, on the segments' grid
+    data = vtk.vtkImageData()
+    data.SetDimensions(12, 12, 12)
+    data.AllocateScalars(vtk.VTK_FLOAT, 1)
+    data.GetPointData().GetScalars().Fill(2.0)
+    dose.SetAndObserveImageData(data)
+    dose.SetIJKToRASMatrix(mrml.ras_matrix(LabelImage(reference, (1, 1, 1))))
+    p.doseVolume = dose
     logic = module.SegMetricsLogic()
     outputs = logic.process(p)
+    assert outputs.table.GetTable().GetColumnByName("dose_dmean_test_gy").GetValue(0) == pytest.approx(2.0)
+    assert outputs.dvh_chart is not None
     assert p.outputTable is outputs.table
     assert outputs.table.GetTable().GetColumnByName("dice").GetValue(0) == pytest.approx(2 * 144 / 432)
     assert logic.summary(outputs).startswith("cube: dice 0.667")
