@@ -44,3 +44,39 @@ def test_worker_threads_do_not_call_the_hook():
         worker.join()
         checkpoint()
     assert calls == [threading.get_ident()]
+
+
+def test_waiting_for_the_thread_pool_passes_checkpoints_and_a_stop_drops_the_queued_chunks():
+    """While the pool computes, the calling thread passes checkpoints (every 0.1 s); when one
+    raises, the chunks not yet started never run."""
+    import time
+
+    import numpy as np
+
+    from segmetrics.spatial import _threads
+
+    started = []
+
+    def slow_kernel(points):
+        started.append(len(points))
+        time.sleep(0.3)
+        return (points * 2,)
+
+    points = np.arange(64 * _threads.MIN_POINTS_PER_CHUNK, dtype=float)
+    chunks = min(_threads._THREADS * _threads.CHUNKS_PER_THREAD, 64)
+    assert chunks > _threads._THREADS  # some chunks wait in the queue
+
+    class Stop(Exception):
+        pass
+
+    def stop():
+        raise Stop()
+
+    with pytest.raises(Stop), checkpoints(stop):
+        _threads.in_threads(slow_kernel, (points,), ())
+    time.sleep(0.5)  # the chunks that were running end
+    assert len(started) <= _threads._THREADS < chunks
+    calls = []
+    with checkpoints(lambda: calls.append(1)):
+        (doubled,) = _threads.in_threads(lambda p: (time.sleep(0.15) or p * 2,), (points,), ())
+    assert np.array_equal(doubled, points * 2) and calls
