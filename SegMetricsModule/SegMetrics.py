@@ -72,9 +72,10 @@ class SegMetrics(ScriptedLoadableModule):
         self.parent.helpText = _(
             "Review a test segmentation against a reference, segment by segment and slice by slice: overlap "
             "(Dice, Jaccard, volumes), surface distances (HD, HD percentile, ASSD, NSD), slice-wise and per-vertex "
-            "MSI and roughness. Both contours are coloured by the local error in the slice views (signed distance "
-            "by default; on the reference, high values show what the test missed), a per-slice table steps "
-            "through the slices from the worst MSI up, and results go to a table and a per-slice MSI chart. "
+            "MSI, per-slice contour metrics, roughness and, given the planned dose, dose metrics and DVHs. Both "
+            "contours are coloured by the local error in the slice views (signed distance by default; on the "
+            "reference, high values show what the test missed), a per-slice table steps through the slices from "
+            "the worst MSI up, and results go to a table and a per-slice MSI chart. "
             "Requires Slicer {version} or later. See the <a href=\"{url}\">documentation</a>."
         ).format(version=MINIMUM_SLICER_VERSION, url=DOCUMENTATION_URL)
         self.parent.acknowledgementText = _("Built on NumPy, SciPy, SimpleITK and VTK; accelerated by numba when installed.")
