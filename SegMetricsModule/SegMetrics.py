@@ -15,7 +15,7 @@ import numpy as np
 import qt
 import slicer
 import vtk
-from slicer import vtkMRMLSegmentationNode, vtkMRMLTableNode
+from slicer import vtkMRMLScalarVolumeNode, vtkMRMLSegmentationNode, vtkMRMLTableNode
 from slicer.i18n import tr as _
 from slicer.i18n import translate
 from slicer.parameterNodeWrapper import Choice, WithinRange, parameterNodeWrapper
@@ -29,6 +29,7 @@ from slicer.util import VTKObservationMixin
 
 import segmetrics
 from segmetrics import LabelImage, Parameters, mrml
+from segmetrics.registry import MSI_PRESETS
 from segmetrics.spatial import accelerator
 
 #: The module's helper package keeps the library's name, ``segmetrics``, so that the Python console
@@ -40,7 +41,10 @@ if os.path.realpath(os.path.dirname(segmetrics.__file__)) != os.path.realpath(PA
                       f"before its own ({PACKAGE_DIR}): uninstall it (slicer.util.pip_uninstall('segmetrics'))")
 
 #: Metric groups the user chooses (the parameter node's check boxes).
-METRIC_GROUPS = ("overlap", "distance", "msi", "roughness")
+METRIC_GROUPS = ("overlap", "distance", "msi", "contours", "roughness")
+#: The MSI preset choice that lets the user set both levels.
+CUSTOM_MSI_LEVELS = "custom"
+
 #: Packages Slicer bundles that the accelerator depends on: installing it must not replace them
 #: (pip is held to their installed versions).
 BUNDLED_PACKAGES = ("numpy", "scipy")
@@ -49,9 +53,13 @@ MINIMUM_SLICER_VERSION = "5.10"
 DOCUMENTATION_URL = "https://github.com/SegMetrics/SlicerSegMetrics/blob/main/docs/SLICER.md"
 #: Application setting remembering that the accelerator was offered (it is offered once).
 ACCELERATOR_OFFERED_SETTING = "SegMetrics/AcceleratorOffered"
-#: Columns of the per-slice review table: (title, key of a per-slice row).
-SLICE_COLUMNS = ((_("Slice"), "slice"), (_("Position (mm)"), "position_mm"), (_("MSI"), "msi"),
-                 (_("Added length (mm)"), "apl_mm"), (_("Dice"), "dice"), (_("HD (mm)"), "hd_mm"), (_("Status"), "status"))
+#: Columns of the per-slice review table: (title, key of a per-slice row, the metric group filling it
+#: or None for columns always shown).
+SLICE_COLUMNS = ((_("Slice"), "slice", None), (_("Position (mm)"), "position_mm", None), (_("MSI"), "msi", "msi"),
+                 (_("Added length (mm)"), "apl_mm", "contours"), (_("Dice"), "dice", "contours"),
+                 (_("HD (mm)"), "hd_mm", "contours"), (_("Status"), "status", None))
+#: The per-slice rows a metric group adds to a structure's extras.
+SLICE_ROWS_OF_GROUP = {"msi": "msi_slices", "contours": "contour_slices"}
 
 
 class SegMetrics(ScriptedLoadableModule):
@@ -64,9 +72,10 @@ class SegMetrics(ScriptedLoadableModule):
         self.parent.helpText = _(
             "Review a test segmentation against a reference, segment by segment and slice by slice: overlap "
             "(Dice, Jaccard, volumes), surface distances (HD, HD percentile, ASSD, NSD), slice-wise and per-vertex "
-            "MSI and roughness. Both contours are coloured by the local error in the slice views (signed distance "
-            "by default; on the reference, high values show what the test missed), a per-slice table steps "
-            "through the slices from the worst MSI up, and results go to a table and a per-slice MSI chart. "
+            "MSI, per-slice contour metrics, roughness and, given the planned dose, dose metrics and DVHs. Both "
+            "contours are coloured by the local error in the slice views (signed distance by default; on the "
+            "reference, high values show what the test missed), a per-slice table steps through the slices from "
+            "the worst MSI up, and results go to a table and a per-slice MSI chart. "
             "Requires Slicer {version} or later. See the <a href=\"{url}\">documentation</a>."
         ).format(version=MINIMUM_SLICER_VERSION, url=DOCUMENTATION_URL)
         self.parent.acknowledgementText = _("Built on NumPy, SciPy, SimpleITK and VTK; accelerated by numba when installed.")
@@ -81,12 +90,15 @@ class SegMetricsParameterNode:
     testSegmentation: vtkMRMLSegmentationNode
     testSegmentID: str = ""
     allSegments: bool = True
+    doseVolume: vtkMRMLScalarVolumeNode
     overlap: bool = True
     distance: bool = True
     msi: bool = True
+    contours: bool = True
     roughness: bool = True
     hdPercentile: Annotated[float, WithinRange(0, 100)] = 95.0
     nsdToleranceMm: Annotated[float, WithinRange(0, 100)] = 2.0
+    msiPreset: Annotated[str, Choice([*MSI_PRESETS, CUSTOM_MSI_LEVELS])] = "default"
     msiInnerLevel: Annotated[float, WithinRange(0, 100)] = 1.0
     msiOuterLevel: Annotated[float, WithinRange(0, 100)] = 1.0
     msiAxis: Annotated[int, WithinRange(-1, 2)] = -1  # -1: the axis with the largest spacing
@@ -126,8 +138,6 @@ class SegMetricsWidget(ScriptedLoadableModuleWidget, VTKObservationMixin):
         self.ui.previousSliceButton.connect("clicked(bool)", lambda: self.onStep(-1))
         self.ui.nextSliceButton.connect("clicked(bool)", lambda: self.onStep(1))
         self.ui.sliceTable.connect("cellClicked(int,int)", self.onSliceTableClicked)
-        self.ui.sliceTable.setColumnCount(len(SLICE_COLUMNS))
-        self.ui.sliceTable.setHorizontalHeaderLabels([title for title, _key in SLICE_COLUMNS])
         self.initializeParameterNode()
 
     def cleanup(self):
@@ -167,8 +177,14 @@ class SegMetricsWidget(ScriptedLoadableModuleWidget, VTKObservationMixin):
             self.onParameterNodeModified()
 
     def onParameterNodeModified(self, caller=None, event=None):
-        """Sync the segment selectors, the MSI widths, the Apply button and the colouring array."""
+        """Sync the segment selectors, the MSI levels of a preset and their widths, the Apply button
+        and the colouring array."""
         p = self._parameterNode
+        levels = self.logic.msiLevels(p)
+        if (p.msiInnerLevel, p.msiOuterLevel) != levels:  # a preset was chosen: show its levels
+            p.msiInnerLevel, p.msiOuterLevel = levels
+        for spinBox in (self.ui.msiInnerLevelSpinBox, self.ui.msiOuterLevelSpinBox):
+            spinBox.enabled = p.msiPreset == CUSTOM_MSI_LEVELS
         for selector, node, segmentID in (
             (self.ui.referenceSegmentSelector, p.referenceSegmentation, p.referenceSegmentID),
             (self.ui.testSegmentSelector, p.testSegmentation, p.testSegmentID),
@@ -255,12 +271,16 @@ class SegMetricsWidget(ScriptedLoadableModuleWidget, VTKObservationMixin):
         return self.ui.pairComboBox.currentText
 
     def onPairChanged(self, *args):
-        """List the selected pair's slices (worst MSI first) and enable the navigation buttons."""
+        """List the selected pair's slices (worst MSI first), in the columns its metric groups filled,
+        and enable the navigation buttons."""
         rows = self.logic.reviewRows(self.currentPair())
+        columns = self.logic.reviewColumns(self.currentPair())
         table = self.ui.sliceTable
+        table.setColumnCount(len(columns))
+        table.setHorizontalHeaderLabels([title for title, _key in columns])
         table.setRowCount(len(rows))
         for rowIndex, row in enumerate(rows):
-            for column, (_title, key) in enumerate(SLICE_COLUMNS):
+            for column, (_title, key) in enumerate(columns):
                 value = row[key]
                 text = f"{value:.3f}" if isinstance(value, float) else str(value)
                 table.setItem(rowIndex, column, qt.QTableWidgetItem(text))
@@ -400,21 +420,22 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
         return _("σ = {width:.3g} mm").format(width=cls.msiWidthMm(level))
 
     @staticmethod
+    def msiLevels(p):
+        """``(inner, outer)`` MSI levels: the preset's (:data:`segmetrics.registry.MSI_PRESETS`), or the
+        user's with the custom choice."""
+        return MSI_PRESETS.get(p.msiPreset, (p.msiInnerLevel, p.msiOuterLevel))
+
+    @staticmethod
     def metricParameters(p):
-        """The chosen metric groups and :class:`segmetrics.Parameters`. MSI brings the contours group:
-        the per-slice review table shows each slice's added path length, Dice and HD next to its MSI."""
+        """The chosen metric groups and :class:`segmetrics.Parameters` (the MSI levels of the chosen
+        preset, by :meth:`segmetrics.Parameters.from_msi_preset`, or the user's). The contours group
+        fills the per-slice review table's added path length, Dice and HD."""
         groups = [group for group in METRIC_GROUPS if getattr(p, group)]
-        if p.msi:
-            groups.append("contours")
-        params = Parameters(
-            hd_percentile=p.hdPercentile,
-            nsd_tolerance_mm=p.nsdToleranceMm,
-            msi_il=p.msiInnerLevel,
-            msi_ol=p.msiOuterLevel,
-            msi_axis=None if p.msiAxis < 0 else p.msiAxis,
-            roughness_window_mm=p.roughnessWindowMm or None,
-        )
-        return groups, params
+        fields = dict(hd_percentile=p.hdPercentile, nsd_tolerance_mm=p.nsdToleranceMm,
+                      msi_axis=None if p.msiAxis < 0 else p.msiAxis, roughness_window_mm=p.roughnessWindowMm or None)
+        if p.msiPreset == CUSTOM_MSI_LEVELS:
+            return groups, Parameters(msi_il=p.msiInnerLevel, msi_ol=p.msiOuterLevel, **fields)
+        return groups, Parameters.from_msi_preset(p.msiPreset, **fields)
 
     # --- running -------------------------------------------------------------------------------
 
@@ -423,13 +444,14 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
         groups, params = self.metricParameters(p)
         ids = (None, None) if p.allSegments else ([p.referenceSegmentID], [p.testSegmentID])
         outputs = self.run(p.referenceSegmentation, p.testSegmentation, *ids, metrics=groups, params=params,
-                           tableNode=p.outputTable, colorArray=p.colorArray, progress=progress)
+                           tableNode=p.outputTable, colorArray=p.colorArray, progress=progress, doseNode=p.doseVolume)
         p.outputTable = outputs.table
         return outputs
 
     def run(self, referenceNode, testNode, referenceSegmentIDs=None, testSegmentIDs=None, metrics=None,
-            params=None, tableNode=None, colorArray=mrml.SURFACE_ARRAYS[0], progress=None):
+            params=None, tableNode=None, colorArray=mrml.SURFACE_ARRAYS[0], progress=None, doseNode=None):
         """Compare segment pairs (the given IDs, or all segments matched by name); see :func:`segmetrics.mrml.run`.
+        ``doseNode``: the planned dose volume (Gy), for the dose metrics and the DVH chart.
 
         ``progress(fraction, message)`` may raise :class:`segmetrics.mrml.Cancelled`: the run then
         stops, the previous outputs stay as they were and nothing new is added to the scene.
@@ -437,7 +459,7 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
         pairs = None
         if referenceSegmentIDs is not None or testSegmentIDs is not None:
             pairs = mrml.segment_pairs(referenceNode, testNode, referenceSegmentIDs, testSegmentIDs)
-        self.outputs = mrml.run(referenceNode, testNode, pairs, metrics, params, tableNode, colorArray, progress)
+        self.outputs = mrml.run(referenceNode, testNode, pairs, metrics, params, tableNode, colorArray, progress, doseNode)
         return self.outputs
 
     def clearOutputs(self):
@@ -482,6 +504,20 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
             return []
         rows = {int(r["slice"]): r for r in mrml.slice_rows(found)}
         return [rows[index] for index in mrml.review_order(found)]
+
+    def reviewColumns(self, structure):
+        """``(title, key)`` of the per-slice review table's columns for a pair: those of the metric
+        groups that ran (no column of NaN), the MSI title with the width σ of its weights."""
+        found = self._structure(structure)
+        if found is None:
+            return []
+        rows = mrml.slice_rows(found)
+        sigma = rows[0]["msi_sigma"] if rows else math.nan
+        columns = []
+        for title, key, group in SLICE_COLUMNS:
+            if group is None or SLICE_ROWS_OF_GROUP[group] in found.extras:
+                columns.append((f"{title} ({sigma})" if key == "msi" and isinstance(sigma, str) else title, key))
+        return columns
 
     def stepSlice(self, structure, current, step):
         """The slice ``step`` places from ``current`` in review order (the worst one for None)."""

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 slicer = pytest.importorskip("slicer", reason="slicer-core (MRML Python wrapping) is not installed")
+vtk = pytest.importorskip("vtk")
 
 from segmetrics import LabelImage, mrml  # noqa: E402
 from slicer_stand_ins import stand_in_modules  # noqa: E402
@@ -44,8 +45,9 @@ def monkeypatch_module():
 
 def parameters(**changes):
     values = dict(referenceSegmentation=None, referenceSegmentID="", testSegmentation=None, testSegmentID="",
-                  allSegments=True, overlap=True, distance=False, msi=False, roughness=False, hdPercentile=90.0,
-                  nsdToleranceMm=1.0, msiInnerLevel=2.0, msiOuterLevel=3.0, msiAxis=0, roughnessWindowMm=0.0,
+                  allSegments=True, doseVolume=None, overlap=True, distance=False, msi=False, contours=False, roughness=False,
+                  hdPercentile=90.0, nsdToleranceMm=1.0, msiPreset="custom", msiInnerLevel=2.0, msiOuterLevel=3.0,
+                  msiAxis=0, roughnessWindowMm=0.0,
                   outputTable=None, colorArray="SignedDistance_mm")
     values.update(changes)
     return SimpleNamespace(**values)
@@ -69,10 +71,22 @@ def test_validation_messages(module):
 def test_metric_parameters_are_passed_through(module):
     groups, params = module.SegMetricsLogic.metricParameters(parameters(distance=True))
     assert groups == ["overlap", "distance"]
-    groups, _ = module.SegMetricsLogic.metricParameters(parameters(msi=True))
+    groups, _ = module.SegMetricsLogic.metricParameters(parameters(msi=True, contours=True))
     assert groups == ["overlap", "msi", "contours"]  # the per-slice table's APL, Dice and HD
     assert (params.hd_percentile, params.nsd_tolerance_mm, params.msi_il, params.msi_ol) == (90.0, 1.0, 2.0, 3.0)
     assert params.roughness_window_mm is None  # 0 in the UI = the convention's default
+
+
+def test_msi_presets_set_both_levels(module):
+    """The presets' levels (the MSI paper: default il 1, ol 1; its clinical example il 1, ol 10),
+    whatever the level boxes hold; "custom" takes the boxes."""
+    logic = module.SegMetricsLogic
+    for preset, levels in (("default", (1.0, 1.0)), ("tight", (1.0, 10.0)), ("custom", (2.0, 3.0))):
+        p = parameters(msiPreset=preset, hdPercentile=99.0)
+        params = logic.metricParameters(p)[1]
+        assert (params.msi_il, params.msi_ol) == logic.msiLevels(p) == levels, preset
+        assert params.hd_percentile == 99.0
+    assert logic.msiWidthText(10.0) == "σ = 1 mm"  # the tight preset's outer width
 
 
 def test_process_fills_the_table_and_the_parameter_node(module):
@@ -85,15 +99,28 @@ def test_process_fills_the_table_and_the_parameter_node(module):
              for a, n in ((reference, "r"), (test, "t"))]
     p = parameters(referenceSegmentation=nodes[0], testSegmentation=nodes[1], allSegments=False,
                    referenceSegmentID=nodes[0].GetSegmentation().GetNthSegmentID(0),
-                   testSegmentID=nodes[1].GetSegmentation().GetNthSegmentID(0), msi=True)
+                   testSegmentID=nodes[1].GetSegmentation().GetNthSegmentID(0), msi=True, contours=True)
+    dose = scene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", "dose")  # 2 Gy everywhere, on the segments' grid
+    data = vtk.vtkImageData()
+    data.SetDimensions(12, 12, 12)
+    data.AllocateScalars(vtk.VTK_FLOAT, 1)
+    data.GetPointData().GetScalars().Fill(2.0)
+    dose.SetAndObserveImageData(data)
+    dose.SetIJKToRASMatrix(mrml.ras_matrix(LabelImage(reference, (1, 1, 1))))
+    p.doseVolume = dose
     logic = module.SegMetricsLogic()
     outputs = logic.process(p)
+    assert outputs.table.GetTable().GetColumnByName("dose_dmean_test_gy").GetValue(0) == pytest.approx(2.0)
+    assert outputs.dvh_chart is not None
     assert p.outputTable is outputs.table
     assert outputs.table.GetTable().GetColumnByName("dice").GetValue(0) == pytest.approx(2 * 144 / 432)
     assert logic.summary(outputs).startswith("cube: dice 0.667")
     assert logic.worstSliceRAS("cube") is not None
     assert logic.worstSliceRAS("no such pair") is None
     # the per-slice review table has no empty column: the contours group ran with MSI
+    assert [key for _title, key in logic.reviewColumns("cube")] == ["slice", "position_mm", "msi", "apl_mm", "dice",
+                                                                     "hd_mm", "status"]
+    assert logic.reviewColumns("cube")[2][0] == "MSI (σ 5 mm inside / 3.33 mm outside)"  # 10 / level, levels 2 and 3
     rows = logic.reviewRows("cube")
     assert len(rows) == 6
     for key in ("msi", "apl_mm", "dice", "hd_mm"):
@@ -389,6 +416,12 @@ class FakeWidget(SimpleNamespace):
     def selectRow(self, row):
         self.selected = row
 
+    def setColumnCount(self, count):
+        self.columnCount = count
+
+    def setHorizontalHeaderLabels(self, labels):
+        self.headers = list(labels)
+
 
 @pytest.fixture
 def widget(module, review, monkeypatch):
@@ -408,6 +441,8 @@ def test_widget_lists_slices_worst_first_and_steps_through_them(widget, review):
     order = review.logic.reviewOrder("ball")
     assert widget.ui.pairComboBox.items == ["ball"]
     assert [int(row[0]) for row in widget.ui.sliceTable.rows] == order
+    # MSI without the contours group: no column of NaN for its added length, Dice and HD
+    assert widget.ui.sliceTable.headers == ["Slice", "Position (mm)", "MSI (σ 10 mm)", "Status"]
     assert widget.ui.resultsLabel.text.startswith("ball: dice")
     assert widget.ui.nextSliceButton.enabled
     widget.onStep(1)  # from no slice: the worst one
@@ -454,9 +489,11 @@ def test_widget_apply_is_disabled_during_a_run_in_a_window_modal_dialog(widget, 
     monkeypatch.setattr(slicer.util, "tryWithErrorDisplay", lambda *a, **k: contextlib.nullcontext())
     widget.ui.applyButton = FakeWidget(enabled=True, toolTip="")
     widget.ui.msiInnerWidthLabel, widget.ui.msiOuterWidthLabel = FakeWidget(text=""), FakeWidget(text="")
+    widget.ui.msiInnerLevelSpinBox, widget.ui.msiOuterLevelSpinBox = FakeWidget(enabled=True), FakeWidget(enabled=True)
     widget.ui.referenceSegmentSelector = widget.ui.testSegmentSelector = FakeWidget(
         setCurrentNode=lambda node: None, setCurrentSegmentID=lambda segment: None)
-    widget._parameterNode = parameters(referenceSegmentation=review.nodes[0], testSegmentation=review.nodes[1])
+    widget._parameterNode = parameters(referenceSegmentation=review.nodes[0], testSegmentation=review.nodes[1],
+                                       msiPreset="tight")
     widget._shownArray = widget._parameterNode.colorArray
     seen = []
     run = review.logic.process
@@ -472,6 +509,10 @@ def test_widget_apply_is_disabled_during_a_run_in_a_window_modal_dialog(widget, 
     assert dialogs[0].windowModality == "window modal"
     assert seen and not any(seen), "Apply was enabled during the run"
     assert widget.ui.applyButton.enabled
+    # the tight preset's levels are shown, and the level boxes are locked to them
+    p = widget._parameterNode
+    assert (p.msiInnerLevel, p.msiOuterLevel) == (1.0, 10.0) and not widget.ui.msiOuterLevelSpinBox.enabled
+    assert widget.ui.msiOuterWidthLabel.text == "σ = 1 mm"
     before = sorted(review.scene.GetNthNode(i).GetID() for i in range(review.scene.GetNumberOfNodes()))
     monkeypatch.setattr(slicer.util, "createProgressDialog",
                         lambda **options: SimpleNamespace(wasCanceled=True, labelText="", value=0, close=lambda: None))

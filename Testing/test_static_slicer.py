@@ -17,14 +17,14 @@ UI_FILE = MODULE / "Resources" / "UI" / "SegMetrics.ui"
 
 def cmake_listed_files() -> set:
     """Paths listed in SegMetricsModule/CMakeLists.txt (SCRIPTS and RESOURCES), with ${MODULE_NAME}
-    and the ``file(GLOB_RECURSE VARIABLE RELATIVE ... CONFIGURE_DEPENDS dir/pattern)`` variables
-    expanded as CMake does (the pattern matched in ``dir`` and every folder below it)."""
+    and the ``file(GLOB_RECURSE VARIABLE RELATIVE ... CONFIGURE_DEPENDS dir/pattern ...)`` variables
+    expanded as CMake does (each pattern matched in its ``dir`` and every folder below it)."""
     text = (MODULE / "CMakeLists.txt").read_text()
     variables = {"MODULE_NAME": re.search(r"set\(MODULE_NAME\s+(\S+)\)", text).group(1)}
-    for variable, pattern in re.findall(r"file\(GLOB_RECURSE (\w+) RELATIVE \S+ CONFIGURE_DEPENDS (\S+)\)", text):
-        folder, name = pattern.rsplit("/", 1)
-        variables[variable] = " ".join(p.relative_to(MODULE).as_posix() for p in (MODULE / folder).rglob(name)
-                                       if p.is_file() and "__pycache__" not in p.parts)
+    for variable, patterns in re.findall(r"file\(GLOB_RECURSE (\w+) RELATIVE \S+ CONFIGURE_DEPENDS ([^)]+)\)", text):
+        found = [p for folder, name in (pattern.rsplit("/", 1) for pattern in patterns.split())
+                 for p in (MODULE / folder).rglob(name) if p.is_file() and "__pycache__" not in p.parts]
+        variables[variable] = " ".join(p.relative_to(MODULE).as_posix() for p in found)
     blocks = re.findall(r"set\(MODULE_PYTHON_(?:SCRIPTS|RESOURCES)\s+(.*?)\)", text, re.S)
     listed = " ".join(blocks)
     for variable, value in variables.items():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,6 +21,7 @@ import vtk
 from vtk.util.numpy_support import numpy_to_vtk, vtk_to_numpy
 
 from .outputs import slices
+from .spatial.checkpoints import checkpoint, checkpoints
 from .outputs.slices import slice_rows  # per-slice rows as dicts, also for SegMetrics.py
 from .evaluation.compare import ComparisonResult, compare
 from .inputs.validation import NothingToCompareError, check_evaluation_options
@@ -52,6 +54,8 @@ PLANAR_CONTOUR = "Planar contour"
 #: Colour legend width and height as fractions of the view (Slicer's default 0.15 x 0.5 let a long
 #: title reach over tall models in the middle of the view).
 LEGEND_SIZE = (0.08, 0.4)
+#: Shortest time (s) between two progress reports repeated from the checkpoints of a run.
+REPORT_INTERVAL_S = 0.1
 
 
 @dataclass
@@ -72,8 +76,9 @@ class Outputs:
     """What :func:`run` produced: the core result, its grid (LPS) and the output nodes.
 
     ``models`` and ``reference_models`` map pair names to the test and reference surface models;
-    ``marker`` is the plot series marking the current slice on the chart; ``scene`` is the scene
-    they were written into (see :func:`outputs_scene`).
+    ``marker`` is the plot series marking the current slice on the chart; ``dvh_chart`` the
+    dose-volume histograms' chart when the dose group ran; ``scene`` is the scene they were
+    written into (see :func:`outputs_scene`).
     """
 
     result: ComparisonResult
@@ -85,12 +90,13 @@ class Outputs:
     reference_models: dict = field(default_factory=dict)
     marker: object = None
     scene: object = None
+    dvh_chart: object = None
 
 
 def outputs_scene(outputs: Outputs):
     """The scene of a run's outputs while any of its output nodes is still there (the user may have
     deleted some, e.g. the results table), else None (all removed, or the scene was closed)."""
-    nodes = [outputs.table, outputs.chart, *outputs.models.values(), *outputs.reference_models.values()]
+    nodes = [outputs.table, outputs.chart, outputs.dvh_chart, *outputs.models.values(), *outputs.reference_models.values()]
     return outputs.scene if any(n is not None and n.GetScene() is not None for n in nodes) else None
 
 
@@ -171,6 +177,22 @@ def label_image_from_volume(volume_node, names: dict | None = None) -> LabelImag
     matrix = vtk.vtkMatrix4x4()
     volume_node.GetIJKToRASMatrix(matrix)
     return _label_image(array, _numpy_matrix(matrix), names)
+
+
+def dose_grid_from_volume(volume_node):
+    """The :class:`segmetrics.inputs.readers.rtdose.DoseGrid` (Gy, LPS) of a scalar volume node
+    holding a dose in Gy, e.g. an RTDOSE loaded by SlicerRT's DICOM import (which scales it to Gy).
+    ``ValueError`` for a volume under a parent transform (harden it first: the dose would be placed
+    without it) or without voxels."""
+    from .inputs.readers.rtdose import DoseGrid
+
+    if volume_node.GetParentTransformNode() is not None:
+        raise ValueError(f"dose volume {volume_node.GetName()!r} has a parent transform: harden it first")
+    if volume_node.GetImageData() is None or volume_node.GetImageData().GetPointData().GetScalars() is None:
+        raise ValueError(f"dose volume {volume_node.GetName()!r} holds no voxels")
+    image = label_image_from_volume(volume_node)
+    return DoseGrid(image.array.astype(np.float32), image.spacing, image.origin, image.direction,
+                    source=f"dose volume {volume_node.GetName()!r}")
 
 
 def add_segmentation_from_label_image(scene, image: LabelImage, name: str):
@@ -494,10 +516,13 @@ def _mask(temporary: _TemporaryNodes, segmentation_node, segment_id, grid_node, 
     segment and for segments the working copy dropped (empty planar contours)."""
     if segment_id is None or segmentation_node.GetSegmentation().GetSegment(segment_id) is None:
         return np.zeros(grid.array.shape, dtype=bool)
+    checkpoint()
     labelmap = _export(temporary, segmentation_node, [segment_id], grid_node)
+    checkpoint()
     if labelmap is None:
         return np.zeros(grid.array.shape, dtype=bool)
-    mask = label_image_from_volume(labelmap).array > 0
+    image = labelmap.GetImageData()
+    mask = vtk_to_numpy(image.GetPointData().GetScalars()).reshape(image.GetDimensions()[::-1]) > 0
     if mask.shape != grid.array.shape:
         raise RuntimeError(f"segment {segment_id!r} of {segmentation_node.GetName()!r} was exported on "
                            f"{mask.shape} voxels instead of the common grid's {grid.array.shape}")
@@ -514,6 +539,7 @@ def slice_centres(mask: np.ndarray, axis: int) -> dict:
     centres are array indices (z, y, x) as floats."""
     centres = {}
     for index in np.flatnonzero(mask.any(axis=tuple(a for a in range(mask.ndim) if a != axis))):
+        checkpoint()
         inside = np.nonzero(np.take(mask, index, axis=axis))
         centre = [float(np.mean(i)) for i in inside]
         centre.insert(axis, float(index))
@@ -525,6 +551,12 @@ def _add_point_array(polydata, name: str, values) -> None:
     array = numpy_to_vtk(np.ascontiguousarray(values, dtype=float), deep=True)
     array.SetName(name)
     polydata.GetPointData().AddArray(array)
+
+
+def _checked(function, *args):
+    """``function(*args)`` after a :func:`~segmetrics.spatial.checkpoints.checkpoint`."""
+    checkpoint()
+    return function(*args)
 
 
 def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.ndarray, spacing, params) -> None:
@@ -552,7 +584,7 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
     if built is not None:  # compare's surfaces of these masks, in its working frame
         reference, test = built.reference, built.test
         polydata = {role: structure.extras.get(f"{role}_surface") for role in ("reference", "test")}
-        polydata = {role: built.polydata(role) if view is None else view for role, view in polydata.items()}
+        polydata = {role: _checked(built.polydata, role) if view is None else view for role, view in polydata.items()}
     else:
         reference, test = mesh.pair_surfaces(reference_mask, test_mask, spacing)
         polydata = {"reference": mesh.to_polydata(reference), "test": mesh.to_polydata(test)}
@@ -569,6 +601,7 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
         return
     for role, (own, other, inner, outer) in (("test", (test, reference, params.msi_il, params.msi_ol)),
                                              ("reference", (reference, test, params.msi_ol, params.msi_il))):
+        checkpoint()
         arrays = polydata[role].GetPointData()
         if arrays.GetArray("SignedDistance_mm") is None or arrays.GetArray("MSI") is None:
             signed, weights = msi.surface_msi(own, other, inner, outer)[:2]
@@ -577,7 +610,8 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
                     _add_point_array(polydata[role], name, values)
 
 
-def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, params=None, progress=None):
+def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, params=None, progress=None,
+                          dose_node=None):
     """Compare segment pairs of two segmentation nodes with :func:`segmetrics.compare`.
 
     Both segmentations are exported onto one grid that holds every voxel of both
@@ -592,8 +626,14 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
         As for :func:`segmetrics.compare` (metric/group names, :class:`Parameters`).
     progress : callable, optional
         Called as ``progress(fraction, message)`` before each stage of each pair (export,
-        metrics, review surfaces) and after each metric group; it may raise :class:`Cancelled`
-        to stop the run. Messages are translated in Slicer.
+        metrics, review surfaces), after each metric group, and in between from the checkpoints
+        of the long loops (per slice, per side; at most every :data:`REPORT_INTERVAL_S` seconds,
+        repeating the last report); it may raise :class:`Cancelled` to stop the run. Messages
+        are translated in Slicer. A scene closed during the run stops it at the next checkpoint
+        (:class:`Cancelled`).
+    dose_node : vtkMRMLScalarVolumeNode, optional
+        The planned dose in Gy (:func:`dose_grid_from_volume`) of the dose metrics and DVHs
+        (``extras["dvh"]``); the dose group then runs with the chosen ones.
 
     Returns
     -------
@@ -607,41 +647,80 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
 
     params = as_parameters(params)
     check_evaluation_options(metrics=metrics)
+    dose = None if dose_node is None else dose_grid_from_volume(dose_node)
+    if dose is not None and metrics is not None:
+        metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+        metrics += [] if "dose" in metrics else ["dose"]
     scene = reference_node.GetScene()
     pairs = segment_pairs(reference_node, test_node) if pairs is None else pairs
     if not pairs:
         raise NothingToCompareError("nothing to compare: no segment pair (the segmentations hold no segment, or no "
                                     "segment IDs were given)")
-    report = progress or (lambda fraction, message: None)
+    reporter = _Reporter(progress)
     notes = []
     temporary = _TemporaryNodes(scene)
+
+    def checked():
+        if reference_node.GetScene() is None:
+            raise Cancelled("the scene was closed during the run")
+        reporter.repeat()
+
     try:
-        report(0.0, _("preparing segmentations"))
-        reference, test = (_working_copy(temporary, n, r, notes) for n, r in ((reference_node, "reference"), (test_node, "test")))
-        grid_node, grid = _common_grid(temporary, reference, test, notes)
-        structures = []
-        stages = 3
-        for index, pair in enumerate(pairs):
-            step = lambda stage, message: report((index * stages + stage) / (len(pairs) * stages), f"{pair.name}: {message}")  # noqa: E731
-            step(0, _("exporting"))
-            masks = [_mask(temporary, node, segment_id, grid_node, grid)
-                     for node, segment_id in ((reference, pair.reference_id), (test, pair.test_id))]
-            images = [grid.with_array(m.astype(np.uint8)) for m in masks]
-            for image in images:
-                image.names = {1: pair.name}
-            step(1, _("computing metrics"))
-            structure = compare(images[0], images[1], labels=[1], metrics=metrics, params=params, keep_surfaces=True,
-                                progress=lambda done, total, name: step(1 + done / total, _("computing metrics"))
-                                ).structures[0]
-            structure.reference_label, structure.test_label = pair.reference_id, pair.test_id
-            step(2, _("building the review surfaces"))
-            structure.extras["slice_centres"] = slice_centres(masks[0] | masks[1], msi_axis(structure))
-            add_review_surfaces(structure, masks[0], masks[1], grid.spacing, params)
-            structures.append(structure)
-        report(1.0, _("done"))
+        with checkpoints(checked):
+            reporter(0.0, _("preparing segmentations"))
+            reference, test = (_working_copy(temporary, n, r, notes) for n, r in ((reference_node, "reference"), (test_node, "test")))
+            grid_node, grid = _common_grid(temporary, reference, test, notes)
+            structures = []
+            for index, pair in enumerate(pairs):
+                step = lambda stage, message: reporter((index * 3 + stage) / (len(pairs) * 3), f"{pair.name}: {message}")  # noqa: E731
+                structures.append(_compare_pair(temporary, reference, test, pair, grid_node, grid, metrics, params, dose,
+                                                step))
+        reporter(1.0, _("done"))
         return ComparisonResult(structures, notes), grid
     finally:
         temporary.remove()
+
+
+def _compare_pair(temporary: _TemporaryNodes, reference, test, pair: SegmentPair, grid_node, grid: LabelImage, metrics,
+                  params, dose, step):
+    """One pair's :class:`StructureResult` with its review extras; ``step(stage, message)`` reports
+    the stages 0 (export), 1 to 2 (metrics, a fraction after each group) and 2 (review surfaces)."""
+    step(0, _("exporting"))
+    masks = [_mask(temporary, node, segment_id, grid_node, grid)
+             for node, segment_id in ((reference, pair.reference_id), (test, pair.test_id))]
+    images = [grid.with_array(m.view(np.uint8)) for m in masks]  # the 0/1 bytes of the masks, not a copy
+    for image in images:
+        image.names = {1: pair.name}
+    step(1, _("computing metrics"))
+    structure = compare(images[0], images[1], labels=[1], metrics=metrics, params=params, keep_surfaces=True, dose=dose,
+                        progress=lambda done, total, name: step(1 + done / total, _("computing metrics"))).structures[0]
+    structure.reference_label, structure.test_label = pair.reference_id, pair.test_id
+    step(2, _("building the review surfaces"))
+    structure.extras["slice_centres"] = slice_centres(masks[0] | masks[1], msi_axis(structure))
+    add_review_surfaces(structure, masks[0], masks[1], grid.spacing, params)
+    return structure
+
+
+class _Reporter:
+    """A run's ``progress(fraction, message)``, called at each stage and, through :meth:`repeat`, at
+    the checkpoints inside the long loops (:mod:`segmetrics.spatial.checkpoints`), where it repeats
+    the last report at most every :data:`REPORT_INTERVAL_S` seconds: often enough for the user
+    interface to stay responsive and for a cancel to stop the run within a second."""
+
+    def __init__(self, progress):
+        self.progress = progress
+        self.last = (0.0, "")
+        self.time = time.monotonic()
+
+    def __call__(self, fraction: float, message: str) -> None:
+        self.last = (fraction, message)
+        self.time = time.monotonic()
+        if self.progress is not None:
+            self.progress(fraction, message)
+
+    def repeat(self) -> None:
+        if time.monotonic() - self.time >= REPORT_INTERVAL_S:
+            self(*self.last)
 
 
 # --- output nodes ------------------------------------------------------------------------------
@@ -674,7 +753,8 @@ def _remove_stale(scene, class_name: str, prefix: str, keep) -> None:
 
 
 def _fill_table(table_node, columns: list) -> None:
-    """Replace the table content by ``[(name, values, unit, description), ...]``.
+    """Replace the table content by ``[(name, values, unit, description), ...]``; a column may
+    hold a fifth item, its title.
 
     A column with a unit (other than "" and the dimensionless "1") gets it as its unit label and
     the name without the unit's suffix as its title: Slicer shows ``title [unit]``, e.g.
@@ -693,17 +773,22 @@ def _fill_table(table_node, columns: list) -> None:
         table.AddColumn(array)
     table_node.RemoveAllColumns()
     table_node.SetAndObserveTable(table)
-    for name, _values, unit, description in columns:
+    for name, _values, unit, description, *title in columns:
         if unit not in ("", "1"):
             table_node.SetColumnUnitLabel(name, unit)
             table_node.SetColumnTitle(name, name.removesuffix(f"_{unit}"))
+        if title:
+            table_node.SetColumnTitle(name, title[0])
         if description:
             table_node.SetColumnDescription(name, description)
 
 
 def fill_results_table(table_node, result: ComparisonResult) -> None:
     """One row per segment pair, one column per metric (named as the metric; its unit as the unit
-    label), a status column."""
+    label; the MSI columns titled with the width σ of their weights, e.g. ``msi (σ 10 mm)``, as
+    the command line shows them), a status column."""
+    from .outputs.tables import sigma_of
+
     specs = metric_specs()
     computed = {v.metric for s in result.structures for v in s.values}
     names = [m for m in specs if m in computed] + sorted(computed - set(specs))
@@ -717,7 +802,9 @@ def fill_results_table(table_node, result: ComparisonResult) -> None:
         values = [next((v for v in s.values if v.metric == name), None) for s in result.structures]
         unit = next(v.unit for v in values if v is not None)
         description = specs[name].description if name in specs else ""
-        columns.append((name, [math.nan if v is None else v.value for v in values], unit, description))
+        sigma = sigma_of(name, [v.params for v in values if v is not None])
+        columns.append((name, [math.nan if v is None else v.value for v in values], unit, description,
+                        *([f"{name} ({sigma})"] if sigma else [])))
     columns.append(("Notes", ["; ".join(result.notes)] * len(result.structures), "", "how the inputs were prepared"))
     _fill_table(table_node, columns)
 
@@ -859,6 +946,46 @@ def _write_slice_tables(scene, result, chart_node=None):
     chart.SetXAxisTitle(_("slice index"))
     chart.SetYAxisTitle(_("MSI"))
     return tables, chart, marker
+
+
+def _write_dvh(scene, result):
+    """The chart of the cumulative DVHs (volume in % of each side's volume inside the dose grid
+    against dose in Gy) of the pairs with ``extras["dvh"]``, one colour per pair, the reference
+    dashed and the test solid, over one table per pair; None (and the previous run's DVH nodes
+    removed) without any."""
+    from .outputs.dvh import DVH_COLUMNS
+
+    tables, series = [], []
+    for index, structure in enumerate(s for s in result.structures if "dvh" in s.extras):
+        rows = structure.extras["dvh"].rows()
+        table = _output_node(scene, "vtkMRMLTableNode", f"dvh:{structure.structure}", f"SegMetrics DVH {structure.structure}")
+        _fill_table(table, [(key, [r[key] for r in rows], *DVH_COLUMNS[key]) for key in rows[0]])
+        tables.append(table)
+        for side, style in (("reference", slicer.vtkMRMLPlotSeriesNode.LineStyleDash),
+                            ("test", slicer.vtkMRMLPlotSeriesNode.LineStyleSolid)):
+            plot = _output_node(scene, "vtkMRMLPlotSeriesNode", f"dvh series:{structure.structure} {side}",
+                                f"DVH {structure.structure} {side}")
+            plot.SetAndObserveTableNodeID(table.GetID())
+            plot.SetXColumnName("dose_gy")
+            plot.SetYColumnName(f"{side}_percent")
+            plot.SetPlotType(slicer.vtkMRMLPlotSeriesNode.PlotTypeScatter)
+            plot.SetMarkerStyle(slicer.vtkMRMLPlotSeriesNode.MarkerStyleNone)
+            plot.SetLineStyle(style)
+            plot.SetColor(*series_colour(index))
+            series.append(plot)
+    _remove_stale(scene, "vtkMRMLTableNode", "dvh:", tables)
+    _remove_stale(scene, "vtkMRMLPlotSeriesNode", "dvh series:", series)
+    if not series:
+        _remove_stale(scene, "vtkMRMLPlotChartNode", "dvh chart", [])
+        return None
+    chart = _output_node(scene, "vtkMRMLPlotChartNode", "dvh chart", "SegMetrics DVH")
+    chart.RemoveAllPlotSeriesNodeIDs()
+    for plot in series:
+        chart.AddAndObservePlotSeriesNodeID(plot.GetID())
+    chart.SetTitle(_("Dose-volume histograms (reference dashed, test solid)"))
+    chart.SetXAxisTitle(_("dose (Gy)"))
+    chart.SetYAxisTitle(_("volume (%)"))
+    return chart
 
 
 def mark_slice(outputs: Outputs, structure_name: str, index: int):
@@ -1009,7 +1136,8 @@ def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=
     """Write a comparison into the scene, reusing the nodes of the previous run.
 
     Makes the results table, per-slice MSI tables with a plot chart (one colour per pair, and a
-    marker series for the current slice) when MSI ran, and per pair a model of the test surface
+    marker series for the current slice) when MSI ran, DVH tables with their chart when the dose
+    group ran (:func:`_write_dvh`), and per pair a model of the test surface
     and one of the reference surface (``extras["test_surface"]``/``["reference_surface"]``), shown
     in 3-D and as contours in the slice views, coloured by ``color_array`` (or the first available
     of :data:`SURFACE_ARRAYS`) with a colour legend.
@@ -1018,7 +1146,7 @@ def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=
     fill_results_table(table, result)
     slice_tables, chart, marker = _write_slice_tables(scene, result, chart_node)
     outputs = Outputs(result, grid, table, slice_tables, chart, _write_models(scene, result, grid, "test"),
-                      _write_models(scene, result, grid, "reference"), marker, scene)
+                      _write_models(scene, result, grid, "reference"), marker, scene, _write_dvh(scene, result))
     models = [*outputs.models.values(), *outputs.reference_models.values()]
     shown = next((a for a in (color_array, *SURFACE_ARRAYS) if shared_range(models, a) is not None), color_array)
     show_outputs_array(outputs, shown)
@@ -1026,13 +1154,14 @@ def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=
 
 
 def run(reference_node, test_node, pairs=None, metrics=None, params=None, table_node=None,
-        color_array=SURFACE_ARRAYS[0], progress=None) -> Outputs:
-    """Compare two segmentation nodes and write the outputs (see :func:`compare_segmentations`).
+        color_array=SURFACE_ARRAYS[0], progress=None, dose_node=None) -> Outputs:
+    """Compare two segmentation nodes and write the outputs (see :func:`compare_segmentations`,
+    which takes ``dose_node``, the planned dose volume).
 
     Nothing is written before every pair is computed, so a run stopped by :class:`Cancelled`
     (raised by ``progress``, or because the scene was closed meanwhile) leaves the scene as it was.
     """
-    result, grid = compare_segmentations(reference_node, test_node, pairs, metrics, params, progress)
+    result, grid = compare_segmentations(reference_node, test_node, pairs, metrics, params, progress, dose_node)
     scene = reference_node.GetScene()
     if scene is None:
         raise Cancelled("the scene was closed during the run")
@@ -1040,7 +1169,8 @@ def run(reference_node, test_node, pairs=None, metrics=None, params=None, table_
 
 
 def show_results(app_logic, outputs: Outputs):
-    """Show the results table and the MSI chart in a layout that has both views, set explicitly
+    """Show the results table and the MSI chart (the DVH chart when MSI did not run; the plot
+    view's chart selector shows the other) in a layout that has both views, set explicitly
     (Slicer's four-up view with plot and table; four-up with table when there is no chart):
     deriving it from the current layout, as the Tables and Plots logics do, turns the one-up 3-D
     layout into a four-up plot view without a table. Output nodes the user deleted are skipped.
@@ -1049,7 +1179,7 @@ def show_results(app_logic, outputs: Outputs):
     layout = scene.GetFirstNodeByClass("vtkMRMLLayoutNode") if scene is not None else None
     if layout is None:
         return None
-    chart = outputs.chart if outputs.chart is not None and outputs.chart.GetScene() is not None else None
+    chart = next((c for c in (outputs.chart, outputs.dvh_chart) if c is not None and c.GetScene() is not None), None)
     layout.SetViewArrangement(slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView if chart is not None
                               else slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpTableView)
     if outputs.table.GetScene() is not None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from ..spatial.checkpoints import checkpoint
 from ..spatial.geometry import LabelImage, check_same_geometry, geometry_differences, resample_nearest, union_box
 from ..spatial.orientation import Reorientation, canonical
 from ..registry import (MetricValue, Parameters, Status, StructurePair, all_groups, as_parameters,
@@ -375,6 +376,7 @@ def compare(
         dose, dose_notes = load_dose(dose, {"reference": reference, "test": test})
     reference, test = load_pair(reference, test, spacing, threshold, input_policy=input_policy, image=image,
                                 contour_resolution_mm=contour_resolution_mm)
+    checkpoint()
     params.check_dimension(reference.ndim)
     notes = getattr(reference, "notes", []) + getattr(test, "notes", [])
     if names is not None:
@@ -399,6 +401,7 @@ def compare(
     check_fields_of_view(reference, test)
     check_same_geometry(reference, test)
     orientation = canonical(reference)  # metrics must not depend on how the grid is stored
+    checkpoint()
 
     selection = resolve_selection(metrics)
     if dose is None and "dose" in selection and metrics not in (None, "all", ["all"]):  # asked for by name
@@ -411,6 +414,7 @@ def compare(
         notes += [*dose_notes, sampling_note(dose, reference.spacing)]
     groups = all_groups()
     whole_image = any(groups[name].whole_image(params) for name in selection)
+    checkpoint()
     pairs, pairing_notes = _structure_pairs(reference, test, labels, synonyms)
     if not pairs:
         raise NothingToCompareError("nothing to compare: neither image holds a structure (every voxel is 0 and no "
@@ -418,6 +422,7 @@ def compare(
     notes += pairing_notes
     results = []
     for index, (name, ref_label, test_label) in enumerate(pairs):
+        checkpoint()
         view = orientation.within(_pair_box(reference, test, ref_label, test_label, whole_image))
         grid = view.image(reference)
         pair = StructurePair(
@@ -432,6 +437,7 @@ def compare(
         )
         values = []
         for position, (group_name, wanted) in enumerate(selection.items(), start=1):
+            checkpoint()
             wanted = wanted | {spec.name for spec in groups[group_name].level_metrics(params)}
             computed = groups[group_name].compute(pair, params)
             values += [v for v in computed if v.metric in wanted]

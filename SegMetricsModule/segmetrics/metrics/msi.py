@@ -35,6 +35,7 @@ from scipy.spatial import cKDTree
 from vtkmodules.util.numpy_support import numpy_to_vtk
 
 from ..spatial import _bundled_planar, accelerator, mesh
+from ..spatial.checkpoints import checkpoint
 from ..inputs.polygons import even_odd_region, intersection_area, nearest_slice, rings_by_plane
 from ..spatial.geometry import through_plane_axis
 from ..spatial.orientation import Reorientation
@@ -373,6 +374,7 @@ def polygon_slice_table(pair: StructurePair, params: Parameters) -> tuple:
     axis, planes = compared_planes(pair)
     rows = []
     for index, position, (reference, test) in planes:
+        checkpoint()
         value, weight, counts, status = polygon_slice(reference, test, params.msi_il, params.msi_ol, params.msi_align)
         rows.append(SliceMSI(index, position, value, weight, status=status, **counts))
     return axis, sorted(rows, key=lambda r: r.slice)
@@ -558,6 +560,7 @@ def slice_table(reference, test, spacing, params: Parameters | None = None, dire
     union = reference | test
     rows = []
     for k in np.flatnonzero(union.any(axis=(1, 2))):
+        checkpoint()
         box = ndimage.find_objects(union[k].astype(np.uint8))[0]
         # a background margin of one pixel, also at the image border, so that the field of view
         # (padding) does not matter: the fda perimeter counts pixels beyond the crop as inside
@@ -620,6 +623,7 @@ def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.
     test, reference = (s if isinstance(s, mesh.Surface) else mesh.Surface.from_polydata(s) for s in (test_surface, reference_surface))
     signed = mesh.distances_to_surface(test.points, reference, signed=True)
     back = mesh.distances_to_surface(reference.points, test) if reference_to_test is None else reference_to_test
+    checkpoint()
     bld = bidirectional_local_distance(test.points, reference.points, np.abs(signed), back, test.tree)
     inside = signed < 0
     weights = weight_function(bld, np.where(inside, il, ol))

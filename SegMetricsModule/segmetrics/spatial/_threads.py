@@ -3,15 +3,19 @@
 in forked processes, unlike numba's OpenMP layer. Light to import (no numba)."""
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
+
+from .checkpoints import checkpoint
 
 #: Chunks per core that :func:`in_threads` splits the query points into, and their fewest points.
 CHUNKS_PER_THREAD = 4
 MIN_POINTS_PER_CHUNK = 1024
 #: Name prefix of the pool's threads.
 THREAD_NAME = "segmetrics"
+#: Longest wait (s) for a chunk before the calling thread passes a checkpoint (:mod:`.checkpoints`).
+CHECKPOINT_WAIT_S = 0.1
 
 _THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 _POOL = []
@@ -29,8 +33,10 @@ def in_threads_together(jobs: list) -> list:
     queued at once (one wait for all, and no core idles between jobs); their outputs in order.
     Fewer points than two chunks' worth in all run in the calling thread (handing them to the
     pool would cost more than it saves), and so do the chunks when called from a task of the pool
-    itself (a task that waited for others could wait forever). ValueError for ``per_point``
-    arrays of other lengths."""
+    itself (a task that waited for others could wait forever). While the pool works, the calling
+    thread passes a checkpoint every :data:`CHECKPOINT_WAIT_S` seconds; when it raises (a
+    cancelled run), the chunks not yet started are dropped. ValueError for ``per_point`` arrays
+    of other lengths."""
     tasks, spans, points = [], [], 0
     for kernel, per_point, shared in jobs:
         if len({len(a) for a in per_point}) != 1:
@@ -44,13 +50,25 @@ def in_threads_together(jobs: list) -> list:
     if points < 2 * MIN_POINTS_PER_CHUNK or len(tasks) == 1 or threading.current_thread().name.startswith(THREAD_NAME):
         parts = [kernel(*per_point, *shared) for kernel, per_point, shared in tasks]
     else:
-        parts = list(thread_pool().map(lambda task: task[0](*task[1], *task[2]), tasks))
+        futures = [thread_pool().submit(kernel, *per_point, *shared) for kernel, per_point, shared in tasks]
+        try:
+            parts = [_result_with_checkpoints(future) for future in futures]
+        finally:
+            for future in futures:
+                future.cancel()  # only chunks not yet started: none left after a normal run
     joined = []
     for start, stop in spans:  # each job's chunks dropped once joined: not all outputs held twice at once
         chunk_outputs, parts[start:stop] = parts[start:stop], [None] * (stop - start)
         joined.append(chunk_outputs[0] if len(chunk_outputs) == 1 else tuple(map(np.concatenate, zip(*chunk_outputs))))
         del chunk_outputs
     return joined
+
+
+def _result_with_checkpoints(future):
+    """A pool task's result, passing a checkpoint every :data:`CHECKPOINT_WAIT_S` seconds until it is done."""
+    while not wait([future], timeout=CHECKPOINT_WAIT_S).done:
+        checkpoint()
+    return future.result()
 
 
 def set_thread_count(count: int) -> None:

@@ -67,6 +67,7 @@ from vtkmodules.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray,
 from . import _bundled_surface, accelerator
 from ._bundled_surface import FACE, FEATURE_CORNERS, MAX_BUCKETS_PER_AXIS, MAX_COORDINATE_MM, VERTICES_PER_BUCKET
 from ._threads import in_threads, in_threads_together, thread_pool
+from .checkpoints import checkpoint
 from .geometry import bounding_box, union_box
 
 #: Gaussian blur (in voxels, every axis) of :func:`smooth_surface`.
@@ -593,6 +594,7 @@ def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
     searches share the threads at once."""
     distances, searches = [None] * len(requests), []
     for index, (points, surface) in enumerate(requests):
+        checkpoint()
         points = np.asarray(points, dtype=float)
         if signed and surface.cells.shape[1] != 3:
             raise ValueError("signed distances need a 3-D (triangle) surface")
@@ -606,6 +608,7 @@ def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
     found = in_threads_together([(_surface_kernels().closest_points_near, (queries,), (*surface.vertex_grid, *star))
                                  for _, _, queries, star, surface in searches])
     for index, points, queries, star, surface in searches:  # each search's outputs dropped once walked
+        checkpoint()
         distances[index] = _walked_distances(points, queries, star, surface, *found.pop(0), signed)
     return distances
 
@@ -622,6 +625,7 @@ def _walked_distances(points, queries, star, surface: Surface, offset, cell, fea
         walked = distances > 0  # a point on a vertex is on the surface: no side
         if np.any(cell[walked] < 0):
             raise ValueError("signed distances need every vertex of the surface on a triangle")
+        checkpoint()
         normals = _feature_normals(cell[walked], feature[walked], surface)
         distances[walked] *= np.where(np.sum(offset[walked] * normals, axis=1) < 0, -1.0, 1.0)
     return distances
