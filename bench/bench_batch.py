@@ -22,7 +22,7 @@ kernels compiled by workers and the memory of the busiest worker along the run. 
 mode are checked to be identical. Rounds repeat every mode in turn; the best round is printed.
 
 Usage: python bench/bench_batch.py [--dataset small|totalseg|demo] [--modes 1,2,dask2,off1]
-       [--metrics all] [--limit N] [--rounds 1]
+       [--metrics overlap,distance] [--limit N] [--rounds 1]
 """
 import argparse
 import functools
@@ -36,7 +36,7 @@ from itertools import combinations, cycle, islice
 from pathlib import Path
 
 from segmetrics.demo import DEMO_GROUPS, write_demo_data
-from segmetrics.evaluation.batch import Case, evaluate_case, run_batch
+from segmetrics.evaluation.batch import Case, evaluate_case, read_results, run_batch
 from segmetrics.registry import all_groups
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
@@ -60,21 +60,29 @@ def totalseg_cases(data: Path, count: int = TOTALSEG_CASES) -> list:
             for index in range(count)]
 
 
+def memory_mb() -> dict:
+    """``{"VmRSS": resident, "VmHWM": peak resident}`` of this process in MB (Linux)."""
+    with open("/proc/self/status") as status:
+        return {line.split(":")[0]: int(line.split()[1]) / 1024 for line in status if line.startswith(("VmRSS", "VmHWM"))}
+
+
 def measured_evaluate(case, log_folder, **job):
     """:func:`segmetrics.evaluation.batch.evaluate_case`, then one JSON line in
     ``log_folder/<pid>.jsonl``: finish time (s, epoch), the case's seconds, VmRSS and VmHWM (MB) and
-    the number of kernels numba compiled in this process so far (disk-cache misses)."""
+    the number of kernels numba compiled in this process so far (disk-cache misses), and the CPU
+    time (s, all threads) of the case."""
+    cpu = time.process_time()
     outcome = evaluate_case(case, **job)
-    with open("/proc/self/status") as status:
-        memory = {line.split(":")[0]: int(line.split()[1]) / 1024 for line in status if line.startswith(("VmRSS", "VmHWM"))}
+    cpu = time.process_time() - cpu
+    memory = memory_mb()
     kernels = sys.modules.get("segmetrics.spatial._kernels")
     compiled = 0
     if kernels is not None:
         from numba.core.registry import CPUDispatcher
 
         compiled = sum(sum(k.stats.cache_misses.values()) for k in vars(kernels).values() if isinstance(k, CPUDispatcher))
-    line = {"finished": time.time(), "seconds": outcome.seconds, "rss_mb": memory["VmRSS"], "peak_mb": memory["VmHWM"],
-            "compiled": compiled}
+    line = {"finished": time.time(), "seconds": outcome.seconds, "cpu_seconds": cpu, "rss_mb": memory["VmRSS"],
+            "peak_mb": memory["VmHWM"], "compiled": compiled}
     with open(Path(log_folder) / f"{os.getpid()}.jsonl", "a") as log:
         log.write(json.dumps(line) + "\n")
     return outcome
@@ -98,16 +106,21 @@ def run_mode(mode: str, cases: list, metrics, folder: Path) -> dict:
     if kind == "off":
         os.environ["SEGMETRICS_ACCELERATOR"] = "off"  # read by the workers, which inherit it
     try:
+        before = memory_mb()["VmRSS"]
         start = time.time()
         summary = run_batch(cases, folder / "out", metrics=metrics, progress=False,
                             evaluate=functools.partial(measured_evaluate, log_folder=str(logs)), **options)
         seconds = time.time() - start
+        submitter_mb = memory_mb()["VmRSS"] - before
     finally:
         os.environ.pop("SEGMETRICS_ACCELERATOR", None)
         if cluster is not None:
             cluster.close()
+    records = read_results(folder / "out")
     per_worker = [[json.loads(line) for line in path.read_text().splitlines()] for path in sorted(logs.glob("*.jsonl"))]
     return {"mode": mode, "start": start, "seconds": seconds, "failed": len(summary.failed), "workers": per_worker,
+            "submitter_mb": submitter_mb, "records": len(records),
+            "structures": len({(r["case_id"], r["structure"]) for r in records}),
             "results": (folder / "out" / "results.csv").read_text()}
 
 
@@ -119,22 +132,26 @@ def describe(run: dict, n_cases: int) -> str:
     ready = [log[0]["finished"] - log[0]["seconds"] - run["start"] for log in workers]  # before its first case
     median = statistics.median(entry["seconds"] for log in workers for entry in log)
     first_extra = max(log[0]["seconds"] for log in workers) - median
+    cpu = statistics.median(entry["cpu_seconds"] for log in workers for entry in log[1:] or log)  # first: imports
     busiest = max(workers, key=len)
     rss = [entry["rss_mb"] for entry in busiest]
     tenth = max(len(rss) // 10, 1) - 1
     return (f"{run['mode']:>9} {run['seconds']:7.1f} s {60 * n_cases / run['seconds']:8.1f} cases/min "
-            f"(steady {steady:7.1f}), failed {run['failed']}\n"
+            f"(steady {steady:7.1f}), failed {run['failed']}; CPU per case (median) {cpu:.3f} s = "
+            f"{1000 * cpu * n_cases / max(run['structures'], 1):.1f} ms per structure\n"
             f"{'':>9} {len(workers)} worker(s): ready after {min(ready):.1f}-{max(ready):.1f} s, first case +{first_extra:.2f} s "
             f"over the median {median:.3f} s, kernels compiled {max(log[-1]['compiled'] for log in workers)}; "
             f"busiest worker ({len(busiest)} cases) RSS {rss[0]:.0f} MB after its 1st case, {rss[tenth]:.0f} after "
-            f"case {tenth + 1}, {rss[-1]:.0f} at the end (growth {rss[-1] - rss[tenth]:+.0f} MB), peak {busiest[-1]['peak_mb']:.0f} MB")
+            f"case {tenth + 1}, {rss[-1]:.0f} at the end (growth {rss[-1] - rss[tenth]:+.0f} MB), peak {busiest[-1]['peak_mb']:.0f} MB; "
+            f"submitting process RSS {run['submitter_mb']:+.0f} MB after the run ({run['records']} records)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", choices=["small", "totalseg", "demo"], default="small")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared data folder")
-    parser.add_argument("--metrics", help="metric groups (default: all; the demo groups for demo)")
+    parser.add_argument("--metrics", help="metric groups (default: compare's, every group but the opt-in ones; "
+                                           "the demo groups for demo)")
     parser.add_argument("--modes", default="1,2,dask2,off1")
     parser.add_argument("--limit", type=int, help="number of cases (default 200 small, 20 totalseg, 6 demo)")
     parser.add_argument("--rounds", type=int, default=1, help="repeat every mode this often; print the best")
@@ -147,7 +164,7 @@ def main() -> None:
         else:
             make = small_cases if args.dataset == "small" else totalseg_cases
             cases = make(args.data.resolve(), *([args.limit] if args.limit else []))
-            metrics = args.metrics or "all"
+            metrics = args.metrics
         print(f"{len(cases)} {args.dataset} cases, metrics={metrics}, {os.cpu_count()} cores, "
               f"load average {os.getloadavg()[0]:.1f}")
         best = {}
