@@ -106,12 +106,10 @@ def run_mode(mode: str, cases: list, metrics, folder: Path) -> dict:
     if kind == "off":
         os.environ["SEGMETRICS_ACCELERATOR"] = "off"  # read by the workers, which inherit it
     try:
-        before = memory_mb()["VmRSS"]
         start = time.time()
         summary = run_batch(cases, folder / "out", metrics=metrics, progress=False,
                             evaluate=functools.partial(measured_evaluate, log_folder=str(logs)), **options)
         seconds = time.time() - start
-        submitter_mb = memory_mb()["VmRSS"] - before
     finally:
         os.environ.pop("SEGMETRICS_ACCELERATOR", None)
         if cluster is not None:
@@ -119,7 +117,6 @@ def run_mode(mode: str, cases: list, metrics, folder: Path) -> dict:
     records = read_results(folder / "out")
     per_worker = [[json.loads(line) for line in path.read_text().splitlines()] for path in sorted(logs.glob("*.jsonl"))]
     return {"mode": mode, "start": start, "seconds": seconds, "failed": len(summary.failed), "workers": per_worker,
-            "submitter_mb": submitter_mb, "records": len(records),
             "structures": len({(r["case_id"], r["structure"]) for r in records}),
             "results": (folder / "out" / "results.csv").read_text()}
 
@@ -142,8 +139,7 @@ def describe(run: dict, n_cases: int) -> str:
             f"{'':>9} {len(workers)} worker(s): ready after {min(ready):.1f}-{max(ready):.1f} s, first case +{first_extra:.2f} s "
             f"over the median {median:.3f} s, kernels compiled {max(log[-1]['compiled'] for log in workers)}; "
             f"busiest worker ({len(busiest)} cases) RSS {rss[0]:.0f} MB after its 1st case, {rss[tenth]:.0f} after "
-            f"case {tenth + 1}, {rss[-1]:.0f} at the end (growth {rss[-1] - rss[tenth]:+.0f} MB), peak {busiest[-1]['peak_mb']:.0f} MB; "
-            f"submitting process RSS {run['submitter_mb']:+.0f} MB after the run ({run['records']} records)")
+            f"case {tenth + 1}, {rss[-1]:.0f} at the end (growth {rss[-1] - rss[tenth]:+.0f} MB), peak {busiest[-1]['peak_mb']:.0f} MB")
 
 
 def main() -> None:
