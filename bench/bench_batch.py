@@ -38,8 +38,8 @@ from pathlib import Path
 from segmetrics.demo import DEMO_GROUPS, write_demo_data
 from segmetrics.evaluation.batch import Case, evaluate_case, read_results, run_batch
 from segmetrics.registry import all_groups
+from common import DEFAULT_DATA, memory_mb
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 SMALL_CASES = 200
 TOTALSEG_CASES = 20
 
@@ -58,12 +58,6 @@ def totalseg_cases(data: Path, count: int = TOTALSEG_CASES) -> list:
     folder = data / "totalsegmentator"
     return [Case(f"totalseg_{index:02d}", str(folder / "example_seg.nii.gz"), str(folder / "example_seg_fast.nii.gz"))
             for index in range(count)]
-
-
-def memory_mb() -> dict:
-    """``{"VmRSS": resident, "VmHWM": peak resident}`` of this process in MB (Linux)."""
-    with open("/proc/self/status") as status:
-        return {line.split(":")[0]: int(line.split()[1]) / 1024 for line in status if line.startswith(("VmRSS", "VmHWM"))}
 
 
 def measured_evaluate(case, log_folder, **job):
