@@ -296,9 +296,9 @@ def _limit_threads(workers: int) -> None:
 
 
 def _compile_before_workers() -> None:
-    """Compile the kernels in this process before local workers start when numba's disk cache
-    lacks one (:func:`segmetrics.spatial.mesh.kernel_cache_missing`), so that the workers only read
-    the cache; nothing to do on the accelerator-free path
+    """Compile the kernels in this process when numba's disk cache lacks one
+    (:func:`segmetrics.spatial.mesh.kernel_cache_missing`), before workers start, so that they only
+    read the cache; nothing to do on the accelerator-free path
     (:func:`segmetrics.spatial.accelerator.use_numba`)."""
     from ..spatial import accelerator
 
@@ -355,6 +355,9 @@ def _dask_outcomes(cases, job: dict, workers: int, scheduler: str, evaluate):
 
     A case whose worker dies is retried once on another worker (``allowed-failures`` 1 on a local
     cluster; a remote scheduler keeps its own setting), then logged failed (``KilledWorker``).
+    Workers compile no kernels (:func:`_compile_before_workers`, :func:`_compile_on_cluster`), and
+    each case's result is released on the cluster once yielded, so memory does not grow with the
+    number of cases.
     """
     try:
         import dask
@@ -370,8 +373,9 @@ def _dask_outcomes(cases, job: dict, workers: int, scheduler: str, evaluate):
         client.run(_limit_threads, workers)
     else:
         cluster, client = None, Client(scheduler)
-        _compile_on_cluster(client)
     try:
+        if cluster is None:
+            _compile_on_cluster(client)
         futures = {client.submit(evaluate, case, pure=False, **job): case for case in cases}
         for future in as_completed(futures):
             case = futures.pop(future)  # released once written: neither side keeps finished cases
