@@ -177,6 +177,62 @@ def test_processes_and_dask_equal_single_process(data_dir, tmp_path):
     assert (tmp_path / "dask" / "results.csv").read_text() == serial
 
 
+def test_dask_cluster_by_address_releases_each_finished_case(data_dir, tmp_path):
+    """A cluster given by address gives the in-process results, and its worker does not keep the
+    results of finished cases (they used to stay held until the whole batch ended)."""
+    distributed = pytest.importorskip("distributed")
+    from batch_hooks import evaluate_noting_held_results
+
+    cases = _lidc_cases(data_dir, NODULES, raters=(1, 2, 3))
+    run_batch(cases, tmp_path / "inprocess", metrics=METRICS, workers=0, progress=False)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        run_batch(cases, tmp_path / "dask", metrics=METRICS, scheduler=cluster.scheduler_address, progress=False,
+                  evaluate=evaluate_noting_held_results)
+    assert (tmp_path / "dask" / "results.csv").read_text() == (tmp_path / "inprocess" / "results.csv").read_text()
+    held = [int(entry["notes"][-1].split()[1]) for entry in read_case_log(tmp_path / "dask").values()]
+    assert len(held) == len(cases) == 6 and max(held) <= 2, held
+
+
+def test_kernels_are_compiled_once_per_machine_of_a_cluster():
+    """One worker of one machine first, then one worker of each other machine, none twice."""
+    import socket
+
+    from segmetrics.evaluation import batch
+
+    class Cluster:
+        hosts = {"tcp://a:1": "a", "tcp://a:2": "a", "tcp://b:1": "b", "tcp://c:1": "c", "tcp://c:2": "c"}
+        compiled_on = []
+
+        def run(self, function, workers=None):
+            if workers is None:
+                assert function is socket.gethostname
+                return dict(self.hosts)
+            assert function is batch._compile_before_workers
+            self.compiled_on.append(workers)
+
+    cluster = Cluster()
+    batch._compile_on_cluster(cluster)
+    assert cluster.compiled_on == [["tcp://a:1"], ["tcp://b:1", "tcp://c:1"]]
+
+
+def test_accelerator_free_path_compiles_no_kernels_before_workers(monkeypatch):
+    """With SEGMETRICS_ACCELERATOR=off (or without numba) the workers run no compiled kernel, so the
+    batch neither compiles nor checks numba's cache before starting them."""
+    import types
+
+    import segmetrics.spatial
+    from segmetrics.evaluation import batch
+
+    def fail():
+        raise AssertionError("kernels compiled on the accelerator-free path")
+
+    untouchable = types.SimpleNamespace(compile_kernels=fail, kernel_cache_missing=fail)  # no numba needed
+    monkeypatch.setitem(sys.modules, "segmetrics.spatial.mesh", untouchable)
+    monkeypatch.setattr(segmetrics.spatial, "mesh", untouchable, raising=False)
+    monkeypatch.setenv("SEGMETRICS_ACCELERATOR", "off")
+    batch._compile_before_workers()
+
+
 def test_folder_matching_reports_unmatched(tmp_path):
     (tmp_path / "ref").mkdir()
     (tmp_path / "test").mkdir()

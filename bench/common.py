@@ -44,9 +44,10 @@ def deepmind_distance_set(reference, test, spacing, tolerance_mm: float = NSD_TO
     }
 
 
-def _status_mb(key: str) -> float:
+def memory_mb() -> dict:
+    """``{"VmRSS": resident, "VmHWM": peak resident}`` memory of this process in MB (Linux)."""
     with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) / 1024 for line in status if line.startswith(key + ":"))
+        return {line.split(":")[0]: int(line.split()[1]) / 1024 for line in status if line.startswith(("VmRSS:", "VmHWM:"))}
 
 
 def _peak_child(function, queue, release):
@@ -54,9 +55,9 @@ def _peak_child(function, queue, release):
         release()
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # reset the peak-RSS mark to the current RSS
-    before = _status_mb("VmRSS")
+    before = memory_mb()["VmRSS"]
     function()
-    queue.put(_status_mb("VmHWM") - before)
+    queue.put(memory_mb()["VmHWM"] - before)
 
 
 def peak_added_mb(function, release=None) -> float:

@@ -323,11 +323,36 @@ def _limit_threads(workers: int) -> None:
 
 
 def _compile_before_workers() -> None:
-    """Compile the kernels in this process before local workers start, so that they only read
-    numba's disk cache (:func:`segmetrics.spatial.mesh.compile_kernels`)."""
-    from ..spatial import mesh
+    """Compile the kernels in this process when numba's disk cache lacks one
+    (:func:`segmetrics.spatial.mesh.kernel_cache_missing`), before workers start, so that they only
+    read the cache; nothing to do on the accelerator-free path
+    (:func:`segmetrics.spatial.accelerator.use_numba`)."""
+    from ..spatial import accelerator
 
-    mesh.compile_kernels()
+    if accelerator.use_numba():
+        from ..spatial import mesh
+
+        if mesh.kernel_cache_missing():
+            mesh.compile_kernels()
+
+
+def _compile_on_cluster(client) -> None:
+    """Compile (or load) the kernels on one worker of each machine of a Dask cluster before any case
+    runs: first on one machine alone (machines that share the installation then find its cache
+    written), then on one worker of every other machine at once. The other workers of a machine
+    only read the cache their machine's first worker wrote. Workers that join later compile or load
+    the kernels at their first case."""
+    import socket
+
+    first_on_host = {}
+    for address, host in client.run(socket.gethostname).items():
+        first_on_host.setdefault(host, address)
+    if not first_on_host:
+        return
+    first, *others = first_on_host.values()
+    client.run(_compile_before_workers, workers=[first])
+    if others:
+        client.run(_compile_before_workers, workers=others)
 
 
 def _outcomes(cases, job: dict, workers: int, scheduler: str | None, evaluate):
@@ -357,6 +382,9 @@ def _dask_outcomes(cases, job: dict, workers: int, scheduler: str, evaluate):
 
     A case whose worker dies is retried once on another worker (``allowed-failures`` 1 on a local
     cluster; a remote scheduler keeps its own setting), then logged failed (``KilledWorker``).
+    Workers compile no kernels (:func:`_compile_before_workers`, :func:`_compile_on_cluster`), and
+    each case's result is released on the cluster once yielded, so memory does not grow with the
+    number of cases.
     """
     try:
         import dask
@@ -373,12 +401,16 @@ def _dask_outcomes(cases, job: dict, workers: int, scheduler: str, evaluate):
     else:
         cluster, client = None, Client(scheduler)
     try:
+        if cluster is None:
+            _compile_on_cluster(client)
         futures = {client.submit(evaluate, case, pure=False, **job): case for case in cases}
         for future in as_completed(futures):
+            case = futures.pop(future)  # released once written: neither side keeps finished cases
             try:
                 outcome = future.result()
             except Exception as error:  # KilledWorker when its workers died
-                outcome = _failure(futures[future], error)
+                outcome = _failure(case, error)
+            future.release()
             yield outcome
     finally:
         client.close()
