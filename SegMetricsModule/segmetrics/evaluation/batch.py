@@ -166,7 +166,7 @@ def read_manifest(path) -> list:
         names = row.get("names") or row.get("labels") or row.get("label_map") or None
         dose = (row.get("dose") or "").strip() or None
         cases.append(Case(row["case_id"], str(path.parent / row["reference"]), str(path.parent / row["test"]),
-                          str(path.parent / names) if names else None, str(path.parent / dose) if dose else None))
+                          str(path.parent / names) if names else None, dose=str(path.parent / dose) if dose else None))
     duplicates = _duplicate_ids(cases)
     if duplicates:
         raise BatchError(f"manifest {path}: duplicate case ids {duplicates}")
