@@ -68,11 +68,6 @@ OVERLAP_TOLERANCE_MM = 1e-7
 #: contour long, but into no more than this many, before the nearest segments are searched: a long
 #: edge facing a finely drawn contour then meets a few segments per piece (values unchanged).
 MAX_EDGE_PIECES = 256
-#: A percentile is the smallest distance within which its share of the boundary length lies, less
-#: this fraction of the length: lengths summed in another order (another storage of the same
-#: grid) differ by rounding, and where the share is reached exactly the distance must not jump to
-#: the next one.
-PERCENTILE_LENGTH_TOLERANCE = 1e-9
 
 _DIRECTIONS = ("reference_to_test", "test_to_reference")
 METRICS = (
@@ -232,10 +227,14 @@ class DistanceProfile:
         return float(np.sum(self.high - self.low - self._within(distance)))
 
     def percentile(self, percent: float) -> float:
-        """The smallest distance (mm) within which ``percent`` % of the boundary's length lies, to
-        :data:`PERCENTILE_LENGTH_TOLERANCE` of the length (bisection to 1e-12 of the largest
-        distance; pieces wholly within or beyond the bracket leave the search)."""
-        wanted = (percent / 100 - PERCENTILE_LENGTH_TOLERANCE) * self.length
+        """The smallest distance (mm) within which ``percent`` % of the boundary's length lies
+        (bisection to 1e-12 of the largest distance; pieces wholly within or beyond the bracket
+        leave the search). The share counts as reached within the rounding of a sum of the pieces'
+        lengths (4 × pieces × machine epsilon of the length): where it is reached exactly (a
+        plateau of the distribution), lengths summed in another order (another storage of the
+        grid) must not move the percentile to the plateau's far end."""
+        rounding = 4 * len(self.low) * np.finfo(float).eps * self.length
+        wanted = percent / 100 * self.length - rounding
         low, high = 0.0, self.maximum()
         if percent >= 100:
             return high
