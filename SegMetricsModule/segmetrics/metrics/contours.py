@@ -501,8 +501,9 @@ def _planes(pair: StructurePair, params: Parameters) -> tuple:
     if pair.contours is not None:
         axis, compared = compared_planes(pair)
         rings = contour_planes(pair)[1]
-        return axis, [Plane(index, position, position, *(boundary_segments(side) if not region.is_empty else np.empty((0, 2, 2))
-                                              for side, region in zip(rings[position], regions)),
+        return axis, [Plane(index, position, position,
+                            *(boundary_segments(side) if not region.is_empty else np.empty((0, 2, 2))
+                              for side, region in zip(rings[position], regions)),
                             polygon_dice(*regions)) for index, position, regions in compared]
     volume = pair.reference.ndim == 3
     axis = pair_slice_axis(pair, params) if volume else 0
