@@ -31,7 +31,9 @@ that length to 1e-12 of the largest distance.
   percentiles and as the **mean of the two means** for the mean distance.
 - planes one side only contours: the distances cannot be measured there, so the distance metrics
   get status ``missing_planes`` (never ``ok``) and their params name the planes
-  (``reference_only_planes_mm`` / ``test_only_planes_mm``: positions along the plane normal, mm);
+  (``reference_only_planes_mm`` / ``test_only_planes_mm``, increasing positions along the plane
+  normal, mm, alike in every storage of the grid: polygons in patient mm, masks from the pair's
+  first slice holding either mask, along the canonical slice axis);
   APL counts them (the whole reference length, or nothing). Without any plane both sides contour,
   the distances are ``inf``.
 
@@ -227,8 +229,13 @@ class DistanceProfile:
     def percentile(self, percent: float) -> float:
         """The smallest distance (mm) within which ``percent`` % of the boundary's length lies
         (bisection to 1e-12 of the largest distance; pieces wholly within or beyond the bracket
-        leave the search)."""
-        wanted, low, high = percent / 100 * self.length, 0.0, self.maximum()
+        leave the search). The share counts as reached within the rounding of a sum of the pieces'
+        lengths (4 × pieces × machine epsilon of the length): where it is reached exactly (a
+        plateau of the distribution), lengths summed in another order (another storage of the
+        grid) must not move the percentile to the plateau's far end."""
+        rounding = 4 * len(self.low) * np.finfo(float).eps * self.length
+        wanted = percent / 100 * self.length - rounding
+        low, high = 0.0, self.maximum()
         if percent >= 100:
             return high
         ends = self._at(self.low), self._at(self.high)
@@ -448,10 +455,16 @@ def distance_profile(source, target, source_planes=None, target_planes=None) -> 
 @dataclass
 class Plane:
     """One contour plane of a pair: both sides' boundary segments (:func:`boundary_segments`,
-    in-plane mm; empty without contour), where it lies and the Dice of its filled contours."""
+    in-plane mm; empty without contour), where it lies and the Dice of its filled contours.
+
+    ``slice`` and ``position_mm`` are those of the per-plane rows (the user's stored array);
+    ``location_mm`` is the plane's position along its normal that no storage of the grid changes:
+    patient mm for polygons; for masks, mm from the pair's first slice holding either mask, along
+    the canonical slice axis (:mod:`segmetrics.spatial.orientation`)."""
 
     slice: int
     position_mm: float
+    location_mm: float
     reference: np.ndarray
     test: np.ndarray
     dice: float
@@ -488,16 +501,19 @@ def _planes(pair: StructurePair, params: Parameters) -> tuple:
     if pair.contours is not None:
         axis, compared = compared_planes(pair)
         rings = contour_planes(pair)[1]
-        return axis, [Plane(index, position, *(boundary_segments(side) if not region.is_empty else np.empty((0, 2, 2))
-                                              for side, region in zip(rings[position], regions)),
+        return axis, [Plane(index, position, position,
+                            *(boundary_segments(side) if not region.is_empty else np.empty((0, 2, 2))
+                              for side, region in zip(rings[position], regions)),
                             polygon_dice(*regions)) for index, position, regions in compared]
     volume = pair.reference.ndim == 3
     axis = pair_slice_axis(pair, params) if volume else 0
     orientation = pair.orientation or Reorientation.identity(pair.reference.shape)
-    planes = []
+    planes, first = [], None
     for k, reference, test, dice in mask_slices(pair.reference, pair.test, pair.spacing, axis):
         index, position = orientation.stored_slice(axis, k, pair.spacing[axis]) if volume else (0, 0.0)
-        planes.append(Plane(index, position, boundary_segments(reference), boundary_segments(test), dice))
+        first = k if first is None else first  # the canonical slices come in increasing order
+        planes.append(Plane(index, position, (k - first) * float(pair.spacing[axis]) if volume else 0.0,
+                            boundary_segments(reference), boundary_segments(test), dice))
     return (orientation.stored_axis(axis) if volume else None), sorted(planes, key=lambda plane: plane.slice)
 
 
@@ -549,8 +565,8 @@ def measure(planes, params: Parameters) -> tuple:
     values = {"apl_mm": (apl, tolerance),
               "apl_fraction": (apl / reference_length if reference_length else math.nan, tolerance)}
     values.update(_distance_values(profiles, params.hd_percentile))
-    missing = {f"{side}_only_planes_mm": [float(p.position_mm) for p in planes
-                                          if len(getattr(p, side)) and not len(getattr(p, other))]
+    missing = {f"{side}_only_planes_mm": sorted(float(p.location_mm) for p in planes
+                                                if len(getattr(p, side)) and not len(getattr(p, other)))
                for side, other in (("reference", "test"), ("test", "reference"))}
     distance_status = Status.MISSING_PLANES if status == Status.OK and any(missing.values()) else status
     return rows, [MetricValue(spec.name, values[spec.name][0], spec.unit,
