@@ -47,7 +47,7 @@ def _whole_image_values(reference, test, label, params):
 @pytest.mark.parametrize("params", PARAMETERS, ids=["exact", "deepmind-fda-pixel", "paper"])
 def test_values_rows_and_surfaces_equal_the_whole_image(params):
     reference, test = _label_maps()
-    result = compare(reference, test, spacing=SPACING, params=params)
+    result = compare(reference, test, spacing=SPACING, params=params, metrics="all")
     assert [s.structure for s in result.structures] == ["1", "2"]
     for structure in result.structures:
         expected, extras = _whole_image_values(reference, test, int(structure.structure), params)

@@ -110,7 +110,8 @@ def _grid(patient: str, frame: str, reference, test, series: list) -> tuple:
 
 def _case(case_id: str, entry: tuple, names) -> Case:
     reference, test, image, reason = entry
-    return Case(case_id, reference.path if reference else "", test.path if test else "", names, image, reason)
+    return Case(case_id, reference.path if reference else "", test.path if test else "", names,
+                image=image, not_run=reason)
 
 
 def _case_ids(entries: list) -> list:
