@@ -368,8 +368,8 @@ def assert_same_physical_voxels(image: LabelImage, other: LabelImage, shift):
 
 def every_output(result, to_original) -> dict:
     """Each structure's metric values and parameters, plus its per-slice rows (MSI and contours) keyed by the
-    original slice index (``to_original(stored axis, stored index)``), their axis and the worst
-    MSI slices as original axes and indices."""
+    original slice index (``to_original(stored axis, stored index)``), their axis, the worst
+    MSI slices and the planes one side only contours as original axes and indices."""
     outputs = {}
     for structure in result.structures:
         values = {v.metric: v.value for v in structure.values}
@@ -386,8 +386,15 @@ def every_output(result, to_original) -> dict:
         if "contour_axis" in structure.extras:
             axis = structure.extras["contour_axis"]
             values["contour axis"] = to_original(axis, 0)[0]
+            original_slice = {}  # a plane's position (stored slice x spacing, mm) -> its original slice index
             for row in structure.extras["contour_slices"]:
-                values[("contour row", to_original(axis, row["slice"])[1])] = {k: v for k, v in row.items() if k not in ("slice", "position_mm")}
+                original_slice[row["position_mm"]] = to_original(axis, row["slice"])[1]
+                values[("contour row", original_slice[row["position_mm"]])] = {k: v for k, v in row.items() if k not in ("slice", "position_mm")}
+            for v in structure.values:  # the planes one side only contours, as original slices
+                for side in ("reference", "test"):
+                    if f"{side}_only_planes_mm" in v.params:
+                        values[(v.metric, "params")][f"{side}_only_planes_mm"] = sorted(
+                            original_slice[p] for p in v.params[f"{side}_only_planes_mm"])
         outputs[structure.structure] = values
     return outputs
 

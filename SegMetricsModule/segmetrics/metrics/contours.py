@@ -227,8 +227,10 @@ class DistanceProfile:
     def percentile(self, percent: float) -> float:
         """The smallest distance (mm) within which ``percent`` % of the boundary's length lies
         (bisection to 1e-12 of the largest distance; pieces wholly within or beyond the bracket
-        leave the search)."""
-        wanted, low, high = percent / 100 * self.length, 0.0, self.maximum()
+        leave the search). A length short of ``percent`` % by less than 1e-12 of the boundary's
+        counts as reaching it: a share reached exactly is not missed by rounding, whatever order
+        the pieces are summed in (another storage of the same image)."""
+        wanted, low, high = (percent / 100 - 1e-12) * self.length, 0.0, self.maximum()
         if percent >= 100:
             return high
         ends = self._at(self.low), self._at(self.high)
