@@ -57,6 +57,18 @@ def data_dir() -> Path:
     return DATA
 
 
+@pytest.fixture(scope="session")
+def slicerio():
+    """The slicerio package (reads and writes ``.seg.nrrd`` files in the tests); skips without it."""
+    return pytest.importorskip("slicerio", reason="slicerio is a dependency of the pip package that 3D Slicer does not bundle")
+
+
+@pytest.fixture(scope="session")
+def slicerio_sample(slicerio) -> Path:
+    """slicerio's sample ``Segmentation.seg.nrrd`` (CT chest, 128 x 128 x 34 voxels, 7 segments)."""
+    return Path(slicerio.__file__).resolve().parent / "data" / "Segmentation.seg.nrrd"
+
+
 @pytest.fixture
 def flip_middle_byte():
     """``flip(source, target=None)``: writes ``source`` with every bit of its middle byte flipped

@@ -9,7 +9,6 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 import SimpleITK as sitk
-Console = pytest.importorskip("rich.console").Console
 
 import segmetrics
 from segmetrics.cli import main
@@ -42,6 +41,8 @@ def result():
 
 
 def _render(result, width, **options) -> str:
+    """The terminal tables as text (skips without rich, which draws them)."""
+    Console = pytest.importorskip("rich.console", reason="the terminal tables need rich (not bundled with 3D Slicer)").Console
     console = Console(file=io.StringIO(), width=width, color_system=None)
     for part in result_tables(result, console, **options):
         console.print(part)

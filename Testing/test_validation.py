@@ -10,7 +10,6 @@ import struct
 import numpy as np
 import pytest
 import SimpleITK as sitk
-slicerio = pytest.importorskip("slicerio")
 from PIL import Image
 
 import segmetrics
@@ -20,8 +19,6 @@ from segmetrics.evaluation.compare import NothingToCompareError
 from segmetrics.spatial.geometry import LabelImage, distinct_values
 from segmetrics.inputs.io import InputPolicy, ReadError, apply_name_map, load_label_image, read_name_map
 from segmetrics.registry import ParameterError, Parameters
-
-SLICERIO_SAMPLE = os.path.join(os.path.dirname(slicerio.__file__), "data", "Segmentation.seg.nrrd")
 
 
 def ball(shape=(12, 14, 16), centre=(6, 7, 8), radius=4.0) -> np.ndarray:
@@ -307,8 +304,8 @@ def test_a_name_equal_to_an_unnamed_label_value_is_refused(tmp_path, capsys):
     assert_one_line_error(capsys, "unnamed label", "compare", labels, labels, "--names", names)
 
 
-def test_duplicate_segment_names_in_seg_nrrd_are_refused(tmp_path):
-    segmentation = slicerio.read_segmentation(SLICERIO_SAMPLE)
+def test_duplicate_segment_names_in_seg_nrrd_are_refused(tmp_path, slicerio, slicerio_sample):
+    segmentation = slicerio.read_segmentation(slicerio_sample)
     segmentation["segments"][1]["name"] = segmentation["segments"][0]["name"]  # "ribs" twice
     slicerio.write_segmentation(str(tmp_path / "dup.seg.nrrd"), segmentation)
     with pytest.raises(ReadError, match="'ribs' \\(labels 1, 2\\)"):
@@ -388,8 +385,8 @@ def test_two_empty_masks_are_nothing_to_compare(tmp_path, capsys):
     assert "nothing to compare" in summary.failed["empty"]
 
 
-def test_seg_nrrd_without_segments_is_nothing_to_compare(tmp_path):
-    segmentation = slicerio.read_segmentation(SLICERIO_SAMPLE)
+def test_seg_nrrd_without_segments_is_nothing_to_compare(tmp_path, slicerio, slicerio_sample):
+    segmentation = slicerio.read_segmentation(slicerio_sample)
     segmentation["segments"] = []
     segmentation["voxels"] = np.zeros_like(np.asarray(segmentation["voxels"]))
     slicerio.write_segmentation(str(tmp_path / "none.seg.nrrd"), segmentation)
