@@ -246,6 +246,12 @@ def test_a_consistent_seg_nrrd_is_read_with_its_names(tmp_path):
     assert np.array_equal(image.array, ARRAY)
 
 
+def test_a_seg_nrrd_without_slicerio_is_one_read_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "slicerio", None)  # as in 3D Slicer's Python: import fails
+    with pytest.raises(ReadError, match=r"a\.seg\.nrrd: reading a \.seg\.nrrd needs the slicerio package"):
+        load_label_image(seg_nrrd(tmp_path, [("liver", 1, 0), ("tumour", 2, 0)]))
+
+
 @pytest.mark.parametrize("segments, message", [
     ([("liver", 1, 0), ("tumour", 1, 0)], "'liver' and 'tumour' share label value 1 in layer 0"),  # liver was dropped
     ([("liver", 1, 0), ("tumour", 2, -1)], "segment 'tumour' is in layer -1, but the file has 1 layer"),
