@@ -133,6 +133,7 @@ def test_display_rounding_rule(value, unit, voxel, shown):
     assert display_value(value, unit, voxel) == shown
 
 
+@pytest.mark.needs("rich")
 def test_files_keep_full_precision_and_the_wide_csv_has_one_row_per_structure(result, tmp_path, capsys):
     reference, test = _boxes()
     paths = []
@@ -154,6 +155,7 @@ def test_files_keep_full_precision_and_the_wide_csv_has_one_row_per_structure(re
     assert sidecar["provenance"]["inputs"]["reference"]["path"] == str((tmp_path / "ref.nii.gz").resolve())
 
 
+@pytest.mark.needs("rich")
 def test_json_provenance_names_version_time_inputs_and_settings(tmp_path):
     reference, test = _boxes()
     paths = []
@@ -287,6 +289,7 @@ def _write_pair(tmp_path):
     return paths
 
 
+@pytest.mark.needs("pandas")
 def test_compare_and_batch_give_the_same_class_mean_without_a_penalty_by_default(tmp_path):
     from segmetrics.evaluation.aggregate import OVERALL
     from segmetrics.evaluation.batch import Case, run_batch
@@ -311,6 +314,7 @@ def test_compare_and_batch_give_the_same_class_mean_without_a_penalty_by_default
     run_batch(cases, tmp_path / "out", metrics="dice,hd95_mm", workers=0, progress=False)
 
 
+@pytest.mark.needs("pandas")
 def test_a_penalty_is_applied_only_when_asked_for_with_a_stated_constant(tmp_path):
     from segmetrics.evaluation.aggregate import OVERALL, aggregate
 
@@ -345,6 +349,7 @@ def test_frames_takes_the_reference_folder_first_or_named(tmp_path, capsys):
     assert "either as positionals" in capsys.readouterr().err
 
 
+@pytest.mark.needs("pandas")
 def test_batch_keeps_the_resampling_notes_and_the_report_shows_them(tmp_path):
     from segmetrics.evaluation.batch import Case, read_case_log, run_batch
     from segmetrics.report import report_batch

@@ -230,6 +230,7 @@ def jpeg_mask(tmp_path, name="mask.jpg"):
     return tmp_path / name, mask > 0
 
 
+@pytest.mark.needs("rich")
 def test_jpeg_mask_is_refused_unless_allowed_with_a_threshold(tmp_path, capsys):
     path, truth = jpeg_mask(tmp_path)
     assert len(np.unique(np.asarray(Image.open(path)))) > 2  # the compression made grey levels
@@ -266,6 +267,7 @@ def test_frames_check_every_frame(tmp_path):
         segmetrics.evaluate_folders(tmp_path / "pred", tmp_path / "gt", threshold=math.nan)
 
 
+@pytest.mark.needs("rich")
 def test_grey_picture_or_soft_map_needs_a_threshold(tmp_path, data_dir, capsys):
     ramp = np.tile(np.arange(256, dtype=np.uint8), (8, 1))  # a grey picture: 255 non-zero levels
     Image.fromarray(ramp).save(tmp_path / "ramp.png")
@@ -295,6 +297,7 @@ def test_a_label_named_twice_is_refused(tmp_path, text):
         read_name_map(tmp_path / "names.json")
 
 
+@pytest.mark.needs("rich")
 def test_a_name_equal_to_an_unnamed_label_value_is_refused(tmp_path, capsys):
     names = tmp_path / "names.json"
     names.write_text('{"2": "1"}')  # label 2 named "1" while label 1 keeps its value as name
@@ -374,6 +377,7 @@ def test_batch_refuses_a_nan_threshold_before_any_case(tmp_path):
 
 
 # ------------------------------------------------------------------------ 8: nothing to compare
+@pytest.mark.needs("rich")
 def test_two_empty_masks_are_nothing_to_compare(tmp_path, capsys):
     empty = write(np.zeros((4, 5, 6), np.uint8), tmp_path / "empty.nrrd")
     with pytest.raises(NothingToCompareError, match="nothing to compare"):
