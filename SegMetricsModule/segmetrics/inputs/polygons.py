@@ -14,8 +14,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 #: Contour planes closer than this (mm) are one plane.
 PLANE_TOLERANCE_MM = 0.01
@@ -370,6 +368,9 @@ def _cycles(following) -> list:
     """The cycles of a permutation (``following[k]``: the element after ``k``), each an array
     starting at its smallest element, in order. Pointer doubling: each element's distance to the
     cycle's last element (the one before its smallest) is summed along jumps that double."""
+    from scipy.sparse import coo_matrix  # here: importing segmetrics loads no scipy
+    from scipy.sparse.csgraph import connected_components
+
     size = len(following)
     label = connected_components(coo_matrix((np.ones(size), (np.arange(size), following)), shape=(size, size)),
                                  connection="weak")[1]
