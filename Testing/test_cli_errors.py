@@ -102,6 +102,7 @@ def test_output_checked_before_inputs_are_read(files, capsys):
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+@pytest.mark.needs("rich")
 def test_full_disk_at_write_time_is_one_line(fmt, files, capsys):
     code, out, err = _run(capsys, ["compare", files["ref"], files["test"], "--metrics", "dice", "--format", fmt,
                                    "-o", "/dev/full"])
@@ -135,6 +136,7 @@ def test_real_entry_point_prints_no_traceback(argv, files):
 
 
 # Defect 8: nothing to compare is said, never an empty table / [] with exit 0.
+@pytest.mark.needs("rich")
 def test_two_empty_masks_without_labels_say_nothing_to_compare(files, capsys):
     for fmt in ("table", "csv", "json"):
         code, out, err = _run(capsys, ["compare", files["empty"], files["empty"], "--format", fmt])
@@ -241,6 +243,7 @@ def test_traceback_on_request(files, capsys, monkeypatch):
         main(["compare", str(files["ref"]), str(files["test"]), "--names", str(files["folder"])])
 
 
+@pytest.mark.needs("rich")
 def test_params_given_inline_take_effect_and_are_checked(files, capsys):
     # NSD at 0.5 mm of a box shifted by one voxel is below 1; at 2 mm every surface point is within tolerance
     argv = ["compare", files["ref"], files["test"], "--metrics", "nsd", "--format", "csv"]
@@ -291,6 +294,7 @@ def test_a_batch_output_folder_is_never_an_input_folder(files, capsys, option):
         assert sorted(p.name for p in files[folder].iterdir()) == ["c1.nrrd"]
 
 
+@pytest.mark.needs("rich")
 def test_an_output_file_beside_the_inputs_is_written(files, capsys, monkeypatch):
     """Control of the refusal above: an output in the inputs' folder that is no input is written,
     and so is one named like the word of ``--resample-to reference`` (the keyword, not a file)."""

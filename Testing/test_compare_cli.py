@@ -83,6 +83,7 @@ def test_unknown_metric_is_a_clear_error(label_pair):
         segmetrics.compare(ref_path, test_path, metrics="dcie")
 
 
+@pytest.mark.needs("rich")
 def test_lesion_detection_is_out_of_the_default_metrics_and_one_option_away(label_pair, tmp_path):
     from segmetrics.registry import BUILTIN_METRIC_NAMES, resolve_selection
 
@@ -97,6 +98,7 @@ def test_lesion_detection_is_out_of_the_default_metrics_and_one_option_away(labe
     assert {r["metric"] for r in json.loads(out.read_text())["records"]} == set(BUILTIN_METRIC_NAMES["lesions"])
 
 
+@pytest.mark.needs("rich")
 def test_cli_json_records(label_pair, tmp_path, capsys):
     ref_path, test_path, _, _ = label_pair
     out = tmp_path / "out.json"
@@ -112,6 +114,7 @@ def test_cli_json_records(label_pair, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("fmt", ["csv", "wide-csv", "json"])
+@pytest.mark.needs("rich")
 def test_sort_orders_the_files_too(label_pair, tmp_path, fmt):
     # Dice: label 1 0.833, labels 2 (missed) and 3 (test only) 0: worst first is 2, 3, then 1.
     ref_path, test_path, _, _ = label_pair
@@ -125,6 +128,7 @@ def test_sort_orders_the_files_too(label_pair, tmp_path, fmt):
     assert list(dict.fromkeys(row["structure"] for row in rows)) == ["2", "3", "1"]
 
 
+@pytest.mark.needs("rich")
 def test_cli_table_and_csv(label_pair, capsys):
     ref_path, test_path, _, _ = label_pair
     assert main(["compare", str(ref_path), str(test_path), "--metrics", "dice"]) == 0
@@ -136,6 +140,7 @@ def test_cli_table_and_csv(label_pair, capsys):
     assert len(lines) == 4
 
 
+@pytest.mark.needs("rich")
 def test_cli_bad_inputs_exit_2_with_one_line(tmp_path, label_pair, capsys):
     ref_path, _, reference, _ = label_pair
     assert main(["compare", str(ref_path), str(tmp_path / "nope.nii.gz")]) == 2
@@ -182,6 +187,7 @@ def test_named_structures_keep_numeric_label_order():
     assert [s.structure for s in result.structures] == ["two", "ten", "eleven", "hundred"]
 
 
+@pytest.mark.needs("rich")
 def test_name_map_only_renames_present_labels(label_pair, tmp_path, capsys):
     ref_path, test_path, _, _ = label_pair
     names = tmp_path / "names.json"
@@ -234,6 +240,7 @@ def test_negative_numbers_stay_numbers_in_csv_records():
     assert [(r["structure"], r["value"]) for r in rows] == [("'@evil", "-0.5"), ("'@evil", "-inf")]
 
 
+@pytest.mark.needs("rich")
 def test_compare_csv_and_msi_slices_neutralise_formula_names(label_pair, tmp_path, capsys):
     ref_path, test_path, _, _ = label_pair
     names = tmp_path / "names.json"

@@ -17,6 +17,8 @@ from segmetrics.inputs.io import load_label_image
 from segmetrics.registry import all_groups
 from segmetrics.outputs.render import rendering_available
 
+pytestmark = pytest.mark.needs("slicerio")  # the demo segments slicerio's sample segmentation
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):

@@ -84,7 +84,7 @@ def test_dicom_seg_compares_with_dice_one_and_hd_zero_to_its_label_map(data_dir)
 
 # --------------------------------------------------------------------- rasterisation rule
 def test_even_odd_fill_agrees_with_scikit_image_on_random_polygons():
-    from skimage.draw import polygon
+    polygon = pytest.importorskip("skimage.draw").polygon
 
     rng = np.random.default_rng(1)
     for _ in range(200):
@@ -247,6 +247,7 @@ def test_repeated_roi_names_are_refused_by_the_reader(tmp_path):
         load_pair(tmp_path / "rt.dcm", tmp_path / "rt.dcm")
 
 
+@pytest.mark.needs("rich")
 def test_cli_compares_two_structure_sets(tmp_path, capsys):
     from segmetrics.cli import main
 
@@ -550,6 +551,7 @@ def test_a_contour_coordinate_far_beyond_any_patient_is_one_line(tmp_path, capsy
 
 
 @pytest.mark.parametrize("pixdim", [0.0, float("nan")])
+@pytest.mark.needs("rich")
 def test_an_image_grid_with_a_broken_voxel_size_is_refused(tmp_path, capsys, pixdim):
     """--image (and --resample-to) files pass the header checks of every input: a NIfTI pixdim
     of 0 or NaN, which ITK reads as 1 mm, rasterised the contours on a silently wrong grid."""

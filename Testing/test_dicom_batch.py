@@ -172,7 +172,6 @@ def _independent_mask(data_dir, roi_name: str, shift_x_mm: float) -> np.ndarray:
 
 
 def test_paired_cases_are_evaluated_on_the_referenced_ct(dicom_folders, data_dir, tmp_path):
-    pytest.importorskip("skimage")  # compare imports the distance metrics
     ref, test, _uids = dicom_folders
     cases, _unmatched, _skipped = match_folders(ref, test)
     summary = run_batch(cases, tmp_path / "out", metrics="dice", workers=0, progress=False)
@@ -194,8 +193,8 @@ def test_paired_cases_are_evaluated_on_the_referenced_ct(dicom_folders, data_dir
     assert run["provenance"]["not_run"] == summary.not_run
 
 
+@pytest.mark.needs("rich", "pandas", "jinja2")  # the command, its table and its report
 def test_the_command_reports_the_cases_it_cannot_pair(dicom_folders, tmp_path, capsys):
-    pytest.importorskip("skimage")  # compare imports the distance metrics
     ref, test, _uids = dicom_folders
     code = main(["batch", "--reference-dir", str(ref), "--test-dir", str(test), "-o", str(tmp_path / "out"),
                  "--metrics", "dice", "--workers", "0", "--no-progress", "--report", str(tmp_path / "report")])

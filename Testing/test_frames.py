@@ -119,6 +119,7 @@ def test_pooled_iou_of_a_class_absent_from_every_frame_follows_the_absent_class_
     assert r.summary()["mciou"].params["n_classes_used"] == 3
 
 
+@pytest.mark.needs("rich")
 def test_cli_absent_class_zero_and_pooled_iou(tmp_path, capsys):
     pred_dir, gt_dir = write_frames(tmp_path)
     out = tmp_path / "out.json"
@@ -239,6 +240,7 @@ def test_cli_json_with_instances(tmp_path, capsys):
     assert {x["frame"] for x in data["frames"]} == {"A", "B", "C", "D"}
 
 
+@pytest.mark.needs("rich")
 def test_cli_csv_and_table(tmp_path, capsys):
     pred_dir, gt_dir = write_frames(tmp_path)
     assert main(["frames", str(gt_dir), str(pred_dir), "--format", "csv", "--empty-reference", "zero"]) == 0
@@ -409,6 +411,7 @@ def test_cli_detection_counts_per_instance_size(tmp_path, capsys):
     assert "--size-edges expects comma-separated numbers" in capsys.readouterr().err
 
 
+@pytest.mark.needs("rich")
 def test_class_names_that_look_like_rich_markup_are_shown_as_written(tmp_path, capsys):
     pred_dir, gt_dir = write_frames(tmp_path)
     (tmp_path / "markup.json").write_text(json.dumps({"1": "[/b]tool", "2": "[red]tissue"}))

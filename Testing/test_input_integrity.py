@@ -239,10 +239,17 @@ def seg_nrrd(tmp_path, segments, array=ARRAY):
     return path
 
 
+@pytest.mark.needs("slicerio")
 def test_a_consistent_seg_nrrd_is_read_with_its_names(tmp_path):
     image = load_label_image(seg_nrrd(tmp_path, [("liver", 1, 0), ("tumour", 2, 0)]))
     assert image.names == {1: "liver", 2: "tumour"}
     assert np.array_equal(image.array, ARRAY)
+
+
+def test_a_seg_nrrd_without_slicerio_is_one_read_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "slicerio", None)  # as in 3D Slicer's Python: import fails
+    with pytest.raises(ReadError, match=r"a\.seg\.nrrd: reading a \.seg\.nrrd needs the slicerio package"):
+        load_label_image(seg_nrrd(tmp_path, [("liver", 1, 0), ("tumour", 2, 0)]))
 
 
 @pytest.mark.parametrize("segments, message", [
@@ -251,6 +258,7 @@ def test_a_consistent_seg_nrrd_is_read_with_its_names(tmp_path):
     ([("liver", 1, 0), ("tumour", 0, 0)], "segment 'tumour' has label value 0, which is the background"),
     ([("liver", 1, 0)], r"layer 0 holds voxels of value\(s\) 2 that no segment declares"),  # voxels left out
 ])
+@pytest.mark.needs("slicerio")
 def test_seg_nrrd_segments_that_cannot_be_told_apart_are_refused(tmp_path, segments, message):
     with pytest.raises(ReadError, match=message):
         load_label_image(seg_nrrd(tmp_path, segments))
@@ -426,7 +434,7 @@ def test_a_fractional_dicom_seg_threshold_at_or_below_every_fraction_is_refused(
 
 def test_a_nifti_sform_whose_voxel_sizes_disagree_with_pixdim_is_refused(tmp_path):
     """ITK read 0.8 mm from pixdim where the sform (nibabel's, MONAI's choice) says 1.6 mm."""
-    import nibabel
+    nibabel = pytest.importorskip("nibabel")
 
     image = nibabel.Nifti1Image(ARRAY.transpose(), np.diag([0.8, 0.9, 2.5, 1.0]))
     image.to_filename(tmp_path / "good.nii")
@@ -519,6 +527,7 @@ def header_without_spacing(tmp_path, suffix, spacing_line=""):
 
 
 @pytest.mark.parametrize("suffix", [".nrrd", ".nhdr", ".seg.nrrd", ".mha", ".mhd"])
+@pytest.mark.needs("slicerio")
 def test_a_header_without_any_voxel_size_is_refused_not_read_as_1mm(tmp_path, suffix):
     """ITK (and slicerio) read such a file as 1 mm voxels without a word; only an explicit
     assume_unit_spacing accepts it, and then the voxels are read intact at 1 mm."""
@@ -533,6 +542,7 @@ def test_a_header_without_any_voxel_size_is_refused_not_read_as_1mm(tmp_path, su
     assert np.array_equal(image.array, ARRAY) and tuple(image.spacing) == (1.0, 1.0, 1.0)
 
 
+@pytest.mark.needs("rich")
 def test_the_assume_unit_spacing_flag_reaches_compare_batch_and_frames(tmp_path, capsys):
     """Every command that reads label maps refuses the file in one line (exit 2; in batch: the case
     fails with the reason) and accepts it with --assume-unit-spacing (Dice 1 of a file with itself)."""
@@ -639,6 +649,7 @@ def gzip_seg_nrrd(tmp_path):
     return path, len(header)
 
 
+@pytest.mark.needs("slicerio")
 def test_an_intact_gzip_seg_nrrd_is_decompressed_once_and_a_damaged_one_refused(tmp_path, monkeypatch):
     path, start = gzip_seg_nrrd(tmp_path)
     with monkeypatch.context() as patch:

@@ -1,17 +1,13 @@
 """Readers keep geometry and names; geometry mismatches are explained; resampling is on purpose."""
 import json
-import os
 
 import numpy as np
 import pytest
 import SimpleITK as sitk
-slicerio = pytest.importorskip("slicerio")
 
 import segmetrics
 from segmetrics.spatial.geometry import GeometryMismatchError, LabelImage, check_same_geometry
 from segmetrics.inputs.io import ReadError, load_label_image, read_name_map
-
-SLICERIO_SAMPLE = os.path.join(os.path.dirname(slicerio.__file__), "data", "Segmentation.seg.nrrd")
 
 
 def test_nifti_roundtrip_reverses_spacing_into_array_order(tmp_path):
@@ -29,9 +25,9 @@ def test_nifti_roundtrip_reverses_spacing_into_array_order(tmp_path):
     assert loaded.index_to_physical((1, 2, 3)) == pytest.approx((10 + 3 * 0.5, -4 + 2 * 0.8, 7 + 2.5))
 
 
-def test_seg_nrrd_keeps_names_and_matches_slicerio_masks():
-    image = load_label_image(SLICERIO_SAMPLE)
-    segmentation = slicerio.read_segmentation(SLICERIO_SAMPLE)
+def test_seg_nrrd_keeps_names_and_matches_slicerio_masks(slicerio, slicerio_sample):
+    image = load_label_image(slicerio_sample)
+    segmentation = slicerio.read_segmentation(slicerio_sample)
     assert sorted(image.names.values()) == sorted(s["name"] for s in segmentation["segments"])
     for segment in segmentation["segments"]:
         label = next(k for k, v in image.names.items() if v == segment["name"])
@@ -130,8 +126,8 @@ def test_unreadable_file_message_names_the_reason(tmp_path):
     assert "Exception thrown" not in str(error.value) and "ImageIO" in str(error.value)
 
 
-def test_multi_layer_seg_nrrd_keeps_overlapping_segments():
-    path = os.path.join(os.path.dirname(slicerio.__file__), "data", "SegmentationOverlapping.seg.nrrd")
+def test_multi_layer_seg_nrrd_keeps_overlapping_segments(slicerio, slicerio_sample):
+    path = slicerio_sample.with_name("SegmentationOverlapping.seg.nrrd")
     image = load_label_image(path)
     segmentation = slicerio.read_segmentation(path)
     assert image.array.shape == (34, 128, 128)
@@ -140,7 +136,7 @@ def test_multi_layer_seg_nrrd_keeps_overlapping_segments():
         expected = slicerio.segment_mask(segmentation, segment["id"])  # (i, j, k) order
         assert np.array_equal(image.mask(label), np.transpose(expected, (2, 1, 0)) > 0), segment["name"]
     assert image.segment_masks, "the overlapping sphere must be kept apart from the segments it overlaps"
-    single = load_label_image(SLICERIO_SAMPLE)
+    single = load_label_image(slicerio_sample)
     result = segmetrics.compare(single, image, metrics="dice")  # same grid, matched by segment name
     assert result["ribs"].value("dice") == 1.0
     assert result["overlapping sphere"].status == "reference_empty"

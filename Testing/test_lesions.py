@@ -61,6 +61,7 @@ def test_per_structure_and_missed_structure():
     assert result["2"].values[0].status == "test_empty"
 
 
+@pytest.mark.needs("rich")
 def test_cli_compare_metrics_lesions(tmp_path):
     import SimpleITK as sitk
 

@@ -46,6 +46,7 @@ def rtstruct_and_label_map(tmp_path):
     return tmp_path / "rt.dcm", tmp_path / "auto.nii.gz"
 
 
+@pytest.mark.needs("rich")
 def test_a_name_map_names_the_label_map_and_leaves_the_structure_set_its_names(rtstruct_and_label_map, tmp_path):
     """{"1": "Heart", "2": "Tumor Bed"} meant for the label map renamed the RTSTRUCT's ROI 1 (BODY)
     "Heart" too, and paired it with the label map's heart (Dice 0.16, status ok)."""

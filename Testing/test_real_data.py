@@ -24,7 +24,10 @@ import segmetrics
 from segmetrics import Parameters
 from segmetrics.cli import main
 
-surface_distance = pytest.importorskip("surface_distance")
+try:
+    import surface_distance  # DeepMind's reference implementation, only in tests (_deepmind skips without it)
+except ImportError:
+    surface_distance = None
 # The stale surface-distance build imports scipy.ndimage.filters / .morphology (deprecated).
 pytestmark = pytest.mark.filterwarnings("ignore:Please import:DeprecationWarning")
 
@@ -96,6 +99,8 @@ def _sitk_overlap(ref_image, test_image):
 
 
 def _deepmind(reference, test, spacing):
+    """DeepMind's surface distances of two masks; skips the test without the ``surface_distance`` package."""
+    pytest.importorskip("surface_distance")
     return surface_distance.compute_surface_distances(reference.astype(bool), test.astype(bool), tuple(spacing))
 
 
@@ -161,6 +166,7 @@ def test_dice_jaccard_and_volumes_match_simpleitk(data_dir, ref_name, test_name)
             assert {v.status for v in structure.values} == {"test_empty" if n_ref else "reference_empty"}
 
 
+@pytest.mark.needs("rich")
 def test_cli_names_and_label_selection_by_name_on_totalsegmentator(data_dir, tmp_path):
     """--names / labels by name pick the right label value; Dice of 'liver' (5) equals SimpleITK's."""
     class_map = json.loads((data_dir / TS / "totalsegmentator_class_map.json").read_text())["total"]
@@ -293,7 +299,8 @@ def test_exact_hd95_within_a_voxel_of_deepmind_with_small_islands(data_dir):
     ref_path, test_path = data_dir / TS / "example_seg.nii.gz", data_dir / TS / "example_seg_fast.nii.gz"
     _, ref, spacing = _read(ref_path)
     _, test, _ = _read(test_path)
-    truth = surface_distance.compute_robust_hausdorff(_deepmind(ref == 18, test == 18, spacing), 95)
+    distances = _deepmind(ref == 18, test == 18, spacing)
+    truth = surface_distance.compute_robust_hausdorff(distances, 95)
     value = segmetrics.compare(ref_path, test_path, labels=[18], metrics="hd95_mm")["18"].value("hd95_mm")
     assert abs(value - truth) <= max(spacing)
 
@@ -369,6 +376,7 @@ def test_paper_roughness_default_window_is_usable_on_a_real_nodule(data_dir):
     ("seg_mask.png", None, "Saved/Syn_Truth_Metrics.csv"),  # RGBA PNG, grey 0/255
     ("Saved/test_synthetic_mask.png", "0.5", "Saved/test_synthetic_mask_Metrics.csv"),  # 1-bit PNG (0/1)
 ])
+@pytest.mark.needs("rich")
 def test_fda_msi_and_dice_equal_the_miss_tool_matlab_outputs(data_dir, tmp_path, capsys, test_name, threshold, csv_name):
     truth = next(csv.DictReader((data_dir / FDA / csv_name).open()))
     out = tmp_path / "fda.json"
@@ -385,6 +393,7 @@ def test_fda_msi_and_dice_equal_the_miss_tool_matlab_outputs(data_dir, tmp_path,
     assert records["msi_3d"]["value"] is None and records["msi_3d"]["status"] == "not_applicable"
 
 
+@pytest.mark.needs("rich")
 def test_msi_slice_csv_on_anisotropic_t2s(data_dir, tmp_path, capsys):
     """--msi-slices: one row per slice holding either mask, position = index x 7.5 mm, and the
     structure MSI is the weight-weighted mean of the slice values (docs/METRICS.md)."""
@@ -411,6 +420,7 @@ def test_msi_slice_csv_on_anisotropic_t2s(data_dir, tmp_path, capsys):
 # --- CLI output formats ----------------------------------------------------------------------------
 
 
+@pytest.mark.needs("rich")
 def test_cli_json_records_are_strict_json_with_documented_fields(data_dir, tmp_path, capsys):
     ref_path, test_path = data_dir / ROOTLETS, data_dir / ROOTLETS_MANUAL
     ref_image, ref, spacing = _read(ref_path)
@@ -438,6 +448,7 @@ def test_cli_json_records_are_strict_json_with_documented_fields(data_dir, tmp_p
     assert by[(7, "hd_mm")]["value"] == "inf" and by[(7, "dice")]["status"] == "reference_empty"
 
 
+@pytest.mark.needs("rich")
 def test_cli_csv_for_int64_and_float64_label_files(data_dir, tmp_path, capsys):
     """t2s deepseg is int64 and the labelled cord float64: both read as labels; values from SimpleITK."""
     for ref_name, test_name in ((SCT_T2S, SCT_T2S_DEEPSEG), (SCT_LABELED, SCT_LABELED)):
@@ -459,6 +470,7 @@ def test_cli_csv_for_int64_and_float64_label_files(data_dir, tmp_path, capsys):
 # --- thresholds, probability maps ----------------------------------------------------------------
 
 
+@pytest.mark.needs("rich")
 def test_probability_maps_need_a_threshold_and_match_numpy_with_it(data_dir, tmp_path, capsys):
     lesions = data_dir / "metricsreloaded_brain_lesions"
     ref_path = lesions / "Ref" / "CorrectLesion_0002_01_Ref.nii.gz"
@@ -482,6 +494,7 @@ def test_probability_maps_need_a_threshold_and_match_numpy_with_it(data_dir, tmp
 # --- grids ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.needs("rich")
 def test_platipy_grid_mismatch_is_named_and_resampling_reproduces_the_crop(data_dir, capsys):
     platipy = data_dir / "platipy_cardiac_2019"
     auto, manual = platipy / "Auto_LAD.nii.gz", platipy / "04D1.LAD.nii.gz"
@@ -508,6 +521,7 @@ def test_platipy_grid_mismatch_is_named_and_resampling_reproduces_the_crop(data_
     assert any("resampled" in note for note in result.notes)
 
 
+@pytest.mark.needs("rich")
 def test_spacing_mismatch_is_named_in_zyx_order_as_tables(data_dir, tmp_path, capsys):
     image, _, _ = _read(data_dir / SCT_T2S)
     altered = sitk.Image(image)
@@ -521,6 +535,7 @@ def test_spacing_mismatch_is_named_in_zyx_order_as_tables(data_dir, tmp_path, ca
     assert "size differs" not in err
 
 
+@pytest.mark.needs("rich")
 def test_totalsegmentator_force_split_header_trap_is_refused(data_dir, capsys):
     code, _, err = _cli(["compare", data_dir / TS / "example_seg_fast.nii.gz",
                          data_dir / TS / "example_seg_fast_force_split.nii.gz"], capsys)

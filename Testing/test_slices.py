@@ -93,6 +93,7 @@ def test_polygon_and_rasterised_msi_agree_within_the_stated_tolerance(tmp_path, 
     assert abs(polygons.value("msi") - masks.value("msi")) <= WF_SLOPE * 3 * resolution
 
 
+@pytest.mark.needs("rich")
 def test_slices_csv_on_two_structure_sets(tmp_path):
     from segmetrics.cli import main
 

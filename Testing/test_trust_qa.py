@@ -54,6 +54,7 @@ def test_paper_roughness_window_must_be_whole_voxels(window):
 
 
 @pytest.mark.parametrize("name", ["\tlung", " lung ", "lung\n", "\r=cmd"])
+@pytest.mark.needs("pandas")
 def test_structure_names_with_outer_whitespace_are_selectable_and_reported(tmp_path, name):
     """``labels=[name]`` stripped the name, so a structure named with a leading tab / trailing newline
     could not be selected, and ``--report`` (which recomputes the worst case by name) failed after the

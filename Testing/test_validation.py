@@ -10,7 +10,6 @@ import struct
 import numpy as np
 import pytest
 import SimpleITK as sitk
-slicerio = pytest.importorskip("slicerio")
 from PIL import Image
 
 import segmetrics
@@ -20,8 +19,6 @@ from segmetrics.evaluation.compare import NothingToCompareError
 from segmetrics.spatial.geometry import LabelImage, distinct_values
 from segmetrics.inputs.io import InputPolicy, ReadError, apply_name_map, load_label_image, read_name_map
 from segmetrics.registry import ParameterError, Parameters
-
-SLICERIO_SAMPLE = os.path.join(os.path.dirname(slicerio.__file__), "data", "Segmentation.seg.nrrd")
 
 
 def ball(shape=(12, 14, 16), centre=(6, 7, 8), radius=4.0) -> np.ndarray:
@@ -233,6 +230,7 @@ def jpeg_mask(tmp_path, name="mask.jpg"):
     return tmp_path / name, mask > 0
 
 
+@pytest.mark.needs("rich")
 def test_jpeg_mask_is_refused_unless_allowed_with_a_threshold(tmp_path, capsys):
     path, truth = jpeg_mask(tmp_path)
     assert len(np.unique(np.asarray(Image.open(path)))) > 2  # the compression made grey levels
@@ -269,6 +267,7 @@ def test_frames_check_every_frame(tmp_path):
         segmetrics.evaluate_folders(tmp_path / "pred", tmp_path / "gt", threshold=math.nan)
 
 
+@pytest.mark.needs("rich")
 def test_grey_picture_or_soft_map_needs_a_threshold(tmp_path, data_dir, capsys):
     ramp = np.tile(np.arange(256, dtype=np.uint8), (8, 1))  # a grey picture: 255 non-zero levels
     Image.fromarray(ramp).save(tmp_path / "ramp.png")
@@ -298,6 +297,7 @@ def test_a_label_named_twice_is_refused(tmp_path, text):
         read_name_map(tmp_path / "names.json")
 
 
+@pytest.mark.needs("rich")
 def test_a_name_equal_to_an_unnamed_label_value_is_refused(tmp_path, capsys):
     names = tmp_path / "names.json"
     names.write_text('{"2": "1"}')  # label 2 named "1" while label 1 keeps its value as name
@@ -307,8 +307,8 @@ def test_a_name_equal_to_an_unnamed_label_value_is_refused(tmp_path, capsys):
     assert_one_line_error(capsys, "unnamed label", "compare", labels, labels, "--names", names)
 
 
-def test_duplicate_segment_names_in_seg_nrrd_are_refused(tmp_path):
-    segmentation = slicerio.read_segmentation(SLICERIO_SAMPLE)
+def test_duplicate_segment_names_in_seg_nrrd_are_refused(tmp_path, slicerio, slicerio_sample):
+    segmentation = slicerio.read_segmentation(slicerio_sample)
     segmentation["segments"][1]["name"] = segmentation["segments"][0]["name"]  # "ribs" twice
     slicerio.write_segmentation(str(tmp_path / "dup.seg.nrrd"), segmentation)
     with pytest.raises(ReadError, match="'ribs' \\(labels 1, 2\\)"):
@@ -377,6 +377,7 @@ def test_batch_refuses_a_nan_threshold_before_any_case(tmp_path):
 
 
 # ------------------------------------------------------------------------ 8: nothing to compare
+@pytest.mark.needs("rich")
 def test_two_empty_masks_are_nothing_to_compare(tmp_path, capsys):
     empty = write(np.zeros((4, 5, 6), np.uint8), tmp_path / "empty.nrrd")
     with pytest.raises(NothingToCompareError, match="nothing to compare"):
@@ -388,8 +389,8 @@ def test_two_empty_masks_are_nothing_to_compare(tmp_path, capsys):
     assert "nothing to compare" in summary.failed["empty"]
 
 
-def test_seg_nrrd_without_segments_is_nothing_to_compare(tmp_path):
-    segmentation = slicerio.read_segmentation(SLICERIO_SAMPLE)
+def test_seg_nrrd_without_segments_is_nothing_to_compare(tmp_path, slicerio, slicerio_sample):
+    segmentation = slicerio.read_segmentation(slicerio_sample)
     segmentation["segments"] = []
     segmentation["voxels"] = np.zeros_like(np.asarray(segmentation["voxels"]))
     slicerio.write_segmentation(str(tmp_path / "none.seg.nrrd"), segmentation)

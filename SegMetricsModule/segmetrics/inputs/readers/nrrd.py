@@ -204,8 +204,10 @@ def read_segmentation(path: Path, voxel_check: files.VoxelCheck | None = None) -
     Segments of a multi-layer file are numbered 1..N in file order (their label values repeat
     across layers); a segment overlapping an earlier one is kept in ``segment_masks``.
     """
-    import slicerio
-
+    try:
+        import slicerio
+    except ImportError as error:  # a dependency of the pip package, not bundled with 3D Slicer
+        raise ReadError(f"{path}: reading a .seg.nrrd needs the slicerio package (pip install slicerio)") from error
     try:
         segmentation = slicerio.read_segmentation(str(path))
     except Exception as error:  # slicerio and pynrrd raise many types for one cause
