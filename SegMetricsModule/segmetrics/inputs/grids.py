@@ -89,7 +89,7 @@ def check_resampling(moving: LabelImage, target: LabelImage, side: str, target_n
         raise GeometryMismatchError(
             f"the {side} field of view ({_describe_field(moving)}) does not overlap that of the {target_name} "
             f"({_describe_field(target)}): resampling would discard the whole {side}; compare segmentations of the "
-            "same scan, or allow it with allow_crop=True (CLI: --allow-crop)")
+            "same scan, or allow it with input_policy=InputPolicy(allow_crop=True) (CLI: --allow-crop)")
     lost, discarded, whole = [], 0.0, 0.0
     for label in moving.labels():
         total, outside = foreground_outside(_label_crop(moving, label), target)
@@ -99,7 +99,8 @@ def check_resampling(moving: LabelImage, target: LabelImage, side: str, target_n
     if lost and not allow_crop:
         raise GeometryMismatchError(
             f"resampling the {side} onto the {target_name} grid would discard all of {', '.join(lost)}: outside its "
-            "field of view; compare on a grid that holds both, or allow it with allow_crop=True (CLI: --allow-crop)")
+            "field of view; compare on a grid that holds both, or allow it with "
+            "input_policy=InputPolicy(allow_crop=True) (CLI: --allow-crop)")
     if discarded == 0:
         return []
     return [f"warning: {100 * discarded / whole:.1f} % of the {side} foreground ({_ml(discarded)} of {_ml(whole)} ml) "

@@ -143,7 +143,7 @@ def _check_contours_kept(loaded: dict, structure_sets: dict, grid_name: str) -> 
                 f"{structures.source}: {len(planes)} of {total} contour(s) of {name!r} (planes at {min(planes):g} to "
                 f"{max(planes):g} mm along the slice normal) lie outside the grid of {grid_name} (slices at {low:g} "
                 f"to {high:g} mm): {consequence}; give the image series the contours were drawn on (CLI: --image), "
-                "or accept the loss with allow_crop=True (CLI: --allow-crop)")
+                "or accept the loss with input_policy=InputPolicy(allow_crop=True) (CLI: --allow-crop)")
 
 
 def name_unnamed(reference: LabelImage, test: LabelImage, names: dict, source: str = "name map") -> tuple:
