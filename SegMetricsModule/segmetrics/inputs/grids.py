@@ -65,8 +65,8 @@ def fields_of_view_overlap(first: LabelImage, second: LabelImage) -> bool:
 
 
 def _describe_field(image: LabelImage) -> str:
-    low, high = field_of_view(image)
-    return ", ".join(f"{axis} {a:.4g} to {b:.4g}" for axis, a, b in zip("xyz", low, high)) + " mm"  # micrometre grids too
+    low, high = field_of_view(image)  # 4 significant digits: micrometre grids too
+    return ", ".join(f"{axis} {a:.4g} to {b:.4g}" for axis, a, b in zip("xyz", low, high)) + " mm"
 
 
 def check_fields_of_view(reference: LabelImage, test: LabelImage) -> None:
