@@ -64,7 +64,7 @@ from vtkmodules.vtkFiltersGeneral import vtkTransformPolyDataFilter
 from scipy.spatial import cKDTree
 from vtkmodules.util.numpy_support import numpy_to_vtk, numpy_to_vtkIdTypeArray, vtk_to_numpy
 
-from . import _bundled_surface, accelerator
+from . import _bundled_planar, _bundled_surface, accelerator
 from ._bundled_surface import FACE, FEATURE_CORNERS, MAX_BUCKETS_PER_AXIS, MAX_COORDINATE_MM, VERTICES_PER_BUCKET
 from ._threads import in_threads, in_threads_together, thread_pool
 from .checkpoints import checkpoint
@@ -421,11 +421,7 @@ def _surface_kernels():
 def _planar_kernels():
     """The module running the 2-D contour kernels: the compiled :mod:`segmetrics.spatial._kernels` when
     numba runs, else their twins on numpy and scipy, :mod:`segmetrics.spatial._bundled_planar`."""
-    if accelerator.use_numba():
-        from . import _kernels
-        return _kernels
-    from . import _bundled_planar
-    return _bundled_planar
+    return accelerator.kernels(_bundled_planar)
 
 
 def compile_kernels() -> None:
