@@ -40,7 +40,8 @@ def test_every_module_file_is_listed_in_cmake():
     on_disk = {
         p.relative_to(MODULE).as_posix()
         for p in MODULE.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc" and p.name != "CMakeLists.txt"
+        if p.is_file() and p.suffix != ".pyc" and p.name != "CMakeLists.txt"
+        and not any(part == "__pycache__" or part.endswith(".egg-info") for part in p.parts)
     }
     listed = cmake_listed_files()
     assert "segmetrics/__init__.py" in on_disk and "SegMetrics.py" in on_disk
