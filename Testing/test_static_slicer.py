@@ -69,6 +69,21 @@ def test_parameter_bindings_in_the_ui_match_the_parameter_node():
     assert sorted(bound - fields) == []
 
 
+def test_every_mrml_widget_gets_the_scene():
+    """Each MRML widget of the .ui receives the scene: ``uiWidget.setMRMLScene`` sets only the root
+    ``qMRMLWidget``, which passes it on through its ``mrmlSceneChanged(vtkMRMLScene*)`` signal to the
+    ``setMRMLScene`` slot of the widgets connected in the .ui (as in Slicer's module templates); a
+    node selector left out lists no node. The parameter node wrapper's connectors set no scene."""
+    root = ET.parse(UI_FILE).getroot()
+    top = root.find("widget").get("name")
+    mrml_widgets = {w.get("name") for w in root.find("widget").iter("widget") if w.get("class").startswith("qMRML")}
+    fed = {c.findtext("receiver") for c in root.iter("connection")
+           if (c.findtext("sender"), c.findtext("signal"), c.findtext("slot"))
+           == (top, "mrmlSceneChanged(vtkMRMLScene*)", "setMRMLScene(vtkMRMLScene*)")}
+    assert {"referenceSegmentSelector", "doseVolumeSelector", "outputTableSelector"} <= mrml_widgets
+    assert sorted(mrml_widgets - {top} - fed) == []
+
+
 def _undefined_names(source: str) -> set:
     """Names loaded somewhere but bound nowhere in the module (a coarse, scope-free pyflakes)."""
     tree = ast.parse(source)
