@@ -67,7 +67,7 @@ class SegMetrics(ScriptedLoadableModule):
         ScriptedLoadableModule.__init__(self, parent)
         self.parent.title = _("SegMetrics")
         self.parent.categories = [translate("qSlicerAbstractCoreModule", "Quantification")]
-        self.parent.dependencies = []
+        self.parent.dependencies = ["Segmentations", "Colors", "Plots"]  # their logics are called
         self.parent.contributors = ["SegMetrics developers (SegMetrics project)"]
         self.parent.helpText = _(
             "Review a test segmentation against a reference, segment by segment and slice by slice: overlap "

@@ -84,6 +84,23 @@ def test_every_mrml_widget_gets_the_scene():
     assert sorted(mrml_widgets - {top} - fed) == []
 
 
+#: Slicer modules whose logic the module's files call, by what the call looks like.
+LOGIC_CALLS = {"Segmentations": "vtkSlicerSegmentationsModuleLogic", "Colors": "vtkSlicerColorLogic",
+               "Plots": 'GetModuleLogic("Plots")'}
+
+
+def test_the_module_depends_on_the_modules_whose_logic_it_calls():
+    """``parent.dependencies`` names every module whose logic is called, so that Slicer loads them
+    first and does not load SegMetrics without them (``qSlicerAbstractCoreModule::dependencies``)."""
+    tree = ast.parse(MODULE_PY.read_text())
+    declared = next(ast.literal_eval(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                    and _dotted(n.targets[0]) == "self.parent.dependencies")
+    sources = "".join(p.read_text() for p in SLICER_SOURCES)
+    called = {module for module, call in LOGIC_CALLS.items() if call in sources}
+    assert called == set(LOGIC_CALLS)  # the patterns still find the calls
+    assert sorted(called - set(declared)) == []
+
+
 def _undefined_names(source: str) -> set:
     """Names loaded somewhere but bound nowhere in the module (a coarse, scope-free pyflakes)."""
     tree = ast.parse(source)
