@@ -382,6 +382,7 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
             return cls.offlineNote()
         finally:
             os.remove(constraints)
+        importlib.invalidate_caches()  # pip wrote into folders whose listing Python may have cached
         accelerator.numba_installed.cache_clear()
         return _("The SegMetrics accelerator is installed: the next Apply uses it.")
 
