@@ -67,7 +67,7 @@ class SegMetrics(ScriptedLoadableModule):
         ScriptedLoadableModule.__init__(self, parent)
         self.parent.title = _("SegMetrics")
         self.parent.categories = [translate("qSlicerAbstractCoreModule", "Quantification")]
-        self.parent.dependencies = []
+        self.parent.dependencies = ["Segmentations", "Colors", "Plots"]  # their logics are called
         self.parent.contributors = ["SegMetrics developers (SegMetrics project)"]
         self.parent.helpText = _(
             "Review a test segmentation against a reference, segment by segment and slice by slice: overlap "
@@ -382,6 +382,7 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
             return cls.offlineNote()
         finally:
             os.remove(constraints)
+        importlib.invalidate_caches()  # pip wrote into folders whose listing Python may have cached
         accelerator.numba_installed.cache_clear()
         return _("The SegMetrics accelerator is installed: the next Apply uses it.")
 

@@ -8,6 +8,7 @@ follows Slicer v5.12.0 (``Base/Python/slicer/ScriptedLoadableModule.py``: the te
 ``unittest.TestCase``; ``slicer/i18n.py``: ``tr`` returns the text when untranslated).
 """
 import importlib.abc
+import logging
 import socket
 import sys
 import types
@@ -22,10 +23,27 @@ SLICE_VIEWS = {"Red": "Axial", "Yellow": "Sagittal", "Green": "Coronal"}
 
 
 class ScriptedLoadableModuleTest(unittest.TestCase):
-    """Slicer's test base class without its display: ``delayDisplay`` does nothing."""
+    """Slicer's test base class without its display: ``delayDisplay`` does nothing. As in v5.12.0,
+    ``runTest`` (what *Reload and Test* calls) runs every callable attribute whose name contains
+    "test", in ``dir`` (alphabetical) order, each after ``setUp``; with none, it only warns."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.moduleTestNames = [name for name in dir(self) if "test" in name and callable(getattr(self, name))]
 
     def delayDisplay(self, message, requestedDelay=None, msec=None):
         pass
+
+    def runTest(self):
+        if not self.moduleTestNames:
+            logging.warning("No test is defined in " + self.__class__.__name__)
+            return
+        self.setUpClass()
+        for name in self.moduleTestNames:
+            self.setUp()
+            getattr(self, name)()
+            self.tearDown()
+        self.tearDownClass()
 
 
 def stand_in_modules() -> dict:

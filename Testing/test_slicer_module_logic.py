@@ -172,6 +172,31 @@ def test_accelerator_installs_with_pip_ensure_keeping_slicers_packages(module, m
     assert not Path(constraints).exists()  # removed after use
 
 
+def test_a_package_installed_during_the_session_is_found_by_the_next_apply(module, monkeypatch, tmp_path):
+    """After pip writes a package into a site folder Python has already listed, the import system's
+    cached listing must not hide it (``importlib.invalidate_caches``): here the folder's
+    modification time is left unchanged, as on file systems with coarse timestamps."""
+    import importlib.util
+
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    assert importlib.util.find_spec("segmetrics_test_accelerator") is None  # the folder listing is now cached
+
+    def install(requirements, **options):
+        listed = site.stat()
+        (site / "segmetrics_test_accelerator").mkdir()
+        (site / "segmetrics_test_accelerator" / "__init__.py").write_text("")
+        os.utime(site, ns=(listed.st_atime_ns, listed.st_mtime_ns))
+
+    packaging = types.ModuleType("slicer.packaging")
+    packaging.pip_ensure = install
+    monkeypatch.setitem(sys.modules, "slicer.packaging", packaging)
+    fake_constraints(monkeypatch, module.SegMetricsLogic, tmp_path)
+    assert "installed" in module.SegMetricsLogic.installAccelerator()
+    assert importlib.util.find_spec("segmetrics_test_accelerator") is not None
+
+
 def test_accelerator_offline_gives_the_wheel_folder_command(module, monkeypatch, tmp_path):
     def offline(requirements, **options):
         raise subprocess.CalledProcessError(1, "pip install")

@@ -69,6 +69,38 @@ def test_parameter_bindings_in_the_ui_match_the_parameter_node():
     assert sorted(bound - fields) == []
 
 
+def test_every_mrml_widget_gets_the_scene():
+    """Each MRML widget of the .ui receives the scene: ``uiWidget.setMRMLScene`` sets only the root
+    ``qMRMLWidget``, which passes it on through its ``mrmlSceneChanged(vtkMRMLScene*)`` signal to the
+    ``setMRMLScene`` slot of the widgets connected in the .ui (as in Slicer's module templates); a
+    node selector left out lists no node. The parameter node wrapper's connectors set no scene."""
+    root = ET.parse(UI_FILE).getroot()
+    top = root.find("widget").get("name")
+    mrml_widgets = {w.get("name") for w in root.find("widget").iter("widget") if w.get("class").startswith("qMRML")}
+    fed = {c.findtext("receiver") for c in root.iter("connection")
+           if (c.findtext("sender"), c.findtext("signal"), c.findtext("slot"))
+           == (top, "mrmlSceneChanged(vtkMRMLScene*)", "setMRMLScene(vtkMRMLScene*)")}
+    assert {"referenceSegmentSelector", "doseVolumeSelector", "outputTableSelector"} <= mrml_widgets
+    assert sorted(mrml_widgets - {top} - fed) == []
+
+
+#: Slicer modules whose logic the module's files call, by what the call looks like.
+LOGIC_CALLS = {"Segmentations": "vtkSlicerSegmentationsModuleLogic", "Colors": "vtkSlicerColorLogic",
+               "Plots": 'GetModuleLogic("Plots")'}
+
+
+def test_the_module_depends_on_the_modules_whose_logic_it_calls():
+    """``parent.dependencies`` names every module whose logic is called, so that Slicer loads them
+    first and does not load SegMetrics without them (``qSlicerAbstractCoreModule::dependencies``)."""
+    tree = ast.parse(MODULE_PY.read_text())
+    declared = next(ast.literal_eval(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                    and _dotted(n.targets[0]) == "self.parent.dependencies")
+    sources = "".join(p.read_text() for p in SLICER_SOURCES)
+    called = {module for module, call in LOGIC_CALLS.items() if call in sources}
+    assert called == set(LOGIC_CALLS)  # the patterns still find the calls
+    assert sorted(called - set(declared)) == []
+
+
 def _undefined_names(source: str) -> set:
     """Names loaded somewhere but bound nowhere in the module (a coarse, scope-free pyflakes)."""
     tree = ast.parse(source)
