@@ -201,19 +201,6 @@ def test_segments_decide_not_the_name(tmp_path):
     assert load_label_image(path).names == {1: "liver", 2: "tumour", 3: "vessel"}
 
 
-def test_spacings_instead_of_space_directions_give_the_voxel_size(tmp_path):
-    """ITK reads NRRD 'spacings' (slicerio ignored them and read 1 mm voxels, so this was refused)."""
-    path = single_layer(tmp_path)
-    text = path.read_bytes()
-    header, data = text[:text.index(b"\n\n")], text[text.index(b"\n\n"):]
-    header = re.sub(rb"space: .*\n", b"", header)
-    header = re.sub(rb"space directions: .*\n", b"spacings: 0.8 0.9 2.5\n", header)
-    header = re.sub(rb"space origin: .*\n", b"", header)
-    path.write_bytes(header + data)
-    image = load_label_image(path)
-    assert image.spacing == pytest.approx((2.5, 0.9, 0.8)) and image.names == {1: "liver", 2: "tumour"}
-
-
 # ---------------------------------------------------------------------------------- refused
 def edited(tmp_path, edit, builder=two_layers):
     """A valid file whose header text goes through ``edit``."""
