@@ -54,23 +54,24 @@ def segment(name, label_value, layer, mask=None, **other):
 
 
 def write_seg_nrrd(path, layers, segments, directions=np.eye(3), space="left-posterior-superior",
-                   encoding="raw", kinds=None, extra=""):
-    """A .seg.nrrd of ``layers`` ((layer, z, y, x) for a 4-D file, (z, y, x) for a 3-D one, uint8)
-    whose voxel (i, j, k) sits at ORIGIN + i a + j b + k c in ``space``, with a, b, c the columns of
+                   encoding="raw", kinds=None, extra="", dtype=np.uint8):
+    """A .seg.nrrd of ``layers`` ((layer, z, y, x) for a 4-D file, (z, y, x) for a 3-D one; ``dtype``
+    uint8 or float32) whose voxel (i, j, k) sits at ORIGIN + i a + j b + k c in ``space``, with a, b, c the columns of
     ``directions`` scaled by SPACING_XYZ; ``segments``: the properties of each segment in order."""
-    layers = np.asarray(layers, np.uint8)
+    layers = np.asarray(layers, dtype)
     layered = layers.ndim == 4
     vectors = [f"({','.join(repr(float(v)) for v in np.asarray(directions)[:, axis] * SPACING_XYZ[axis])})"
                for axis in range(3)]
     sizes = list(layers.shape[::-1]) if not layered else [layers.shape[0], *layers.shape[:0:-1]]
     kinds = kinds or ("list domain domain domain" if layered else "domain domain domain")
-    lines = ["NRRD0004", "# written by hand", "type: unsigned char", f"dimension: {len(sizes)}", f"space: {space}",
+    lines = ["NRRD0004", "# written by hand", "type: " + {np.uint8: "unsigned char", np.float32: "float"}[dtype], f"dimension: {len(sizes)}", f"space: {space}",
              "sizes: " + " ".join(map(str, sizes)), "space directions: " + ("none " if layered else "") + " ".join(vectors),
-             f"kinds: {kinds}", f"encoding: {encoding}", f"space origin: ({','.join(map(repr, ORIGIN))})"]
+             f"kinds: {kinds}", "endian: little", f"encoding: {encoding}", f"space origin: ({','.join(map(repr, ORIGIN))})"]
     for index, properties in enumerate(segments):
         lines += [f"Segment{index}_{key}:={value}" for key, value in properties.items()]
     lines += ["Segmentation_MasterRepresentation:=Binary labelmap", "Segmentation_ReferenceImageExtentOffset:=0 0 0"]
-    data = (np.moveaxis(layers, 0, -1) if layered else layers).tobytes()  # the layer varies fastest
+    data = np.moveaxis(layers, 0, -1) if layered else layers  # the layer varies fastest
+    data = data.astype(layers.dtype.newbyteorder("<")).tobytes()
     Path(path).write_bytes(("\n".join(lines) + extra + "\n\n").encode() + (gzip.compress(data) if encoding == "gzip"
                                                                          else data))
     return Path(path)
@@ -244,6 +245,16 @@ def test_what_cannot_be_read_as_built_is_refused_in_one_line(tmp_path, edit, mes
     with pytest.raises(ReadError, match=message) as error:
         load_label_image(edited(tmp_path, edit))
     assert "\n" not in str(error.value) and str(tmp_path) in str(error.value)
+
+
+def test_voxel_values_between_label_values_are_refused(tmp_path):
+    """A float file holding 1.5 where segments declare 1 and 2: neither segment's voxels."""
+    layer = LIVER.astype(np.float32)
+    layer[TUMOUR] = 1.5
+    path = write_seg_nrrd(tmp_path / "a.seg.nrrd", layer, [segment("liver", 1, 0), segment("tumour", 2, 0)],
+                          dtype=np.float32)
+    with pytest.raises(ReadError, match=r"layer 0 holds voxels of value\(s\) 1.5 that no segment declares"):
+        load_label_image(path)
 
 
 def test_a_segmentation_of_another_dimension_is_refused(tmp_path):

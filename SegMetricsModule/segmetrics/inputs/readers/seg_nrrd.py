@@ -51,6 +51,12 @@ class Segment:
         """Whether the extent holds no voxel (a minimum above its maximum, as 3D Slicer writes it)."""
         return self.extent is not None and any(low > high for low, high in self.extent)
 
+    def box(self) -> tuple | None:
+        """The extent as array slices (the whole grid without an extent); None when it is empty."""
+        if self.extent is None:
+            return (slice(None),) * 3
+        return None if self.is_empty() else tuple(slice(low, high + 1) for low, high in self.extent)
+
 
 def read(path: Path, policy: InputPolicy, threshold=None) -> LabelImage:
     """The label image of a ``.seg.nrrd``: the NRRD header's checks (:func:`.nrrd.check`), its
@@ -58,7 +64,8 @@ def read(path: Path, policy: InputPolicy, threshold=None) -> LabelImage:
 
     A single-layer file keeps its label values. The segments of a multi-layer file are numbered
     1..N in file order (their label values repeat across layers); a segment that overlaps an
-    earlier one is kept in ``segment_masks``. ``threshold`` does not apply (binary segments).
+    earlier one is kept in ``segment_masks``. Each segment is looked for within its extent only;
+    a count per layer shows that no voxel lies outside. ``threshold`` does not apply.
     """
     import SimpleITK as sitk
 
@@ -71,18 +78,28 @@ def read(path: Path, policy: InputPolicy, threshold=None) -> LabelImage:
     if voxel_check is not None:
         voxel_check.verify(voxels)
     layers = np.moveaxis(voxels, -1, 0) if voxels.ndim == 4 else voxels[np.newaxis]
-    array = np.zeros(layers.shape[1:], dtype=np.int32)
-    names, overlapping = {}, {}
+    _check_undeclared_values(path, layers, described)
+    array = np.zeros(shape[1:], dtype=np.int32) if layered else layers[0]
+    names, overlapping, inside = {}, {}, [0] * len(layers)  # inside: voxels found within their extents, per layer
     for number, segment in enumerate(described, start=1):
-        mask = layers[segment.layer] == segment.label_value
-        _check_extent(path, segment, mask)
         label = number if layered else segment.label_value
         names[label] = segment.name
-        if np.any(array[mask]):
-            overlapping[label] = mask  # overlaps an earlier segment: kept apart
+        box = segment.box()
+        if box is None:
+            continue
+        found = layers[segment.layer][box] == segment.label_value
+        inside[segment.layer] += np.count_nonzero(found)
+        if not layered:
+            continue
+        target = array[box]
+        if np.any(target[found]):  # overlaps an earlier segment: kept apart
+            overlapping[label] = np.zeros(shape[1:], bool)
+            overlapping[label][box] = found
         else:
-            array[mask] = label
-    _check_undeclared_values(path, layers, described)
+            target[found] = label
+    for layer, count in enumerate(inside):
+        if np.count_nonzero(layers[layer]) != count:
+            _refuse_voxels_outside_extents(path, layers[layer], [s for s in described if s.layer == layer])
     check_unique_names(names, str(path))
     try:
         label_image = LabelImage(array, image.GetSpacing()[::-1], image.GetOrigin(), image.GetDirection(), names)
@@ -176,24 +193,24 @@ def _whole_numbers(path: Path, key: str, text: str, count: int) -> list:
     return numbers
 
 
-def _check_extent(path: Path, segment: Segment, mask: np.ndarray) -> None:
-    """Refuse a segment whose voxels (``mask``, array order) leave its extent: 3D Slicer would drop them."""
-    if segment.extent is None:
-        return
-    inside = 0 if segment.is_empty() else np.count_nonzero(mask[tuple(slice(low, high + 1)
-                                                                     for low, high in segment.extent)])
-    outside = np.count_nonzero(mask) - inside
-    if outside:
-        extent = " ".join(str(bound) for low_high in segment.extent[::-1] for bound in low_high)
-        raise ReadError(f"{path}: segment {segment.name!r} has {outside} voxel(s) outside its extent {extent}, "
-                        "which 3D Slicer would drop (a damaged or hand-edited file?)")
+def _refuse_voxels_outside_extents(path: Path, voxels: np.ndarray, described: list) -> None:
+    """Name the first segment of a layer (``voxels``, array order) with voxels outside its extent:
+    3D Slicer would drop them."""
+    for segment in described:
+        box = segment.box()
+        mask = voxels == segment.label_value
+        outside = np.count_nonzero(mask) - (np.count_nonzero(mask[box]) if box else 0)
+        if outside:
+            extent = " ".join(str(bound) for low_high in segment.extent[::-1] for bound in low_high)
+            raise ReadError(f"{path}: segment {segment.name!r} has {outside} voxel(s) outside its extent {extent}, "
+                            "which 3D Slicer would drop (a damaged or hand-edited file?)")
 
 
 def _check_undeclared_values(path: Path, layers: np.ndarray, described: list) -> None:
     """Refuse voxel values that no segment of their layer declares (``layers``: ``(layer, z, y, x)``)."""
     for layer, voxels in enumerate(layers):
         declared = {segment.label_value for segment in described if segment.layer == layer}
-        undeclared = [int(value) for value in distinct_values(voxels) if value != 0 and int(value) not in declared]
+        undeclared = [value for value in distinct_values(voxels) if value != 0 and value not in declared]
         if undeclared:
             raise ReadError(f"{path}: layer {layer} holds voxels of value(s) {', '.join(map(str, undeclared[:10]))} "
                             "that no segment declares (a damaged or hand-edited file?); they would be left out")
