@@ -12,7 +12,7 @@ The voxels are 3-D (one layer) or 4-D with the layers first (``kinds: list domai
 segments that overlap lie in different layers. Positions are patient LPS mm; a header in
 ``right-anterior-superior`` space is turned into LPS by ITK, as for any NRRD.
 
-Refused in one line (:func:`check_layout`, :func:`segments`, :func:`read`): other dimensions,
+Refused in one line (:func:`layout`, :func:`segments`, :func:`read`): other dimensions,
 kinds or spaces; segment indices with a gap or without an ID (3D Slicer stops at the first
 missing ID); a segment without a label value or a layer, in a layer the file does not have, of
 label value 0, or of the label value of another segment of its layer; an extent that is not six
