@@ -55,26 +55,26 @@ def segment(name, label_value, layer, mask=None, **other):
 
 
 def write_seg_nrrd(path, layers, segments, directions=np.eye(3), space="left-posterior-superior",
-                   encoding="raw", kinds=None, extra="", dtype=np.uint8):
+                   encoding="raw", dtype=np.uint8):
     """A .seg.nrrd of ``layers`` ((layer, z, y, x) for a 4-D file, (z, y, x) for a 3-D one; ``dtype``
-    uint8 or float32) whose voxel (i, j, k) sits at ORIGIN + i a + j b + k c in ``space``, with a, b, c the columns of
-    ``directions`` scaled by SPACING_XYZ; ``segments``: the properties of each segment in order."""
+    uint8 or float32) whose voxel (i, j, k) sits at ORIGIN + i a + j b + k c in ``space``, with a, b, c
+    the columns of ``directions`` scaled by SPACING_XYZ; ``segments``: each segment's properties."""
     layers = np.asarray(layers, dtype)
     layered = layers.ndim == 4
     vectors = [f"({','.join(repr(float(v)) for v in np.asarray(directions)[:, axis] * SPACING_XYZ[axis])})"
                for axis in range(3)]
-    sizes = list(layers.shape[::-1]) if not layered else [layers.shape[0], *layers.shape[:0:-1]]
-    kinds = kinds or ("list domain domain domain" if layered else "domain domain domain")
-    lines = ["NRRD0004", "# written by hand", "type: " + {np.uint8: "unsigned char", np.float32: "float"}[dtype], f"dimension: {len(sizes)}", f"space: {space}",
-             "sizes: " + " ".join(map(str, sizes)), "space directions: " + ("none " if layered else "") + " ".join(vectors),
-             f"kinds: {kinds}", "endian: little", f"encoding: {encoding}", f"space origin: ({','.join(map(repr, ORIGIN))})"]
+    sizes = [layers.shape[0], *layers.shape[:0:-1]] if layered else list(layers.shape[::-1])
+    lines = ["NRRD0004", "# written by hand", "type: " + {np.uint8: "unsigned char", np.float32: "float"}[dtype],
+             f"dimension: {len(sizes)}", f"space: {space}", "sizes: " + " ".join(map(str, sizes)),
+             "space directions: " + ("none " if layered else "") + " ".join(vectors),
+             "kinds: " + ("list " if layered else "") + "domain domain domain", "endian: little",
+             f"encoding: {encoding}", f"space origin: ({','.join(map(repr, ORIGIN))})"]
     for index, properties in enumerate(segments):
         lines += [f"Segment{index}_{key}:={value}" for key, value in properties.items()]
     lines += ["Segmentation_MasterRepresentation:=Binary labelmap", "Segmentation_ReferenceImageExtentOffset:=0 0 0"]
     data = np.moveaxis(layers, 0, -1) if layered else layers  # the layer varies fastest
     data = data.astype(layers.dtype.newbyteorder("<")).tobytes()
-    Path(path).write_bytes(("\n".join(lines) + extra + "\n\n").encode() + (gzip.compress(data) if encoding == "gzip"
-                                                                         else data))
+    Path(path).write_bytes(("\n".join(lines) + "\n\n").encode() + (gzip.compress(data) if encoding == "gzip" else data))
     return Path(path)
 
 
@@ -90,7 +90,8 @@ def two_layers(tmp_path, name="b.seg.nrrd", **options):
     """liver and tumour (labels 1, 2) in layer 0, the vessel that overlaps both (label 1) in layer 1."""
     first = LIVER.astype(np.uint8)
     first[TUMOUR] = 2
-    segments = [segment("liver", 1, 0, LIVER & ~TUMOUR), segment("tumour", 2, 0, TUMOUR), segment("vessel", 1, 1, VESSEL)]
+    segments = [segment("liver", 1, 0, LIVER & ~TUMOUR), segment("tumour", 2, 0, TUMOUR),
+                segment("vessel", 1, 1, VESSEL)]
     return write_seg_nrrd(tmp_path / name, [first, VESSEL], segments, **options)
 
 
@@ -129,7 +130,8 @@ def test_a_layered_file_keeps_overlapping_segments_apart(tmp_path):
 
 
 @pytest.mark.parametrize("space", ["left-posterior-superior", "right-anterior-superior"])
-@pytest.mark.parametrize("directions", [np.eye(3), OBLIQUE, -np.eye(3)[:, [1, 0, 2]]], ids=["axial", "oblique", "permuted"])
+@pytest.mark.parametrize("directions", [np.eye(3), OBLIQUE, -np.eye(3)[:, [1, 0, 2]]],
+                         ids=["axial", "oblique", "permuted"])
 def test_every_voxel_sits_where_the_header_puts_it_in_lps(tmp_path, space, directions):
     """Space directions and origin, LPS or RAS: each voxel's LPS position as built, to 1e-9 mm."""
     image = load_label_image(two_layers(tmp_path, directions=directions, space=space))
@@ -224,22 +226,27 @@ REFUSALS = [
     (replace(r"Segment2_Layer:=1", "Segment2_Layer:=2"), r"segment 'vessel' is in layer 2, but the file has 2 layer"),
     (replace(r"Segment1_LabelValue:=2", "Segment1_LabelValue:=1"),
      r"segments 'liver' and 'tumour' share label value 1 in layer 0, so their voxels cannot be told apart"),
-    (replace(r"Segment1_LabelValue:=2", "Segment1_LabelValue:=0"), r"segment 'tumour' has label value 0, which is the background"),
+    (replace(r"Segment1_LabelValue:=2", "Segment1_LabelValue:=0"),
+     r"segment 'tumour' has label value 0, which is the background"),
     (replace(r"Segment1_LabelValue:=2\n", ""), r"segment 'tumour' has no LabelValue \(Segment1_LabelValue\).*4\.11"),
     (replace(r"Segment2_Layer:=1\n", ""), r"segment 'vessel' has no Layer"),
-    (replace(r"Segment1_LabelValue:=2", "Segment1_LabelValue:=two"), r"Segment1_LabelValue \('two'\) must be 1 whole number"),
+    (replace(r"Segment1_LabelValue:=2", "Segment1_LabelValue:=two"),
+     r"Segment1_LabelValue \('two'\) must be 1 whole number"),
     (replace(r"Segment1_Name:=tumour", "Segment1_Name:=liver"), r"'liver' \(labels 1, 2\) share a name"),
-    (replace(r"Segment2_Extent:=[-0-9 ]*", "Segment2_Extent:=2 21 8 11 0 6"), r"segment 'vessel' has extent 2 21 8 11 0 6 "
-                                                                             r"outside the grid of 24 x 20 x 6 voxels"),
+    (replace(r"Segment2_Extent:=[-0-9 ]*", "Segment2_Extent:=2 21 8 11 0 6"),
+     r"segment 'vessel' has extent 2 21 8 11 0 6 outside the grid of 24 x 20 x 6 voxels"),
     (replace(r"Segment2_Extent:=[-0-9 ]*", "Segment2_Extent:=2 21 8 11 0 4"),
      r"segment 'vessel' has 80 voxel\(s\) outside its extent 2 21 8 11 0 4, which 3D Slicer would drop"),
-    (replace(r"Segment2_Extent:=[-0-9 ]*", "Segment2_Extent:=2 21 8 11"), r"Segment2_Extent \('2 21 8 11'\) must be 6 whole"),
-    (replace(r"Segment1_ID:=\S*\n", ""), r"describes 3 segments, but not Segment1_ID: 3D Slicer would read only the first 1"),
+    (replace(r"Segment2_Extent:=[-0-9 ]*", "Segment2_Extent:=2 21 8 11"),
+     r"Segment2_Extent \('2 21 8 11'\) must be 6 whole"),
+    (replace(r"Segment1_ID:=\S*\n", ""),
+     r"describes 3 segments, but not Segment1_ID: 3D Slicer would read only the first 1"),
     (replace(r"Segment2_", "Segment3_"), r"describes 3 segments, but not Segment2_ID"),
     (replace(r"kinds: list domain domain domain", "kinds: domain domain domain domain"),
      r"a 4-D segmentation must hold its layers on its first axis"),
     (replace(r"kinds: list domain domain domain", "kinds: domain domain domain list"), r"its layers on its first axis"),
-    (replace(r"space: left-posterior-superior", "space: scanner-xyz"), r"a segmentation in space 'scanner-xyz' is not read"),
+    (replace(r"space: left-posterior-superior", "space: scanner-xyz"),
+     r"a segmentation in space 'scanner-xyz' is not read"),
     (replace(r"Segment2_.*\n", ""), r"layer 1 holds voxels of value\(s\) 1 that no segment declares"),
 ]
 
@@ -314,11 +321,11 @@ def test_a_file_written_by_3d_slicer_reads_back_as_its_masks(tmp_path):
     second[4:9, 10:26, 3:12] = 1  # overlaps both
     scene = mrml.create_headless_scene().scene
     node = mrml.add_segmentation_from_label_image(scene, grid.with_array(first), "written")
-    node.GetSegmentation().GetNthSegment(0).SetName("outer")
-    node.GetSegmentation().GetNthSegment(1).SetName("inner")
-    other = mrml.add_segmentation_from_label_image(scene, grid.with_array(second), "other")
-    node.GetSegmentation().CopySegmentFromSegmentation(other.GetSegmentation(), other.GetSegmentation().GetNthSegmentID(0))
-    node.GetSegmentation().GetNthSegment(2).SetName("across")
+    other = mrml.add_segmentation_from_label_image(scene, grid.with_array(second), "other").GetSegmentation()
+    segmentation = node.GetSegmentation()
+    segmentation.CopySegmentFromSegmentation(other, other.GetNthSegmentID(0))  # in a layer of its own
+    for index, name in enumerate(("outer", "inner", "across")):
+        segmentation.GetNthSegment(index).SetName(name)
     path = tmp_path / "written.seg.nrrd"
     writer = slicer.vtkMRMLSegmentationStorageNode()
     writer.SetFileName(str(path))
