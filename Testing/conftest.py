@@ -15,8 +15,8 @@ Optional packages (issue 23). CI runs this suite a second time in an environment
   nibabel, mpmath, surface-distance, pycocotools) are skipped with ``pytest.importorskip`` inside
   the test or fixture that uses them, so the rest of the file still runs;
 - the pip package's own dependencies for the command line, reports and batches (rich: terminal
-  tables and progress bars; pandas: aggregate tables; jinja2: the HTML report; slicerio: ``.seg.nrrd``
-  files; dask, pyarrow: batch options) are not in Slicer: tests of those features carry
+  tables and progress bars; pandas: aggregate tables; jinja2: the HTML report; slicerio: the demo's
+  sample segmentation; dask, pyarrow: batch options) are not in Slicer: tests of those features carry
   ``@pytest.mark.needs("rich", ...)`` and are skipped, naming the package, where it is absent.
 """
 import importlib.util

@@ -1,9 +1,9 @@
 """One reader per input format, each reading its format and verifying it (the header's own checks),
 and the dispatcher that picks a file's reader from its content (:func:`reader_for`).
 
-Files: :mod:`.nifti`, :mod:`.nrrd` (with ``.seg.nrrd``), :mod:`.metaimage`, :mod:`.pictures`,
-:mod:`.dicom_series` (image series and single DICOM images), :mod:`.rtstruct`, :mod:`.dicom_seg`,
-and :mod:`.other` for what ITK reads without checks of ours; :mod:`.files` holds what they share.
+Files: :mod:`.nifti`, :mod:`.nrrd`, :mod:`.seg_nrrd` (3D Slicer segmentations), :mod:`.metaimage`,
+:mod:`.pictures`, :mod:`.dicom_series` (image series and single DICOM images), :mod:`.rtstruct`,
+:mod:`.dicom_seg`, and :mod:`.other` for what ITK reads without checks of ours; :mod:`.files` holds what they share.
 In-memory images: :mod:`.arrays`. Every file reader has ``read(path, policy, threshold)``
 returning a :class:`~segmetrics.spatial.geometry.LabelImage` with its labels as stored; the
 generic label-map checks (:mod:`segmetrics.inputs.validation`) come after, in
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..validation import InputPolicy, ReadError
-from . import dicom_header, dicom_seg, dicom_series, files, metaimage, nifti, nrrd, other, pictures, rtstruct
+from . import dicom_header, dicom_seg, dicom_series, files, metaimage, nifti, nrrd, other, pictures, rtstruct, seg_nrrd
 
 #: Readers that know their files by their first bytes, tried in this order, then by their suffixes.
 FILE_READERS = (nifti, nrrd, metaimage, pictures)
@@ -29,8 +29,9 @@ _HEAD_BYTES = 132
 
 def reader_for(path: Path):
     """The reader module of a file, from its content: the DICOM preamble (then the SOP class), a
-    NIfTI, NRRD or MetaImage header, a picture's signature (gzip-compressed files are looked into);
-    by its suffix when the content does not tell; else :mod:`.other`. Raises :class:`ReadError` for
+    NIfTI, NRRD or MetaImage header (a NRRD header describing segments: :mod:`.seg_nrrd`), a
+    picture's signature (gzip-compressed files are looked into); by its suffix when the content
+    does not tell; else :mod:`.other`. Raises :class:`ReadError` for
     a path that is not a readable, non-empty file, and for DICOM objects that are not images or
     structures."""
     path = Path(path)
@@ -52,7 +53,8 @@ def reader_for(path: Path):
     by_name = [reader for reader in FILE_READERS if name.endswith(reader.SUFFIXES)]
     if not by_content and name.endswith(dicom_header.SUFFIXES):
         return _DICOM_READERS[dicom_header.readable_kind(path)]
-    return (by_content + by_name + [other])[0]
+    reader = (by_content + by_name + [other])[0]
+    return seg_nrrd if reader is nrrd and nrrd.is_segmentation(path) else reader
 
 
 def read_file(path, policy: InputPolicy | None = None, threshold: float | None = None):

@@ -195,18 +195,9 @@ def header_lines(path: Path):
 
 
 def read_with_itk(path: Path, voxel_check: VoxelCheck | None = None, image_io: str = "") -> LabelImage:
-    """Read an image file with SimpleITK (one component per voxel); ``voxel_check`` (from the
-    format's header check) is verified on the voxels as read, or names a damaged stream when ITK
-    fails. ``image_io`` names ITK's reader of the format (e.g. ``"NrrdImageIO"``), so that the
-    content decides and not the file's name; by default ITK picks one."""
-    import SimpleITK as sitk
-
-    try:
-        image = sitk.ReadImage(str(path), imageIO=image_io)
-    except Exception as error:  # SimpleITK raises RuntimeError, and others for one cause
-        if voxel_check is not None:
-            voxel_check.check_stream()  # a damaged gzip stream is named as such
-        raise ReadError(f"{path}: cannot be read as an image ({reason(error)})") from error
+    """Read an image file with SimpleITK (one component per voxel, :func:`read_itk_image`);
+    ``voxel_check`` (from the format's header check) is verified on the voxels as read."""
+    image = read_itk_image(path, voxel_check, image_io)
     if image.GetNumberOfComponentsPerPixel() != 1:
         raise ReadError(f"{path}: has {image.GetNumberOfComponentsPerPixel()} components per voxel, not a label map")
     try:
@@ -216,6 +207,20 @@ def read_with_itk(path: Path, voxel_check: VoxelCheck | None = None, image_io: s
     if voxel_check is not None:
         voxel_check.verify(label_image.array)
     return label_image
+
+
+def read_itk_image(path: Path, voxel_check: VoxelCheck | None = None, image_io: str = ""):
+    """The SimpleITK image of a file, as ITK reads it; when ITK fails, ``voxel_check`` names a
+    damaged stream. ``image_io`` names ITK's reader of the format (e.g. ``"NrrdImageIO"``), so that
+    the content decides and not the file's name; by default ITK picks one."""
+    import SimpleITK as sitk
+
+    try:
+        return sitk.ReadImage(str(path), imageIO=image_io)
+    except Exception as error:  # SimpleITK raises RuntimeError, and others for one cause
+        if voxel_check is not None:
+            voxel_check.check_stream()  # a damaged gzip stream is named as such
+        raise ReadError(f"{path}: cannot be read as an image ({reason(error)})") from error
 
 
 def reason(error: Exception) -> str:

@@ -1,26 +1,46 @@
-"""NRRD (``.nrrd``, detached ``.nhdr``) and 3D Slicer segmentations (``.seg.nrrd``).
+"""NRRD (``.nrrd``, detached ``.nhdr``): the header (:func:`header`) and its own checks.
 
-The header's own checks (:func:`check`), read from its text before ITK or slicerio read the file:
-data files outside the header's folder (unless allowed), voxel sizes ITK would replace by 1 mm (a
-spatial axis without a direction, no voxel size at all unless allowed, ``spacings`` in a
-``.seg.nrrd``, which slicerio ignores), raw or gzip data of another length than ``sizes`` x ``type``
-declare or damaged, ASCII data that is not numbers. A ``.seg.nrrd`` (by name, or by the
-``Segment0_`` fields Slicer writes) keeps its segment names (:func:`read_segmentation`).
+The header's own checks (:func:`check`), read from its text before ITK reads the file: data files
+outside the header's folder (unless allowed), voxel sizes ITK would replace by 1 mm (a spatial
+axis without a direction, no voxel size at all unless allowed), raw or gzip data of another length
+than ``sizes`` x ``type`` declare or damaged, ASCII data that is not numbers. A NRRD whose header
+describes segments (:func:`is_segmentation`) is a 3D Slicer segmentation, read by :mod:`.seg_nrrd`.
 """
 from __future__ import annotations
 
 import math
 import re
-from itertools import takewhile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ...spatial.geometry import LabelImage, distinct_values
-from ..validation import InputPolicy, ReadError, check_unique_names
+from ...spatial.geometry import LabelImage
+from ..validation import InputPolicy, ReadError
 from . import files
 
 SUFFIXES = (".nrrd", ".nhdr")
+#: Bytes a header may take up to its blank line (3D Slicer writes about 1 KiB per segment).
+HEADER_LIMIT = 1 << 24
+#: A key of 3D Slicer's segment description (``Segment0_ID``, ``Segment12_LabelValue``, ...):
+#: the segment's index and the name of its property.
+SEGMENT_KEY = re.compile(r"Segment(0|[1-9][0-9]*)_(.+)")
+
+
+@dataclass(frozen=True)
+class Header:
+    """A NRRD header up to its blank line.
+
+    ``fields``: the ``field: value`` lines; ``key_values``: the ``key:=value`` lines (UTF-8, else
+    Latin-1; NRRD's escapes ``\\n`` and ``\\\\`` undone); ``listed_files``: the lines after
+    ``data file: LIST``; ``size``: bytes up to and with the blank line, where attached data begins
+    (None without a blank line: a detached header, or one longer than :data:`HEADER_LIMIT`).
+    """
+
+    fields: dict
+    key_values: dict = field(default_factory=dict)
+    listed_files: list = field(default_factory=list)
+    size: int | None = None
 
 
 def recognises(head: bytes) -> bool:
@@ -29,72 +49,78 @@ def recognises(head: bytes) -> bool:
 
 
 def read(path: Path, policy: InputPolicy, threshold=None) -> LabelImage:
-    """The image of a NRRD file, its header checked first (:func:`check`); a segmentation
-    (:func:`is_segmentation`) with its segment names."""
+    """The image of a NRRD file, its header checked first (:func:`check`)."""
     voxel_check = check(path, policy, defer_data_check=True)
-    if is_segmentation(path):
-        return read_segmentation(path, voxel_check)
     return files.read_with_itk(path, voxel_check, "NrrdImageIO")
 
 
 def is_segmentation(path: Path) -> bool:
-    """Whether a NRRD file is a 3D Slicer segmentation: named ``.seg.nrrd`` or describing segments
-    in its header (``Segment0_ID:=...``)."""
-    header_text = takewhile(lambda line: line.strip("\r"), files.header_lines(path))  # up to the blank line
-    return path.name.lower().endswith(".seg.nrrd") or any(line.startswith("Segment0_") for line in header_text)
+    """Whether a NRRD file is a 3D Slicer segmentation: its header describes segments
+    (``Segment0_ID:=...``), whatever the file's name. A ``.seg.nrrd`` without any segment is an
+    image, as 3D Slicer reads it."""
+    return any(SEGMENT_KEY.fullmatch(key) for key in header(path).key_values)
 
 
-def header(path: Path):
-    """``({field: value}, following lines, header bytes)`` of a NRRD header, up to its blank line
-    (header bytes: where attached data begins; None when no blank line ends the header in its
-    first 64 KiB, or for ``data file: LIST``, whose names follow that field up to the end of the
-    header file).
-    """
-    fields, lines = {}, files.header_lines(path)
-    size = len(lines[0]) + 1
-    for index, line in enumerate(lines[1:], start=1):
-        size += len(line) + 1
-        line = line.rstrip("\r")
-        if not line:
-            return fields, [], size if index < len(lines) - 1 else None
-        if line.startswith("#") or ":=" in line:  # comments and key:=value pairs
-            continue
-        key, separator, value = line.partition(": ")
-        if separator:
-            fields[key.strip()] = value.strip()
-        if key.strip() in ("data file", "datafile") and value.strip().startswith("LIST"):
-            return fields, [rest.strip() for rest in lines[index + 1:]], None
-    return fields, [], None
+def header(path: Path) -> Header:
+    """The header of a NRRD file (:class:`Header`), read line by line up to its blank line."""
+    fields, key_values = {}, {}
+    with open(path, "rb") as handle:
+        handle.readline()  # the magic, NRRD000x
+        while handle.tell() < HEADER_LIMIT:
+            raw = handle.readline(HEADER_LIMIT)
+            line = raw.rstrip(b"\n").rstrip(b"\r")
+            if not raw or not line:
+                return Header(fields, key_values, [], handle.tell() if raw else None)
+            if line.startswith(b"#"):
+                continue
+            name, separator, value = line.decode("latin-1").partition(": ")
+            if ":=" in name:
+                key, _, value = line.partition(b":=")
+                key_values[_key_value_text(key)] = _key_value_text(value)
+            elif separator:
+                fields[name.strip()] = value.strip()
+                if name.strip() in ("data file", "datafile") and value.strip().startswith("LIST"):
+                    listed = handle.read(HEADER_LIMIT).decode("latin-1").split("\n")
+                    return Header(fields, key_values, [entry.strip() for entry in listed])
+    return Header(fields, key_values)
 
+
+def _key_value_text(raw: bytes) -> str:
+    """A key or value of a ``key:=value`` line as text: UTF-8 (3D Slicer's segment names), else
+    Latin-1; NRRD's escapes ``\\n`` (a line break) and ``\\\\`` (a backslash) undone."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+    return re.sub(r"\\([n\\])", lambda escape: "\n" if escape[1] == "n" else "\\", text)
 
 
 def check(path: Path, policy: InputPolicy, defer_data_check: bool = False) -> files.VoxelCheck | None:
     """A NRRD header's data files (:func:`data_file_names`), voxel sizes (:func:`_check_spacing`) and
     data (:func:`_check_data`)."""
-    fields, tail, header_size = header(path)
+    found = header(path)
     if not policy.allow_external_data:
-        files.check_data_files(path, data_file_names(fields, tail))
-    _check_spacing(path, fields, policy)
-    return _check_data(path, fields, header_size, defer_data_check)
+        files.check_data_files(path, data_file_names(found.fields, found.listed_files))
+    _check_spacing(path, found.fields, policy)
+    return _check_data(path, found.fields, found.size, defer_data_check)
 
 
-def data_file_names(fields: dict, tail: list) -> list:
+def data_file_names(fields: dict, listed_files: list) -> list:
     """File names a detached header reads its data from (``data file``): a single name, a ``LIST``
-    of names on the following lines (``tail``), or a ``printf``-style pattern followed by its
+    of names on the following lines (``listed_files``), or a ``printf``-style pattern followed by its
     numbers (the pattern's folder is what matters)."""
     value = fields.get("data file", fields.get("datafile", ""))
     if not value:
         return []
     if value.split()[0] == "LIST":
-        return [line for line in tail if line]
+        return [line for line in listed_files if line]
     return [value.split()[0] if "%" in value else value]
 
 
 def _check_spacing(path: Path, fields: dict, policy: InputPolicy) -> None:
     """NRRD voxel sizes from ``spacings`` or the lengths of ``space directions``; ``none`` is allowed
-    only for non-spatial axes (a ``.seg.nrrd``'s layers), not in place of a 2-D or 3-D axis; a
-    ``.seg.nrrd`` needs ``space directions`` (slicerio ignores ``spacings``). A header with
-    neither field (ITK reads 1 mm voxels) needs ``policy.assume_unit_spacing``."""
+    only for non-spatial axes (a ``.seg.nrrd``'s layers), not in place of a 2-D or 3-D axis. A
+    header with neither field (ITK reads 1 mm voxels) needs ``policy.assume_unit_spacing``."""
     if "space directions" in fields:
         vectors = re.findall(r"\(([^)]*)\)", fields["space directions"])
         lengths = [math.hypot(*files.header_floats(v.split(","))) for v in vectors]
@@ -103,9 +129,6 @@ def _check_spacing(path: Path, fields: dict, policy: InputPolicy) -> None:
             raise ReadError(f"{path}: NRRD space directions ({fields['space directions']}) give no voxel size for "
                             f"{spatial - len(vectors)} of its {spatial} axes, which would be read as 1 mm")
         files.check_header_spacing(path, "NRRD space directions of length", lengths)
-    elif "spacings" in fields and is_segmentation(path):
-        raise ReadError(f"{path}: gives its voxel size in NRRD 'spacings', which the .seg.nrrd reader (slicerio) "
-                        "ignores: it would read 1 mm voxels; save it with 'space directions' (as 3D Slicer does)")
     elif "spacings" in fields:
         files.check_header_spacing(path, "NRRD spacings", files.header_floats(fields["spacings"].split()))
     elif "sizes" in fields and not policy.assume_unit_spacing:  # without sizes ITK refuses the file itself
@@ -182,73 +205,3 @@ def _check_ascii_numbers(data: Path, header: Path, offset: int, count: int) -> N
         raise ReadError(f"{data}: ASCII image data holds {bad[:20].decode('latin-1')!r}, which is not a number "
                         "(binary data under an ASCII header?)")
     files.check_data_size(data, header, len(tokens), count, "numbers of ASCII image data")
-
-
-
-def _check_segment(path: Path, name: str, layer: int, value: int, declared: list) -> None:
-    """Refuse a ``.seg.nrrd`` segment whose voxels cannot be told: a layer the file does not have,
-    label value 0 (the background) or a value another segment of its layer already has."""
-    if not 0 <= layer < len(declared):
-        raise ReadError(f"{path}: segment {name!r} is in layer {layer}, but the file has {len(declared)} layer(s)")
-    if value < 1:
-        raise ReadError(f"{path}: segment {name!r} has label value {value}, which is the background")
-    if value in declared[layer]:
-        raise ReadError(f"{path}: segments {declared[layer][value]!r} and {name!r} share label value {value} in layer "
-                        f"{layer}, so their voxels cannot be told apart")
-
-
-def read_segmentation(path: Path, voxel_check: files.VoxelCheck | None = None) -> LabelImage:
-    """A Slicer ``.seg.nrrd``: segment names kept; label values kept for single-layer files.
-    ``voxel_check`` (from :func:`check`) is verified on the voxels as read.
-
-    Segments of a multi-layer file are numbered 1..N in file order (their label values repeat
-    across layers); a segment overlapping an earlier one is kept in ``segment_masks``.
-    """
-    try:
-        import slicerio
-    except ImportError as error:  # a dependency of the pip package, not bundled with 3D Slicer
-        raise ReadError(f"{path}: reading a .seg.nrrd needs the slicerio package (pip install slicerio)") from error
-    try:
-        segmentation = slicerio.read_segmentation(str(path))
-    except Exception as error:  # slicerio and pynrrd raise many types for one cause
-        if voxel_check is not None:
-            voxel_check.check_stream()  # a damaged gzip stream is named as such
-        raise ReadError(f"{path}: cannot be read as an image ({files.reason(error)})") from error
-    voxels = np.asarray(segmentation["voxels"])
-    if voxel_check is not None:
-        voxel_check.verify(voxels.T)  # pynrrd's ([layer,] i, j, k) array, transposed: the file's order
-    ijk_to_lps = np.asarray(segmentation["ijkToLPS"], dtype=float)
-    axes = ijk_to_lps[:3, :3]
-    spacing_ijk = np.linalg.norm(axes, axis=0)
-    direction = (axes / spacing_ijk).ravel()
-    segments = segmentation["segments"]
-    layered = voxels.ndim == 4
-    # slicerio arrays are ([layer,] i, j, k); ours are (k, j, i).
-    if layered:
-        layers = np.transpose(voxels, (0, 3, 2, 1))
-    else:
-        layers = np.transpose(voxels, (2, 1, 0))[np.newaxis]
-    names, masks = {}, {}
-    array = np.zeros(layers.shape[1:], dtype=np.int32)
-    declared = [{} for _ in layers]  # per layer: {label value: segment name}
-    for number, segment in enumerate(segments, start=1):
-        name = segment.get("name", segment.get("id", str(number)))
-        layer, value = int(segment.get("layer", 0) or 0), int(segment["labelValue"])
-        _check_segment(path, name, layer, value, declared)
-        declared[layer][value] = name
-        mask = layers[layer] == value
-        label = number if layered else value
-        names[label] = name
-        if np.any(array[mask] != 0):
-            masks[label] = mask  # overlaps an earlier segment: keep it separately
-        else:
-            array[mask] = label
-    for layer, (voxels_of_layer, values) in enumerate(zip(layers, declared)):
-        undeclared = [int(v) for v in distinct_values(voxels_of_layer) if v != 0 and int(v) not in values]
-        if undeclared:
-            raise ReadError(f"{path}: layer {layer} holds voxels of value(s) {', '.join(map(str, undeclared[:10]))} "
-                            "that no segment declares (a damaged or hand-edited file?); they would be left out")
-    check_unique_names(names, str(path))
-    image = LabelImage(array, tuple(spacing_ijk[::-1]), tuple(ijk_to_lps[:3, 3]), tuple(direction), names)
-    image.segment_masks = masks
-    return image
