@@ -64,13 +64,16 @@ class ContourImage(LabelImage):
     ``contours`` maps label value -> list of ``(N, 3)`` arrays of closed planar polygons (patient
     LPS x, y, z in mm, the last point joined to the first); ``notes`` says what rasterising lost;
     ``outside`` maps label value -> positions (mm along the contour normal) of the contour planes
-    that lie outside the grid, whose slices span ``slice_range_mm`` along that normal.
+    that lie outside the grid (named ``grid_name`` in messages), whose slices span ``slice_range_mm``
+    along that normal; ``source`` names the RTSTRUCT file.
     """
 
     contours: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     outside: dict = field(default_factory=dict)
     slice_range_mm: tuple = ()
+    source: str = ""
+    grid_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -275,7 +278,7 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     image = pack_masks(masks, structures.names, grid.spacing, grid.origin, grid.direction,
                          ContourImage, shape, slice_axis=2 - normal_axis)
     image.contours = {label: list(polygons) for label, polygons in structures.contours.items()}
-    image.outside = outside
+    image.outside, image.source = outside, structures.source
     first_slices = [np.asarray(grid.origin) + direction[:, normal_axis] * scale[normal_axis] * index
                     for index in (0, shape[2 - normal_axis] - 1)]
     image.slice_range_mm = tuple(sorted(float(position @ contour_normal) for position in first_slices))
