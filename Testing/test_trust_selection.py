@@ -11,7 +11,7 @@ import SimpleITK as sitk
 from segmetrics import compare
 from segmetrics.cli import main
 from segmetrics.evaluation.batch import Case, read_results, run_batch
-from segmetrics.inputs.io import InputPolicy, ReadError
+from segmetrics.inputs.io import InputPolicy, ReadError, load_pair
 from segmetrics.inputs.readers.rtdose import DoseGrid
 from segmetrics.spatial.geometry import GeometryMismatchError, LabelImage
 from test_dicom import rectangle, write_rtstruct
@@ -185,3 +185,28 @@ def test_cli_dose_with_other_metrics_gives_dose_metrics_and_the_dvh(tmp_path, ca
     assert not run_batch([manifest_case], tmp_path / "batch", metrics="dice", progress=False, workers=0).failed
     metrics = {r["metric"] for r in read_results(tmp_path / "batch")}
     assert "dice" in metrics and "dose_dmean_reference_gy" in metrics
+
+
+# ------------------------------------------- 3. missing planes in patient coordinates, alike
+@pytest.mark.parametrize("stored", ["increasing", "z reversed", "sagittal"])
+def test_planes_one_side_contours_are_patient_z_for_polygons_and_masks_alike(tmp_path, stored):
+    """Reference contours on z = -7, -5, -3, -1 mm, the test on -7 and -5 only: the reference alone
+    contours z = -3 and -1, as the polygons said and as a planning system shows them. Masks said
+    4 and 6 (mm from the pair's first slice)."""
+    planes = (-7.0, -5.0, -3.0, -1.0)
+    write_rtstruct(tmp_path / "reference.dcm", {"Cord": [rectangle(2.5, 3.5, 8.5, 7.5, z) for z in planes]})
+    write_rtstruct(tmp_path / "test.dcm", {"Cord": [rectangle(2.5, 3.5, 8.5, 7.5, z) for z in planes[:2]]})
+    polygons = compare(tmp_path / "reference.dcm", tmp_path / "test.dcm", metrics="contours")
+    assert polygons["Cord"].get("contour_hd_mm").params["reference_only_planes_mm"] == [-3.0, -1.0]
+    ct = LabelImage(np.zeros((6, 12, 12), np.uint8), (2.0, 1.0, 1.0), (0.0, 0.0, -9.0))  # slices z = -9 .. 1
+    if stored == "z reversed":
+        ct = LabelImage(ct.array, ct.spacing, (0.0, 0.0, 1.0), (1, 0, 0, 0, 1, 0, 0, 0, -1))
+    elif stored == "sagittal":  # array axes (x, z, y): ITK i = y, j = z, k = x
+        ct = LabelImage(np.zeros((12, 6, 12), np.uint8), (1.0, 2.0, 1.0), (0.0, 0.0, -9.0), (0, 0, 1, 1, 0, 0, 0, 1, 0))
+    grid = write_image(tmp_path / "ct.nrrd", ct)
+    reference, test = (LabelImage(side.array, side.spacing, side.origin, side.direction, dict(side.names))
+                       for side in load_pair(tmp_path / "reference.dcm", tmp_path / "test.dcm", image=grid))
+    masks = compare(reference, test, metrics="dice,contours")  # plain label maps: the mask path
+    assert masks["Cord"].value("dice") == pytest.approx(2 / 3)  # the test holds 2 of the 4 slices
+    assert masks["Cord"].get("contour_hd_mm").params["reference_only_planes_mm"] == pytest.approx([-3.0, -1.0])
+    assert masks["Cord"].get("contour_hd_mm").params["test_only_planes_mm"] == []
