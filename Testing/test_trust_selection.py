@@ -210,3 +210,31 @@ def test_planes_one_side_contours_are_patient_z_for_polygons_and_masks_alike(tmp
     assert masks["Cord"].value("dice") == pytest.approx(2 / 3)  # the test holds 2 of the 4 slices
     assert masks["Cord"].get("contour_hd_mm").params["reference_only_planes_mm"] == pytest.approx([-3.0, -1.0])
     assert masks["Cord"].get("contour_hd_mm").params["test_only_planes_mm"] == []
+
+
+# --------------------------------------------------------------------- 4. pairing, selection
+def test_label_maps_holding_one_different_label_each_are_not_paired():
+    """Reference: only label 1 (liver); test: only label 2 (tumour). They were paired as one
+    'foreground' structure (the rule for 0/1 against 0/255 masks): Dice of liver against tumour."""
+    reference, test = np.zeros((4, 10, 10), np.uint8), np.zeros((4, 10, 10), np.uint8)
+    reference[1:3, 2:6, 2:6] = 1
+    test[1:3, 2:6, 2:6] = 2
+    result = compare(LabelImage(reference, (1.0, 1.0, 1.0)), LabelImage(test, (1.0, 1.0, 1.0)), metrics="dice")
+    assert [(s.structure, s.status) for s in result.structures] == [("1", "test_empty"), ("2", "reference_empty")]
+    selected = compare(LabelImage(reference, (1.0, 1.0, 1.0)), LabelImage(test, (1.0, 1.0, 1.0)), labels=[2],
+                       metrics="dice")
+    assert [(s.structure, s.reference_label, s.test_label) for s in selected.structures] == [("2", 2, 2)]
+    picture = compare(LabelImage(reference * 255, (1.0, 1.0, 1.0)), LabelImage(reference, (1.0, 1.0, 1.0)),
+                      metrics="dice")
+    assert [(s.structure, s.value("dice")) for s in picture.structures] == [("foreground", 1.0)]
+
+
+def test_a_label_value_given_as_a_float_selects_that_label():
+    """``labels=[5.0]`` compared label 5 but named it '5.0' and noted it 'absent from both images'."""
+    reference, test = reference_and_wider_test()
+    test = LabelImage(test.array[:, :, :20].copy(), (1.0, 1.0, 1.0))
+    result = compare(reference, test, labels=[5.0], metrics="dice")
+    assert [s.structure for s in result.structures] == ["5"] and not result.notes
+    assert result.structures[0].value("dice") == pytest.approx(0.9)
+    absent = compare(reference, test, labels=[6.0], metrics="dice")
+    assert [s.structure for s in absent.structures] == ["6"] and absent.structures[0].status == "both_empty"

@@ -157,6 +157,11 @@ class ComparisonResult:
         return means
 
 
+#: Foreground values of binary masks (0/1 label maps, 0/255 pictures): two masks with one of them
+#: each are one structure whatever the values (:func:`_structure_pairs`).
+MASK_VALUES = (1, 255)
+
+
 def selected_groups(metrics, dose_given: bool = False) -> dict:
     """:func:`segmetrics.registry.resolve_selection` of ``metrics``; a given dose selects the dose
     group (every dose metric, unless ``metrics`` names some): a dose is never read for nothing."""
@@ -183,13 +188,16 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
     the names of the same values), named structures also ignoring case and separators and by
     ``synonyms`` (:mod:`segmetrics.inputs.structure_names`); structures left unpaired are listed in a note
     and compared with an empty mask. Two single-structure masks with different foreground values
-    (e.g. 0/255 vs 0/1 pictures) are paired as one structure, with a note. ``labels`` selects
-    structures by name or label value; an unknown name raises ``ValueError``.
+    (:data:`MASK_VALUES`: 0/255 vs 0/1 pictures) are paired as one structure, with a note; two
+    other single labels (label maps each holding one structure, e.g. 1 and 2) are different
+    structures. ``labels`` selects structures by name or label value (``5`` and ``5.0`` alike);
+    an unknown name raises ``ValueError``.
     """
     ref_entries, test_entries = _structures(reference), _structures(test)
     notes = []
     unnamed = not reference.names and not test.names
-    if unnamed and len(ref_entries) == 1 and len(test_entries) == 1 and ref_entries.keys() != test_entries.keys():
+    if unnamed and len(ref_entries) == 1 and len(test_entries) == 1 and ref_entries.keys() != test_entries.keys() \
+            and {*ref_entries.values(), *test_entries.values()} <= set(MASK_VALUES):
         (ref_label,), (test_label,) = ref_entries.values(), test_entries.values()
         notes.append(f"binary masks with different foreground values ({ref_label} vs {test_label}) compared as one structure")
         pairs = [("foreground", ref_label, test_label)]
@@ -223,14 +231,14 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
         return pairs, notes
     chosen, unknown = [], []
     for given in map(str, labels):  # exact first: a structure name may begin or end with white space
-        item = given.strip()
-        match = [p for p in pairs if given in (p[0], str(p[1]), str(p[2]))] or \
-            [p for p in pairs if item in (p[0], str(p[1]), str(p[2]))]
+        item, value = given.strip(), _as_number(given)
+        match = [p for p in pairs if given == p[0] or (value is not None and value in p[1:])] or \
+            [p for p in pairs if item == p[0]]
         if match:
             chosen += [p for p in match if p not in chosen]
-        elif _as_number(item) is not None:
-            chosen.append((item, _as_number(item), _as_number(item)))
-            notes.append(f"label {item} is absent from both images (reported as both_empty)")
+        elif value is not None:
+            chosen.append((str(value), value, value))
+            notes.append(f"label {value} is absent from both images (reported as both_empty)")
         else:
             unknown.append(item)
     if unknown:
