@@ -238,3 +238,26 @@ def test_a_label_value_given_as_a_float_selects_that_label():
     assert result.structures[0].value("dice") == pytest.approx(0.9)
     absent = compare(reference, test, labels=[6.0], metrics="dice")
     assert [s.structure for s in absent.structures] == ["6"] and absent.structures[0].status == "both_empty"
+
+
+def test_contours_reaching_beyond_the_edges_of_the_slices_are_refused_for_the_selected_structure(tmp_path):
+    """The label map's grid holds x 0..39 mm; the Heart's contours reach x 50 mm: the part beyond
+    was silently cut from the structure set's side alone (Dice 1 for a Heart a third larger)."""
+    write_rtstruct(tmp_path / "rt.dcm", {"Heart": [rectangle(29.5, 4.5, 49.5, 14.5, z) for z in (0.0, 1.0, 2.0)],
+                                         "Box": [rectangle(9.5, 4.5, 19.5, 14.5, z) for z in (0.0, 1.0, 2.0)]})
+    labels = np.zeros((3, 30, 40), np.uint8)
+    labels[:, 5:15, 30:40] = 1
+    labels[:, 5:15, 10:20] = 2
+    auto = write_image(tmp_path / "auto.nii.gz", LabelImage(labels, (1.0, 1.0, 1.0)))
+    names = {1: "Heart", 2: "Box"}
+    with pytest.raises(ReadError, match="3 of 3 contour.*'Heart' reach beyond the edges.*the reference alone would "
+                                        "lose part of 'Heart'.*--allow-crop"):
+        compare(tmp_path / "rt.dcm", auto, metrics="dice", names=names)
+    box = compare(tmp_path / "rt.dcm", auto, labels=["Box"], metrics="dice", names=names)
+    assert box["Box"].value("dice") == 1.0
+    cropped = compare(tmp_path / "rt.dcm", auto, metrics="dice", names=names, input_policy=CROP)
+    assert cropped["Heart"].value("dice") == 1.0
+    assert any("3 contour(s) of 'Heart' reach beyond the edges" in note for note in cropped.notes)
+    # two structure sets cropped alike on one CT stay comparable
+    ct = write_image(tmp_path / "ct.nii.gz", LabelImage(np.zeros((3, 30, 40), np.uint8), (1.0, 1.0, 1.0)))
+    assert compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", image=ct, metrics="dice")["Heart"].value("dice") == 1.0

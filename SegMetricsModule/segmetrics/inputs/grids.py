@@ -134,9 +134,10 @@ def check_resampled(before: LabelImage, after: LabelImage, side: str, target_nam
 
 def check_contours_kept(reference: LabelImage, test: LabelImage, pairs=None) -> None:
     """Refuse a structure of an RT Structure Set that lost contours to the grid it was rasterised on
-    (:class:`~segmetrics.inputs.readers.rtstruct.ContourImage` ``outside``): all of them (it would be
-    compared without any voxel), or part of them when its partner on the other side does not lose
-    contours too (one side cropped: a biased comparison). ``pairs`` are the compared structures,
+    (:class:`~segmetrics.inputs.readers.rtstruct.ContourImage`): all its planes beyond the grid's
+    slices (``outside``: it would be compared without any voxel), or part of it (planes beyond the
+    slices, contours beyond the slices' edges: ``beyond_edges``) when its partner on the other side
+    loses nothing (one side cropped: a biased comparison). ``pairs`` are the compared structures,
     ``(reference label, test label)`` (``None`` for a side without it); structures left out of them
     decide nothing. ``None``: every structure, paired by equal names. Raises :class:`ReadError`."""
     sides = {"reference": reference, "test": test}
@@ -147,20 +148,34 @@ def check_contours_kept(reference: LabelImage, test: LabelImage, pairs=None) -> 
     partners = {"reference": {r: t for r, t in pairs if r is not None}, "test": {t: r for r, t in pairs if t is not None}}
     for side, image in sides.items():
         other = sides["test" if side == "reference" else "reference"]
-        for label, planes in getattr(image, "outside", {}).items():
-            if label not in partners[side]:
+        for label in partners[side]:
+            planes, edges = getattr(image, "outside", {}).get(label, []), getattr(image, "beyond_edges", {}).get(label, 0)
+            if not planes and not edges:
                 continue
             name, total = image.names[label], len(image.contours[label])
-            if len(planes) < total and partners[side][label] in getattr(other, "outside", {}):
+            if len(planes) < total and _cropped(other, partners[side][label]):
                 continue
-            low, high = image.slice_range_mm
+            lost = []
+            if planes:
+                low, high = image.slice_range_mm
+                lost.append(f"{len(planes)} of {total} contour(s) of {name!r} (planes at {min(planes):g} to "
+                            f"{max(planes):g} mm along the slice normal) lie outside the grid of {image.grid_name} "
+                            f"(slices at {low:g} to {high:g} mm)")
+            if edges:
+                lost.append(f"{edges} of {total} contour(s) of {name!r} reach beyond the edges of the slices of the "
+                            f"grid of {image.grid_name}")
             consequence = (f"{name!r} would be compared without any of its voxels" if len(planes) == total
                            else f"the {side} alone would lose part of {name!r}")
             raise ReadError(
-                f"{image.source}: {len(planes)} of {total} contour(s) of {name!r} (planes at {min(planes):g} to "
-                f"{max(planes):g} mm along the slice normal) lie outside the grid of {image.grid_name} (slices at "
-                f"{low:g} to {high:g} mm): {consequence}; give the image series the contours were drawn on (CLI: "
-                "--image), or accept the loss with input_policy=InputPolicy(allow_crop=True) (CLI: --allow-crop)")
+                f"{image.source}: {'; '.join(lost)}: {consequence}; give the image series the contours were drawn "
+                "on (CLI: --image), or accept the loss with input_policy=InputPolicy(allow_crop=True) (CLI: "
+                "--allow-crop)")
+
+
+def _cropped(image: LabelImage, label) -> bool:
+    """Whether the grid cropped structure ``label`` of ``image`` too (contour planes beyond its
+    slices, contours beyond their edges); ``False`` for a label map or no structure."""
+    return label in getattr(image, "outside", {}) or label in getattr(image, "beyond_edges", {})
 
 
 def _structure_name(image: LabelImage, label) -> str:
