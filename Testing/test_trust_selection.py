@@ -70,6 +70,7 @@ def test_resampling_both_onto_an_image_grid_counts_only_the_selected_structures(
         compare(reference, test, metrics="dice", resample_to=str(grid))
 
 
+@pytest.mark.needs("rich")
 def test_cli_and_batch_labels_decide_the_resampling_refusal(tmp_path, capsys):
     reference, test = reference_and_wider_test()
     paths = {side: write_image(tmp_path / f"{side}.nii.gz", image)
@@ -95,6 +96,7 @@ def contours_partly_beyond_a_ct(tmp_path):
     return tmp_path / "rt.dcm", write_image(tmp_path / "ct.nii.gz", LabelImage(np.zeros((3, 30, 40)), (1.0, 1.0, 1.0)))
 
 
+@pytest.mark.needs("rich")
 def test_contours_beyond_the_image_grid_refuse_only_a_selected_structure(tmp_path, capsys):
     """``--labels Box`` was refused because the unselected Heart lies beyond the CT's slices."""
     rtss, ct = contours_partly_beyond_a_ct(tmp_path)
@@ -169,6 +171,7 @@ def test_a_given_dose_selects_the_dose_group_beside_the_chosen_metrics():
     assert chosen.metrics() == ["dice", "dose_dmean_test_gy"]  # dose metrics named: those alone
 
 
+@pytest.mark.needs("rich")
 def test_cli_dose_with_other_metrics_gives_dose_metrics_and_the_dvh(tmp_path, capsys):
     from test_dose import write_rtdose
 
