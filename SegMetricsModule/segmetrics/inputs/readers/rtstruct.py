@@ -272,11 +272,10 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
                                 "to the image slices (oblique image or non-planar contour)")
             plane = nearest_slice(index[:, normal_axis].mean(), along_normal[normal_axis] > 0)
             if 0 <= plane < shape[2 - normal_axis]:
-                by_slice.setdefault(plane, []).append((index[:, normal_axis].mean() * scale[normal_axis],
-                                                       index[:, [rows, columns]]))
-                in_plane = index[:, [rows, columns]]
+                ring = index[:, [rows, columns]]
+                by_slice.setdefault(plane, []).append((index[:, normal_axis].mean() * scale[normal_axis], ring))
                 edges = np.array([shape[2 - rows], shape[2 - columns]]) - 0.5 + EDGE_TOLERANCE
-                if np.any(in_plane < -0.5 - EDGE_TOLERANCE) or np.any(in_plane > edges):
+                if np.any(ring < -0.5 - EDGE_TOLERANCE) or np.any(ring > edges):
                     beyond_edges[label] = beyond_edges.get(label, 0) + 1
             else:
                 outside.setdefault(label, []).append(float(np.median(points @ contour_normal)))
