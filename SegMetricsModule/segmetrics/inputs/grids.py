@@ -93,8 +93,7 @@ def check_resampling(moving: LabelImage, target: LabelImage, side: str, target_n
             f"the {side} field of view ({_describe_field(moving)}) does not overlap that of the {target_name} "
             f"({_describe_field(target)}): resampling would discard the whole {side}; compare segmentations of the "
             "same scan, or allow it with input_policy=InputPolicy(allow_crop=True) (CLI: --allow-crop)")
-    present = moving.labels()
-    selected = present if labels is None else [label for label in present if label in set(labels)]
+    selected = moving.labels() if labels is None else sorted(set(moving.labels()) & set(labels))
     lost, discarded, whole = [], 0.0, 0.0
     for label in selected:
         total, outside = foreground_outside(_label_crop(moving, label), target)
@@ -119,9 +118,8 @@ def check_resampled(before: LabelImage, after: LabelImage, side: str, target_nam
     selected ``labels`` (``None``: all) that held voxels and hold none any more, e.g. a structure
     thinner than the target's voxels, which nearest-neighbour sampling misses between voxel centres.
     Refused (:class:`GeometryMismatchError`) unless ``allow_crop``; then a warning note names them."""
-    kept = set(after.labels())
-    vanished = [_structure_name(before, label) for label in before.labels()
-                if label not in kept and (labels is None or label in set(labels))]
+    selected = set(before.labels()) if labels is None else set(before.labels()) & set(labels)
+    vanished = [_structure_name(before, label) for label in sorted(selected - set(after.labels()))]
     if not vanished:
         return []
     problem = (f"resampling the {side} onto the {target_name} grid left no voxel of {', '.join(vanished)}: no voxel "
