@@ -1,5 +1,7 @@
 """How the grids of a reference and a test meet: the same lattice stored in another order, fields
-of view that do not overlap, and what resampling one onto another would discard.
+of view that do not overlap, and what resampling one onto another, or rasterising RT contours on
+one, would discard. Only the compared structures decide a refusal: with a label selection, the
+others are never measured.
 
 Positions are physical (patient LPS, mm); arrays are in ``(z, y, x)`` order, ITK index axes
 ``(i, j, k)`` the reverse (see :class:`~segmetrics.spatial.geometry.LabelImage`).
