@@ -264,3 +264,19 @@ def test_contours_reaching_beyond_the_edges_of_the_slices_are_refused_for_the_se
     # two structure sets cropped alike on one CT stay comparable
     ct = write_image(tmp_path / "ct.nii.gz", LabelImage(np.zeros((3, 30, 40), np.uint8), (1.0, 1.0, 1.0)))
     assert compare(tmp_path / "rt.dcm", tmp_path / "rt.dcm", image=ct, metrics="dice")["Heart"].value("dice") == 1.0
+
+
+def test_an_unnamed_label_map_does_not_pair_with_rt_rois_by_roi_number(tmp_path):
+    """Label 1 of an unnamed label map (a Heart) was paired with ROI 1 of the structure set (BODY)
+    by value: Dice of BODY against Heart, status ok. ROI numbers are not label values."""
+    write_rtstruct(tmp_path / "rt.dcm", {"BODY": [rectangle(0.5, 0.5, 38.5, 28.5, z) for z in (0.0, 1.0, 2.0)],
+                                         "Heart": [rectangle(9.5, 4.5, 19.5, 14.5, z) for z in (0.0, 1.0, 2.0)]})
+    labels = np.zeros((3, 30, 40), np.uint8)
+    labels[:, 5:15, 10:20] = 1
+    auto = write_image(tmp_path / "auto.nii.gz", LabelImage(labels, (1.0, 1.0, 1.0)))
+    result = compare(tmp_path / "rt.dcm", auto, metrics="dice")
+    assert [(s.structure, s.reference_label, s.test_label, s.status) for s in result.structures] == [
+        ("BODY", 1, None, "test_empty"), ("Heart", 2, None, "test_empty"), ("1", None, 1, "reference_empty")]
+    assert any("not paired with ROI 1 ('BODY')" in note and "--names" in note for note in result.notes)
+    named = compare(tmp_path / "rt.dcm", auto, metrics="dice", names={1: "Heart"})
+    assert named["Heart"].value("dice") == 1.0

@@ -185,7 +185,8 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
 
     Structures are paired by name (a label without a name is named by its value, so unnamed
     label maps pair by value; when only one image names its structures, the other's labels take
-    the names of the same values), named structures also ignoring case and separators and by
+    the names of the same values, except the ROI numbers of an RT Structure Set, which are no label
+    values: its ROIs pair by name only), named structures also ignoring case and separators and by
     ``synonyms`` (:mod:`segmetrics.inputs.structure_names`); structures left unpaired are listed in a note
     and compared with an empty mask. Two single-structure masks with different foreground values
     (:data:`MASK_VALUES`: 0/255 vs 0/1 pictures) are paired as one structure, with a note; two
@@ -207,11 +208,16 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
             by_value = {label: name for name, label in named.items()}
             valued = {name: by_value[label] for name, label in plain.items()
                       if label in by_value and by_value[label] not in plain}  # a name the plain side has stays apart
-            plain = {valued.get(name, name): label for name, label in plain.items()}
-            ref_entries, test_entries = (ref_entries, plain) if reference.names else (plain, test_entries)
             side = "test" if reference.names else "reference"
-            notes += [f"{side} label {name} (its image names no structures) paired by value with {new!r}"
-                      for name, new in valued.items()]
+            if hasattr(reference if reference.names else test, "contours"):  # ROI numbers are no label values
+                notes += [f"{side} label {name} (its image names no structures) not paired with ROI {name} "
+                          f"({new!r}) of the RT Structure Set: ROI numbers are not label values; name the labels "
+                          "with a name map (names=, CLI: --names)" for name, new in valued.items()]
+            else:
+                plain = {valued.get(name, name): label for name, label in plain.items()}
+                ref_entries, test_entries = (ref_entries, plain) if reference.names else (plain, test_entries)
+                notes += [f"{side} label {name} (its image names no structures) paired by value with {new!r}"
+                          for name, new in valued.items()]
         matches, ambiguities = match_structures(ref_entries, test_entries, synonyms)
         renamed = {match.test: match.reference for match in matches}
         test_entries = {renamed.get(name, name): label for name, label in test_entries.items()}
