@@ -27,9 +27,9 @@ def test_median_on_a_plateau_is_its_lower_end_in_any_piece_order(order):
 
 
 def test_planes_one_side_contours_are_named_alike_when_the_slice_axis_is_stored_reversed():
-    """A 2 × 3 voxel block on slices 2-5 (reference) and 2-3 (test), slice spacing 2.5 mm: the
-    reference alone contours the slices 2.5 × (4 - 2) and 2.5 × (5 - 2) mm from the first slice
-    holding either mask, whether z is stored increasing or reversed (the same physical voxels)."""
+    """A 2 × 3 voxel block on slices 2-5 (reference) and 2-3 (test), slice spacing 2.5 mm from z = 0:
+    the reference alone contours the slices at z = 2.5 × 4 and 2.5 × 5 mm (patient coordinates),
+    whether z is stored increasing or reversed (the same physical voxels)."""
     reference, test = np.zeros((8, 5, 6), np.uint8), np.zeros((8, 5, 6), np.uint8)
     reference[2:6, 1:3, 1:4] = 1
     test[2:4, 1:3, 1:4] = 1
@@ -41,5 +41,5 @@ def test_planes_one_side_contours_are_named_alike_when_the_slice_axis_is_stored_
                        LabelImage(test[::-1].copy(), spacing, reversed_origin, reversed_direction), metrics="contours")]
     for result in results:
         params = result.structures[0].get("contour_hd_mm").params
-        assert params["reference_only_planes_mm"] == [5.0, 7.5]
+        assert params["reference_only_planes_mm"] == [10.0, 12.5]
         assert params["test_only_planes_mm"] == []

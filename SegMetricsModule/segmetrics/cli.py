@@ -162,7 +162,8 @@ def _add_compare_parser(subparsers) -> None:
     _add_parameter_arguments(p)
     _add_input_arguments(p)
     p.add_argument("--dose", metavar="RTDOSE", help="planned dose (DICOM RT Dose) for the dose metrics (dose group): "
-                   "DVH statistics of reference and test and their difference")
+                   "DVH statistics of reference and test and their difference; a given dose selects the dose group "
+                   "beside --metrics")
     p.add_argument("--dvh", metavar="CSV", help="write the cumulative DVHs (dose, volume in cc and %% of reference "
                    "and test, per structure) to this CSV; needs --dose")
     p.add_argument("--slices", "--msi-slices", metavar="CSV", dest="slices",
@@ -214,7 +215,8 @@ def _run_compare(args) -> int:
     synonyms = read_synonyms(args.synonyms) if args.synonyms else None  # small files first: refused before the images
     names = read_name_map(args.names) if args.names else None
     reference, test = load_pair(args.reference, args.test, threshold=args.threshold, input_policy=policy,
-                                image=args.image, contour_resolution_mm=args.contour_resolution)
+                                image=args.image, contour_resolution_mm=args.contour_resolution,
+                                check_crops=False)  # compare refuses crops of the selected structures
     labels = _labels(args)
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
@@ -350,7 +352,7 @@ def _add_batch_parser(subparsers) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--manifest", metavar="CSV",
                         help="CSV with columns case_id, reference, test and optional names (label map JSON) and "
-                             "dose (RT Dose file of the case, for the dose metrics)")
+                             "dose (RT Dose file of the case: selects the dose metrics for that case)")
     source.add_argument("--reference-dir", metavar="DIR", help="folder of references, matched to --test-dir by file "
                         "name; folders of DICOM files (any nesting) by patient and frame of reference, on the "
                         "referenced image series")
@@ -555,17 +557,16 @@ def check_options(args) -> None:
     if hasattr(args, "params"):  # compare and batch: Parameters validates the metric parameters
         _parameters(args)
     if hasattr(args, "metrics"):
-        from .registry import resolve_selection
+        from .evaluation.compare import selected_groups
 
-        selection = resolve_selection(args.metrics)  # unknown names raise ValueError
+        selection = selected_groups(args.metrics, bool(getattr(args, "dose", None)))  # unknown names: ValueError
         if not selection:
             raise UserError(f"--metrics {args.metrics!r}: no metric selected; give metric or group names")
         if getattr(args, "slices", None) and not {"msi", "contours"} & set(selection):
             raise UserError(f"--slices {args.slices}: the per-slice table comes from the msi and contours groups, "
                             f"and --metrics {args.metrics} selects neither; add msi or contours to --metrics")
-        if getattr(args, "dvh", None) and not (args.dose and "dose" in selection):
-            raise UserError(f"--dvh {args.dvh}: the DVH curves come from the dose group; give --dose RTDOSE.dcm "
-                            "(and dose in --metrics when it is given)")
+        if getattr(args, "dvh", None) and not args.dose:
+            raise UserError(f"--dvh {args.dvh}: the DVH curves come from the dose group; give --dose RTDOSE.dcm")
         if getattr(args, "sort", None) and not any(args.sort in names for names in selection.values()):
             raise UserError(f"--sort {args.sort}: not among the selected metrics ({args.metrics or 'the default set'}); "
                             "give a metric name such as dice or hd95_mm")

@@ -249,9 +249,10 @@ def load_case(case: Case, threshold: float | None = None, input_policy=None):
     """
     from ..inputs.io import load_pair, name_unnamed, read_name_map
 
-    # RT structure sets: rasterised on the case's image series, else the other input's grid, else a contour grid
+    # RT structure sets: rasterised on the case's image series, else the other input's grid, else a contour grid;
+    # contours that grid crops are refused by compare, for the selected structures only
     reference, test = load_pair(case.reference, case.test, threshold=threshold, input_policy=input_policy,
-                                image=case.image)
+                                image=case.image, check_crops=False)
     if case.names:  # as `segmetrics compare --names`: the side(s) without names of their own
         reference, test, _notes = name_unnamed(reference, test, read_name_map(case.names), str(case.names))
     return reference, test

@@ -157,6 +157,20 @@ class ComparisonResult:
         return means
 
 
+#: Foreground values of binary masks (0/1 label maps, 0/255 pictures): two masks with one of them
+#: each are one structure whatever the values (:func:`_structure_pairs`).
+MASK_VALUES = (1, 255)
+
+
+def selected_groups(metrics, dose_given: bool = False) -> dict:
+    """:func:`segmetrics.registry.resolve_selection` of ``metrics``; a given dose selects the dose
+    group (every dose metric, unless ``metrics`` names some): a dose is never read for nothing."""
+    selection = resolve_selection(metrics)
+    if dose_given and "dose" not in selection:
+        selection["dose"] = resolve_selection("dose")["dose"]
+    return selection
+
+
 def _structures(image: LabelImage) -> dict:
     """``{name: label}``: the image's named structures (kept even when empty, e.g. declared
     ``.seg.nrrd`` segments) plus every present label, named by its value when it has no name."""
@@ -171,16 +185,20 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
 
     Structures are paired by name (a label without a name is named by its value, so unnamed
     label maps pair by value; when only one image names its structures, the other's labels take
-    the names of the same values), named structures also ignoring case and separators and by
+    the names of the same values, except the ROI numbers of an RT Structure Set, which are no label
+    values: its ROIs pair by name only), named structures also ignoring case and separators and by
     ``synonyms`` (:mod:`segmetrics.inputs.structure_names`); structures left unpaired are listed in a note
     and compared with an empty mask. Two single-structure masks with different foreground values
-    (e.g. 0/255 vs 0/1 pictures) are paired as one structure, with a note. ``labels`` selects
-    structures by name or label value; an unknown name raises ``ValueError``.
+    (:data:`MASK_VALUES`: 0/255 vs 0/1 pictures) are paired as one structure, with a note; two
+    other single labels (label maps each holding one structure, e.g. 1 and 2) are different
+    structures. ``labels`` selects structures by name or label value (``5`` and ``5.0`` alike);
+    an unknown name raises ``ValueError``.
     """
     ref_entries, test_entries = _structures(reference), _structures(test)
     notes = []
     unnamed = not reference.names and not test.names
-    if unnamed and len(ref_entries) == 1 and len(test_entries) == 1 and ref_entries.keys() != test_entries.keys():
+    if unnamed and len(ref_entries) == 1 and len(test_entries) == 1 and ref_entries.keys() != test_entries.keys() \
+            and {*ref_entries.values(), *test_entries.values()} <= set(MASK_VALUES):
         (ref_label,), (test_label,) = ref_entries.values(), test_entries.values()
         notes.append(f"binary masks with different foreground values ({ref_label} vs {test_label}) compared as one structure")
         pairs = [("foreground", ref_label, test_label)]
@@ -190,11 +208,16 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
             by_value = {label: name for name, label in named.items()}
             valued = {name: by_value[label] for name, label in plain.items()
                       if label in by_value and by_value[label] not in plain}  # a name the plain side has stays apart
-            plain = {valued.get(name, name): label for name, label in plain.items()}
-            ref_entries, test_entries = (ref_entries, plain) if reference.names else (plain, test_entries)
             side = "test" if reference.names else "reference"
-            notes += [f"{side} label {name} (its image names no structures) paired by value with {new!r}"
-                      for name, new in valued.items()]
+            if hasattr(reference if reference.names else test, "contours"):  # ROI numbers are no label values
+                notes += [f"{side} label {name} (its image names no structures) not paired with ROI {name} "
+                          f"({new!r}) of the RT Structure Set: ROI numbers are not label values; name the labels "
+                          "with a name map (names=, CLI: --names)" for name, new in valued.items()]
+            else:
+                plain = {valued.get(name, name): label for name, label in plain.items()}
+                ref_entries, test_entries = (ref_entries, plain) if reference.names else (plain, test_entries)
+                notes += [f"{side} label {name} (its image names no structures) paired by value with {new!r}"
+                          for name, new in valued.items()]
         matches, ambiguities = match_structures(ref_entries, test_entries, synonyms)
         renamed = {match.test: match.reference for match in matches}
         test_entries = {renamed.get(name, name): label for name, label in test_entries.items()}
@@ -214,14 +237,14 @@ def _structure_pairs(reference: LabelImage, test: LabelImage, labels=None, synon
         return pairs, notes
     chosen, unknown = [], []
     for given in map(str, labels):  # exact first: a structure name may begin or end with white space
-        item = given.strip()
-        match = [p for p in pairs if given in (p[0], str(p[1]), str(p[2]))] or \
-            [p for p in pairs if item in (p[0], str(p[1]), str(p[2]))]
+        item, value = given.strip(), _as_number(given)
+        match = [p for p in pairs if given == p[0] or (value is not None and value in p[1:])] or \
+            [p for p in pairs if item == p[0]]
         if match:
             chosen += [p for p in match if p not in chosen]
-        elif _as_number(item) is not None:
-            chosen.append((item, _as_number(item), _as_number(item)))
-            notes.append(f"label {item} is absent from both images (reported as both_empty)")
+        elif value is not None:
+            chosen.append((str(value), value, value))
+            notes.append(f"label {value} is absent from both images (reported as both_empty)")
         else:
             unknown.append(item)
     if unknown:
@@ -307,6 +330,8 @@ def compare(
         Voxel size in mm in **array-axis order** (``(z, y, x)`` for 3-D), for NumPy inputs only.
     labels : iterable, optional
         Label values or structure names to evaluate; default all non-zero labels of either image.
+        Only the selected structures (and their partners) decide whether a grid may crop them
+        (resampling, contours outside an ``image`` grid): others are never measured.
     metrics : str or list, optional
         Metric or group names (see :func:`segmetrics.registry.metric_specs`); default all.
     params : Parameters or dict, optional
@@ -350,6 +375,7 @@ def compare(
         metrics (:mod:`segmetrics.metrics.dose`; V levels in ``params.dose_levels_gy``); refused
         when its frame of reference is not that of the structure files (in-memory images carry
         none: check the files they came from with :func:`segmetrics.inputs.readers.rtdose.check_dose_frame`).
+        A given dose selects the dose group (every ``dose_*`` metric, unless ``metrics`` names some).
         Without it the dose group reports nothing (a note says so when dose metrics were asked for
         by name; ``ValueError`` when nothing else was).
 
@@ -362,20 +388,21 @@ def compare(
     refers to the array (``msi_axis``, per-slice MSI rows, surface polydata in ``extras``) stays in
     the stored array's indices and index-scaled frame.
     """
-    from ..inputs.grids import check_fields_of_view, check_resampling
+    from ..inputs.grids import check_contours_kept, check_fields_of_view, check_resampled, check_resampling
     from ..inputs.io import load_pair, name_unnamed, read_name_map
     from ..inputs.validation import InputPolicy
     from .provenance import describe_input, grid_info, provenance
 
     params = as_parameters(params)
     check_evaluation_options(metrics=metrics, labels=labels, resample_to=resample_to)  # load_pair checks the others
+    selection = selected_groups(metrics, dose is not None)
     inputs = {"reference": describe_input(reference), "test": describe_input(test)}
     dose_notes = []
     if dose is not None:
         inputs["dose"] = describe_input(dose)
         dose, dose_notes = load_dose(dose, {"reference": reference, "test": test})
     reference, test = load_pair(reference, test, spacing, threshold, input_policy=input_policy, image=image,
-                                contour_resolution_mm=contour_resolution_mm)
+                                contour_resolution_mm=contour_resolution_mm, check_crops=False)
     checkpoint()
     params.check_dimension(reference.ndim)
     notes = getattr(reference, "notes", []) + getattr(test, "notes", [])
@@ -383,42 +410,51 @@ def compare(
         source, mapping = ("name map", names) if isinstance(names, dict) else (str(names), read_name_map(names))
         reference, test, named = name_unnamed(reference, test, mapping, source)
         notes += named
+    # paired on the grids as given: only the selected structures decide whether a grid may crop them
+    pairs, pairing_notes = _structure_pairs(reference, test, labels, synonyms)
+    if not pairs:
+        raise NothingToCompareError("nothing to compare: neither image holds a structure (every voxel is 0 and no "
+                                    "segment is named); pass labels (CLI: --labels 1) to report them as both_empty")
+    selected = {"reference": None, "test": None} if labels is None else {  # None: every structure
+        "reference": [r for _, r, _ in pairs if r is not None], "test": [t for _, _, t in pairs if t is not None]}
     allow_crop = (input_policy or InputPolicy()).allow_crop
+    if not allow_crop:
+        check_contours_kept(reference, test, [(r, t) for _, r, t in pairs])
     if resample_to == "reference":
         differences = geometry_differences(reference, test)
         if differences:
             notes.append("test resampled onto the reference grid (nearest neighbour): " + "; ".join(differences))
-            notes += check_resampling(test, reference, "test", "reference", allow_crop)
-        test = resample_nearest(test, reference)
+            notes += check_resampling(test, reference, "test", "reference", allow_crop, selected["test"])
+            resampled = resample_nearest(test, reference)
+            notes += check_resampled(test, resampled, "test", "reference", allow_crop, selected["test"])
+            test = resampled
     elif resample_to is not None:  # an image (e.g. a DICOM series folder) whose grid both go onto
         from ..inputs.readers import read_image_grid
 
         grid = read_image_grid(resample_to, input_policy)
         notes.append(f"reference and test resampled onto the grid of {resample_to} (nearest neighbour)")
-        for side, image in (("reference", reference), ("test", test)):
-            notes += check_resampling(image, grid, side, str(resample_to), allow_crop)
-        reference, test = resample_nearest(reference, grid), resample_nearest(test, grid)
+        images = {"reference": reference, "test": test}
+        for side, image in images.items():
+            notes += check_resampling(image, grid, side, str(resample_to), allow_crop, selected[side])
+            images[side] = resample_nearest(image, grid)
+            notes += check_resampled(image, images[side], side, str(resample_to), allow_crop, selected[side])
+        reference, test = images["reference"], images["test"]
     check_fields_of_view(reference, test)
     check_same_geometry(reference, test)
     orientation = canonical(reference)  # metrics must not depend on how the grid is stored
     checkpoint()
 
-    selection = resolve_selection(metrics)
     if dose is None and "dose" in selection and metrics not in (None, "all", ["all"]):  # asked for by name
         if len(selection) == 1:
             raise ValueError("the dose metrics need the planned dose: give dose= (CLI: --dose RTDOSE.dcm)")
         notes.append("dose metrics skipped: no dose was given (dose=, CLI: --dose RTDOSE.dcm)")
-    if dose is not None and "dose" in selection:
+    if dose is not None:
         from ..metrics.dose import sampling_note  # a metric group module: imported when it runs
 
         notes += [*dose_notes, sampling_note(dose, reference.spacing)]
     groups = all_groups()
     whole_image = any(groups[name].whole_image(params) for name in selection)
     checkpoint()
-    pairs, pairing_notes = _structure_pairs(reference, test, labels, synonyms)
-    if not pairs:
-        raise NothingToCompareError("nothing to compare: neither image holds a structure (every voxel is 0 and no "
-                                    "segment is named); pass labels (CLI: --labels 1) to report them as both_empty")
     notes += pairing_notes
     results = []
     for index, (name, ref_label, test_label) in enumerate(pairs):
@@ -449,7 +485,7 @@ def compare(
             kept = [None if surface is None else replace(surface) for surface in kept]  # results hold less memory
             extras["surfaces"] = PairSurfaces(*kept, view, grid.spacing)
         results.append(StructureResult(name, ref_label, test_label, values, extras))
-    if dose is not None and "dose" in selection:
+    if dose is not None:
         from ..metrics.dose import outside_notes
 
         notes += outside_notes(results, dose)

@@ -1,5 +1,7 @@
 """How the grids of a reference and a test meet: the same lattice stored in another order, fields
-of view that do not overlap, and what resampling one onto another would discard.
+of view that do not overlap, and what resampling one onto another, or rasterising RT contours on
+one, would discard. Only the compared structures decide a refusal: with a label selection, the
+others are never measured.
 
 Positions are physical (patient LPS, mm); arrays are in ``(z, y, x)`` order, ITK index axes
 ``(i, j, k)`` the reverse (see :class:`~segmetrics.spatial.geometry.LabelImage`).
@@ -13,6 +15,7 @@ import numpy as np
 
 from ..spatial.geometry import (DIRECTION_TOLERANCE, GEOMETRY_TOLERANCE, ORIGIN_VOXEL_FRACTION, GeometryMismatchError,
                                 LabelImage, _ml, foreground_outside, geometry_differences)
+from .validation import ReadError
 
 
 def stored_as(image: LabelImage, target: LabelImage) -> LabelImage | None:
@@ -79,23 +82,26 @@ def check_fields_of_view(reference: LabelImage, test: LabelImage) -> None:
             "compare segmentations of the same scan, or register them first")
 
 
-def check_resampling(moving: LabelImage, target: LabelImage, side: str, target_name: str, allow_crop: bool) -> list:
+def check_resampling(moving: LabelImage, target: LabelImage, side: str, target_name: str, allow_crop: bool,
+                     labels=None) -> list:
     """Notes on resampling ``moving`` (the ``side``: ``"test"``, ``"reference"``) onto ``target`` (named
-    ``target_name`` in messages, e.g. ``"reference"``): a warning when part of its foreground lies
-    outside ``target``'s field of view and would be discarded. Unless ``allow_crop``, refuses
-    (:class:`GeometryMismatchError`) fields of view that do not overlap and structures that would
-    lose all their voxels."""
+    ``target_name`` in messages, e.g. ``"reference"``): a warning when part of the foreground of the
+    selected ``labels`` (label values of ``moving``; ``None``: all) lies outside ``target``'s field
+    of view and would be discarded. Unless ``allow_crop``, refuses (:class:`GeometryMismatchError`)
+    fields of view that do not overlap and a selected structure that would lose all its voxels;
+    structures left out of the selection decide nothing."""
     if not allow_crop and not fields_of_view_overlap(moving, target):
         raise GeometryMismatchError(
             f"the {side} field of view ({_describe_field(moving)}) does not overlap that of the {target_name} "
             f"({_describe_field(target)}): resampling would discard the whole {side}; compare segmentations of the "
             "same scan, or allow it with input_policy=InputPolicy(allow_crop=True) (CLI: --allow-crop)")
+    selected = moving.labels() if labels is None else sorted(set(moving.labels()) & set(labels))
     lost, discarded, whole = [], 0.0, 0.0
-    for label in moving.labels():
+    for label in selected:
         total, outside = foreground_outside(_label_crop(moving, label), target)
         discarded, whole = discarded + outside, whole + total
         if outside == total:
-            lost.append(repr(moving.names.get(label, str(label))))
+            lost.append(_structure_name(moving, label))
     if lost and not allow_crop:
         raise GeometryMismatchError(
             f"resampling the {side} onto the {target_name} grid would discard all of {', '.join(lost)}: outside its "
@@ -103,8 +109,77 @@ def check_resampling(moving: LabelImage, target: LabelImage, side: str, target_n
             "input_policy=InputPolicy(allow_crop=True) (CLI: --allow-crop)")
     if discarded == 0:
         return []
-    return [f"warning: {100 * discarded / whole:.1f} % of the {side} foreground ({_ml(discarded)} of {_ml(whole)} ml) "
+    which = "foreground" if labels is None else "selected structures' foreground"
+    return [f"warning: {100 * discarded / whole:.1f} % of the {side} {which} ({_ml(discarded)} of {_ml(whole)} ml) "
             f"lies outside the {target_name} field of view and was discarded by resampling"]
+
+
+def check_resampled(before: LabelImage, after: LabelImage, side: str, target_name: str, allow_crop: bool,
+                    labels=None) -> list:
+    """After resampling the ``side`` (``before``) onto the ``target_name`` grid (``after``): the
+    selected ``labels`` (``None``: all) that held voxels and hold none any more, e.g. a structure
+    thinner than the target's voxels, which nearest-neighbour sampling misses between voxel centres.
+    Refused (:class:`GeometryMismatchError`) unless ``allow_crop``; then a warning note names them."""
+    selected = set(before.labels()) if labels is None else set(before.labels()) & set(labels)
+    vanished = [_structure_name(before, label) for label in sorted(selected - set(after.labels()))]
+    if not vanished:
+        return []
+    problem = (f"resampling the {side} onto the {target_name} grid left no voxel of {', '.join(vanished)}: no voxel "
+               "centre of that grid falls inside it (thinner than its voxels, or outside its field of view)")
+    if not allow_crop:
+        raise GeometryMismatchError(f"{problem}; compare on the finer grid, or allow it with "
+                                    "input_policy=InputPolicy(allow_crop=True) (CLI: --allow-crop)")
+    return [f"warning: {problem}"]
+
+
+def check_contours_kept(reference: LabelImage, test: LabelImage, pairs=None) -> None:
+    """Refuse a structure of an RT Structure Set that lost contours to the grid it was rasterised on
+    (:class:`~segmetrics.inputs.readers.rtstruct.ContourImage`): all its planes beyond the grid's
+    slices (``outside``: it would be compared without any voxel), or part of it (planes beyond the
+    slices, contours beyond the slices' edges: ``beyond_edges``) when its partner on the other side
+    loses nothing (one side cropped: a biased comparison). ``pairs`` are the compared structures,
+    ``(reference label, test label)`` (``None`` for a side without it); structures left out of them
+    decide nothing. ``None``: every structure, paired by equal names. Raises :class:`ReadError`."""
+    sides = {"reference": reference, "test": test}
+    if pairs is None:
+        by_name = {side: {name: label for label, name in image.names.items()} for side, image in sides.items()}
+        pairs = [(label, by_name["test"].get(name)) for label, name in reference.names.items()]
+        pairs += [(by_name["reference"].get(name), label) for label, name in test.names.items()]
+    partners = {"reference": {r: t for r, t in pairs if r is not None}, "test": {t: r for r, t in pairs if t is not None}}
+    for side, image in sides.items():
+        other = sides["test" if side == "reference" else "reference"]
+        for label in partners[side]:
+            planes, edges = getattr(image, "outside", {}).get(label, []), getattr(image, "beyond_edges", {}).get(label, 0)
+            if not planes and not edges:
+                continue
+            name, total = image.names[label], len(image.contours[label])
+            if len(planes) < total and _cropped(other, partners[side][label]):
+                continue
+            lost = []
+            if planes:
+                low, high = image.slice_range_mm
+                lost.append(f"{len(planes)} of {total} contour(s) of {name!r} (planes at {min(planes):g} to "
+                            f"{max(planes):g} mm along the slice normal) lie outside the grid of {image.grid_name} "
+                            f"(slices at {low:g} to {high:g} mm)")
+            if edges:
+                lost.append(f"{edges} of {total} contour(s) of {name!r} reach beyond the edges of the slices of the "
+                            f"grid of {image.grid_name}")
+            consequence = (f"{name!r} would be compared without any of its voxels" if len(planes) == total
+                           else f"the {side} alone would lose part of {name!r}")
+            raise ReadError(
+                f"{image.source}: {'; '.join(lost)}: {consequence}; give the image series the contours were drawn "
+                "on (CLI: --image), or accept the loss with input_policy=InputPolicy(allow_crop=True) (CLI: "
+                "--allow-crop)")
+
+
+def _cropped(image: LabelImage, label) -> bool:
+    """Whether the grid cropped structure ``label`` of ``image`` too (contour planes beyond its
+    slices, contours beyond their edges); ``False`` for a label map or no structure."""
+    return label in getattr(image, "outside", {}) or label in getattr(image, "beyond_edges", {})
+
+
+def _structure_name(image: LabelImage, label) -> str:
+    return repr(image.names.get(label, str(label)))
 
 
 def _label_crop(image: LabelImage, label) -> LabelImage:

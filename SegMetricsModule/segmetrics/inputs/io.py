@@ -19,7 +19,7 @@ import numpy as np
 from ..spatial._threads import thread_pool
 from ..spatial.geometry import LabelImage, geometry_differences
 from . import readers
-from .grids import stored_as
+from .grids import check_contours_kept, stored_as
 from .readers import arrays, rtstruct
 from .validation import (InputPolicy, ReadError, check_evaluation_options, check_label_map, check_structure_names,
                          check_threshold, check_threshold_separates, check_unique_names)
@@ -77,7 +77,8 @@ def read_label_image(path, *, input_policy: InputPolicy | None = None, threshold
 
 
 def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
-              input_policy: InputPolicy | None = None, image=None, contour_resolution_mm: float | None = None):
+              input_policy: InputPolicy | None = None, image=None, contour_resolution_mm: float | None = None,
+              check_crops: bool = True):
     """``(reference, test)`` as :func:`load_label_image` reads them, paired:
 
     - RT Structure Sets are rasterised on one shared grid: the image series ``image`` (a DICOM
@@ -86,7 +87,9 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
       ``contour_resolution_mm`` pixels (default
       :data:`segmetrics.inputs.readers.rtstruct.DEFAULT_CONTOUR_RESOLUTION_MM`). A structure that
       loses contours to that grid (all of them, or part of them on one side only) is refused unless
-      ``input_policy.allow_crop`` (:func:`_check_contours_kept`);
+      ``input_policy.allow_crop`` (:func:`segmetrics.inputs.grids.check_contours_kept`), or left to the
+      caller with ``check_crops=False`` (:func:`segmetrics.compare` refuses it for the selected
+      structures only);
     - a test on the reference's lattice of voxels stored in another axis order or direction is
       stored as the reference is (:func:`segmetrics.inputs.grids.stored_as`): compared voxel for
       voxel, without resampling.
@@ -116,34 +119,15 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
         for side, structures in structure_sets.items():  # names checked by the reader: no check_label_map again
             loaded[side] = rtstruct.rasterise(structures, grid)
             loaded[side].notes += rtstruct.series_warnings(structures, image, identity[1])
-        if not policy.allow_crop:
-            grid_name = image if image is not None else sources[sides[0]] if sides else "the contour planes"
-            _check_contours_kept(loaded, structure_sets, str(grid_name))
+        grid_name = image if image is not None else sources[sides[0]] if sides else "the contour planes"
+        for side in structure_sets:
+            loaded[side].grid_name = str(grid_name)
     reference, test = loaded["reference"], loaded["test"]
+    if check_crops and not policy.allow_crop:
+        check_contours_kept(reference, test)
     if geometry_differences(reference, test):
         test = stored_as(test, reference) or test
     return reference, test
-
-
-def _check_contours_kept(loaded: dict, structure_sets: dict, grid_name: str) -> None:
-    """Refuse a structure that loses contours to the grid it is rasterised on (``grid_name``): all
-    of them (it would be compared as empty), or part of them when the other side does not lose
-    that structure too (one side cropped: a biased comparison)."""
-    for side, structures in structure_sets.items():
-        image, other = loaded[side], loaded["test" if side == "reference" else "reference"]
-        cropped_too = {other.names[label] for label in getattr(other, "outside", {})}
-        for label, planes in image.outside.items():
-            name, total = structures.names[label], len(structures.contours[label])
-            if len(planes) < total and name in cropped_too:
-                continue
-            low, high = image.slice_range_mm
-            consequence = (f"{name!r} would be compared without any of its voxels" if len(planes) == total
-                           else f"the {side} alone would lose part of {name!r}")
-            raise ReadError(
-                f"{structures.source}: {len(planes)} of {total} contour(s) of {name!r} (planes at {min(planes):g} to "
-                f"{max(planes):g} mm along the slice normal) lie outside the grid of {grid_name} (slices at {low:g} "
-                f"to {high:g} mm): {consequence}; give the image series the contours were drawn on (CLI: --image), "
-                "or accept the loss with input_policy=InputPolicy(allow_crop=True) (CLI: --allow-crop)")
 
 
 def name_unnamed(reference: LabelImage, test: LabelImage, names: dict, source: str = "name map") -> tuple:

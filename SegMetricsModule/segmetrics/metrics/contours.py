@@ -31,9 +31,9 @@ that length to 1e-12 of the largest distance.
   percentiles and as the **mean of the two means** for the mean distance.
 - planes one side only contours: the distances cannot be measured there, so the distance metrics
   get status ``missing_planes`` (never ``ok``) and their params name the planes
-  (``reference_only_planes_mm`` / ``test_only_planes_mm``, increasing positions along the plane
-  normal, mm, alike in every storage of the grid: polygons in patient mm, masks from the pair's
-  first slice holding either mask, along the canonical slice axis);
+  (``reference_only_planes_mm`` / ``test_only_planes_mm``: the planes' patient coordinates along
+  their normal, mm, increasing; z for axial planes, as a planning system shows them; alike for
+  polygons and masks and in every storage of the grid);
   APL counts them (the whole reference length, or nothing). Without any plane both sides contour,
   the distances are ``inf``.
 
@@ -57,6 +57,7 @@ from scipy.spatial import cKDTree
 
 from .msi import compared_planes, contour_planes, pair_slice_axis
 from ..inputs.polygons import intersection_area
+from ..spatial.geometry import LabelImage
 from ..spatial.orientation import Reorientation
 from ..registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
                        register_group, undefined)
@@ -458,9 +459,8 @@ class Plane:
     in-plane mm; empty without contour), where it lies and the Dice of its filled contours.
 
     ``slice`` and ``position_mm`` are those of the per-plane rows (the user's stored array);
-    ``location_mm`` is the plane's position along its normal that no storage of the grid changes:
-    patient mm for polygons; for masks, mm from the pair's first slice holding either mask, along
-    the canonical slice axis (:mod:`segmetrics.spatial.orientation`)."""
+    ``location_mm`` is the plane's patient coordinate along its normal (mm; z for axial planes),
+    alike for polygons and masks (:func:`slice_location_mm`) and in every storage of the grid."""
 
     slice: int
     position_mm: float
@@ -508,13 +508,23 @@ def _planes(pair: StructurePair, params: Parameters) -> tuple:
     volume = pair.reference.ndim == 3
     axis = pair_slice_axis(pair, params) if volume else 0
     orientation = pair.orientation or Reorientation.identity(pair.reference.shape)
-    planes, first = [], None
+    image = pair.image if pair.image is not None else LabelImage(pair.reference, pair.spacing)
+    planes = []
     for k, reference, test, dice in mask_slices(pair.reference, pair.test, pair.spacing, axis):
         index, position = orientation.stored_slice(axis, k, pair.spacing[axis]) if volume else (0, 0.0)
-        first = k if first is None else first  # the canonical slices come in increasing order
-        planes.append(Plane(index, position, (k - first) * float(pair.spacing[axis]) if volume else 0.0,
+        planes.append(Plane(index, position, slice_location_mm(image, axis, k) if volume else 0.0,
                             boundary_segments(reference), boundary_segments(test), dice))
     return (orientation.stored_axis(axis) if volume else None), sorted(planes, key=lambda plane: plane.slice)
+
+
+def slice_location_mm(image, axis: int, index: int) -> float:
+    """The patient coordinate (mm) of slice ``index`` along array ``axis`` of a 3-D ``image``: its
+    position along the slice normal, the normal's largest component positive as for contour planes
+    (:func:`segmetrics.inputs.polygons.plane_axes`), so z (LPS) for axial slices, as a planning
+    system shows it."""
+    along = np.asarray(image.direction, dtype=float).reshape(3, 3)[:, 2 - axis]  # array axis -> ITK column
+    normal = along * np.sign(along[np.argmax(np.abs(along))])
+    return float(image.index_to_physical(np.eye(3)[axis] * index) @ normal)
 
 
 def _length(segments) -> float:

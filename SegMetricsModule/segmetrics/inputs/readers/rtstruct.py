@@ -15,8 +15,9 @@ declared one, repeated names. Polygons are rasterised on a grid (:func:`rasteris
   order of the slice so that every storage of a grid gets the same voxels:
   :func:`~segmetrics.inputs.polygons.fill_in_patient_order`);
 - a polygon is put on the slice nearest to its plane; polygons whose plane is not parallel to
-  the slices are refused, polygons outside the grid are listed per structure
-  (``ContourImage.outside``) and refused by :func:`segmetrics.inputs.io.load_pair` unless cropping is allowed;
+  the slices are refused, polygons outside the grid's slices, or reaching beyond their edges, are
+  counted per structure (``ContourImage.outside``, ``ContourImage.beyond_edges``) and refused by
+  :func:`segmetrics.inputs.grids.check_contours_kept` unless cropping is allowed;
 - the grid is an image series (``--image DIR``), the other input's grid, or
   :func:`contour_grid`: one slice per contour plane and square pixels of
   :data:`DEFAULT_CONTOUR_RESOLUTION_MM`.
@@ -55,6 +56,9 @@ MAX_CONTOUR_GRID_VOXELS = 2**30
 #: which sample boundaries every fraction of a mm, would otherwise take all memory (a point at 1e7 mm
 #: asked for 3 GB).
 MAX_COORDINATE_MM = 1e5
+#: A contour vertex farther than this (pixels) beyond the outer edge of a slice's edge pixels lies
+#: outside the grid (:attr:`ContourImage.beyond_edges`).
+EDGE_TOLERANCE = 1e-3
 
 
 @dataclass
@@ -64,13 +68,18 @@ class ContourImage(LabelImage):
     ``contours`` maps label value -> list of ``(N, 3)`` arrays of closed planar polygons (patient
     LPS x, y, z in mm, the last point joined to the first); ``notes`` says what rasterising lost;
     ``outside`` maps label value -> positions (mm along the contour normal) of the contour planes
-    that lie outside the grid, whose slices span ``slice_range_mm`` along that normal.
+    that lie outside the grid (named ``grid_name`` in messages), whose slices span ``slice_range_mm``
+    along that normal; ``beyond_edges`` maps label value -> how many of its contours on the grid's
+    slices reach beyond the slices' edges (area the grid cannot hold); ``source`` names the RTSTRUCT file.
     """
 
     contours: dict = field(default_factory=dict)
     notes: list = field(default_factory=list)
     outside: dict = field(default_factory=dict)
+    beyond_edges: dict = field(default_factory=dict)
     slice_range_mm: tuple = ()
+    source: str = ""
+    grid_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -253,7 +262,7 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     patient_axis = np.argmax(np.abs(direction), axis=0)  # of each ITK axis
     reversed_axis = direction[patient_axis, range(3)] < 0
     storage = ((bool(reversed_axis[rows]), bool(reversed_axis[columns])), bool(patient_axis[rows] < patient_axis[columns]))
-    masks, outside, shared = {}, {}, {}
+    masks, outside, shared, beyond_edges = {}, {}, {}, {}
     for label, polygons in structures.contours.items():
         by_slice: dict = {}  # slice -> [(position along the slice normal (mm), ring)]
         for points in polygons:
@@ -263,8 +272,11 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
                                 "to the image slices (oblique image or non-planar contour)")
             plane = nearest_slice(index[:, normal_axis].mean(), along_normal[normal_axis] > 0)
             if 0 <= plane < shape[2 - normal_axis]:
-                by_slice.setdefault(plane, []).append((index[:, normal_axis].mean() * scale[normal_axis],
-                                                       index[:, [rows, columns]]))
+                ring = index[:, [rows, columns]]
+                by_slice.setdefault(plane, []).append((index[:, normal_axis].mean() * scale[normal_axis], ring))
+                edges = np.array([shape[2 - rows], shape[2 - columns]]) - 0.5 + EDGE_TOLERANCE
+                if np.any(ring < -0.5 - EDGE_TOLERANCE) or np.any(ring > edges):
+                    beyond_edges[label] = beyond_edges.get(label, 0) + 1
             else:
                 outside.setdefault(label, []).append(float(np.median(points @ contour_normal)))
         in_plane = tuple(n for a, n in enumerate(shape) if a != 2 - normal_axis)
@@ -275,12 +287,14 @@ def rasterise(structures: StructureSet, grid: LabelImage) -> ContourImage:
     image = pack_masks(masks, structures.names, grid.spacing, grid.origin, grid.direction,
                          ContourImage, shape, slice_axis=2 - normal_axis)
     image.contours = {label: list(polygons) for label, polygons in structures.contours.items()}
-    image.outside = outside
+    image.outside, image.beyond_edges, image.source = outside, beyond_edges, structures.source
     first_slices = [np.asarray(grid.origin) + direction[:, normal_axis] * scale[normal_axis] * index
                     for index in (0, shape[2 - normal_axis] - 1)]
     image.slice_range_mm = tuple(sorted(float(position @ contour_normal) for position in first_slices))
     image.notes = [f"{structures.source}: {len(planes)} contour(s) of {structures.names[label]!r} lie outside the grid "
                    "and were not rasterised" for label, planes in outside.items()]
+    image.notes += [f"{structures.source}: {count} contour(s) of {structures.names[label]!r} reach beyond the edges "
+                    "of the grid's slices and were cropped" for label, count in beyond_edges.items()]
     image.notes += [f"{structures.source}: {count} slice(s) of the grid hold several contour planes of "
                     f"{structures.names[label]!r} (slices thicker than the contour spacing): each holds their union"
                     for label, count in shared.items()]
