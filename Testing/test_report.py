@@ -292,6 +292,7 @@ window.addEventListener('load', function () {
 </script>"""
 
 
+@pytest.mark.needs("pandas", "matplotlib")
 def test_report_in_a_headless_browser_shows_the_summary_first_without_horizontal_overflow(tmp_path, monkeypatch):
     import json
     import shutil
