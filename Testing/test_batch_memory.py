@@ -57,6 +57,9 @@ def test_submitting_process_memory_does_not_grow_with_the_records(tmp_path, monk
     assert records[-1]["value"] == many - 1 + (RECORDS_PER_CASE - 1) / RECORDS_PER_CASE
     again = run_batch(_cases(many), tmp_path / "many", progress=False, workers=0, evaluate=synthetic_evaluate)
     assert again.computed == [] and len(again.skipped) == many
+    pq = pytest.importorskip("pyarrow.parquet")  # written a row group of 500 records at a time
+    table = pq.read_table(tmp_path / "many" / "results.parquet")
+    assert table.to_pydict()["value"] == [r["value"] for r in records] and table.num_rows == len(records)
 
 
 @pytest.mark.parametrize("lines, expected", [

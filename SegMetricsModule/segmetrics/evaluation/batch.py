@@ -50,7 +50,7 @@ OTHER_CASES = "other_cases.jsonl"
 #: The case log: one line per finished attempt (status, error, input digests, fingerprint).
 CASE_LOG = "cases.jsonl"
 #: Records per row group of ``results.parquet``: the conversion holds one group at a time.
-PARQUET_GROUP_ROWS = 65_536
+PARQUET_GROUP_ROWS = 16_384
 #: Suffix of the temporary files that replace result files atomically.
 TEMPORARY_SUFFIX = ".segmetrics-tmp"
 
@@ -538,16 +538,17 @@ def _write_parquet(output: Path) -> bool:
 
     def write(handle):
         with pq.ParquetWriter(handle, schema) as writer:
-            rows = []
-            for _start, _end, stored in _jsonl_lines(output / "results.jsonl"):
-                record = record_row(_record(stored))
-                rows.append({**record, "reference_label": str(record["reference_label"]),
-                             "test_label": str(record["test_label"])})
-                if len(rows) == PARQUET_GROUP_ROWS:
-                    writer.write_table(pa.Table.from_pylist(rows, schema))
-                    rows = []
-            if rows:
-                writer.write_table(pa.Table.from_pylist(rows, schema))
+            columns = {name: [] for name in BATCH_FIELDS}
+            for index, (_start, _end, stored) in enumerate(_jsonl_lines(output / "results.jsonl"), start=1):
+                row = record_row(_record(stored))
+                row["reference_label"], row["test_label"] = str(row["reference_label"]), str(row["test_label"])
+                for name, column in columns.items():
+                    column.append(row[name])
+                if index % PARQUET_GROUP_ROWS == 0:
+                    writer.write_table(pa.Table.from_pydict(columns, schema))
+                    columns = {name: [] for name in BATCH_FIELDS}
+            if columns["case_id"]:
+                writer.write_table(pa.Table.from_pydict(columns, schema))
 
     _write_atomic(output / "results.parquet", write, binary=True)
     return True
