@@ -112,7 +112,7 @@ def hashing_cost(cases: list) -> str:
     for cold in (False, True):
         times = {hashing: statistics.median(read(case, hashing, cold) for case in cases) for hashing in (False, True)}
         cells.append(f"{'cold' if cold else 'warm'} {times[False]:.2f} ms, hashed first {times[True]:.2f} ms")
-    return f"reading a case's 2 files ({kilobytes:.0f} kB, median of {len(cases)} cases): " + "; ".join(cells)
+    return f"reading a case's 2 files ({kilobytes:.1f} kB, median of {len(cases)} cases): " + "; ".join(cells)
 
 
 def measured_evaluate(case, log_folder, evaluate=evaluate_case, **job):

@@ -15,6 +15,8 @@ unchanged; every other case is (re)done. Result files are
 only ever replaced whole (temporary file, fsync, ``os.replace``), so a kill at any moment loses at
 most the cases still running. When the run ends the result files are rewritten in case order, so
 every execution mode gives byte-identical files (plus ``results.parquet`` when pyarrow is present).
+Those rewrites copy the records case by case (:class:`_Folder`): the memory of the submitting
+process grows with the number of cases (a few hundred bytes each), not with their records.
 Finished cases in the folder that are not among the run's cases are left out of the results and
 kept in ``other_cases.jsonl`` for a later run that lists them again.
 
