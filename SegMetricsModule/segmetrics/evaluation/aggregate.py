@@ -98,13 +98,14 @@ def bootstrap_ci(values, groups, *, confidence=0.95, n_boot=2000, seed=0):
     """Percentile bootstrap CI of the mean, resampling whole ``groups`` (cases) with replacement.
 
     Resampling cases rather than single values keeps the structures of one subject together:
-    ``scipy.stats.bootstrap`` resamples the per-case (sum, count) pairs and the statistic is
-    Σ sums / Σ counts. Returns ``(low, high)``; NaN when fewer than two groups.
+    ``scipy.stats.bootstrap`` resamples the per-case (sum, count) pairs, in the sorted order of the
+    group labels (case ids, or integers ranking them), and the statistic is Σ sums / Σ counts.
+    Returns ``(low, high)``; NaN when fewer than two groups.
     """
     from scipy.stats import bootstrap
 
     values = np.asarray(values, dtype=float)
-    names, index = np.unique(np.asarray(groups, dtype=str), return_inverse=True)
+    names, index = np.unique(np.asarray(groups), return_inverse=True)
     if len(names) < 2:
         return math.nan, math.nan
     sums = np.bincount(index, weights=values)
@@ -124,7 +125,7 @@ def summarize(values, cases, statuses, *, confidence=0.95, n_boot=2000, seed=0) 
     """
     values = np.asarray(values, dtype=float)
     used = np.isfinite(values)
-    finite, finite_cases = values[used], np.asarray(cases, dtype=str)[used]
+    finite, finite_cases = values[used], np.asarray(cases)[used]
     low, high = bootstrap_ci(finite, finite_cases, confidence=confidence, n_boot=n_boot, seed=seed)
     stat = (lambda f: float(f(finite))) if finite.size else (lambda f: math.nan)
     return {
@@ -201,11 +202,12 @@ class _Column:
         self.n_penalised += bool(record["penalised"])
 
 
-def _row(columns: list, names, better, options) -> dict:
+def _row(columns: list, ranks, better, options) -> dict:
     """:func:`summarize` statistics of ``columns`` pooled in their order, with their unit, better
-    direction, penalised values and misses counted. ``names`` maps case indices to case ids."""
+    direction, penalised values and misses counted. ``ranks`` maps case indices to the rank of
+    the case id in sorted order (the order the bootstrap takes the cases in)."""
     values = np.concatenate([np.frombuffer(c.values, dtype=float) for c in columns])
-    cases = names[np.concatenate([np.frombuffer(c.cases, dtype=np.int32) for c in columns])]
+    cases = ranks[np.concatenate([np.frombuffer(c.cases, dtype=np.int32) for c in columns])]
     statuses = sum((c.statuses for c in columns), Counter())
     row = {"unit": columns[0].unit, "better": better, "n_penalised": sum(c.n_penalised for c in columns),
            **summarize(values, cases, statuses.elements(), **options)}
@@ -274,9 +276,10 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
             worst[metric].add(record, position)
         if record["status"] in PENALISED_STATUSES:
             misses.setdefault((record["case_id"], structure), record["status"])
-    names = np.array(list(cases), dtype=str)
+    ranks = np.empty(len(cases), dtype=np.int32)
+    ranks[np.argsort(np.array(list(cases), dtype=str), kind="stable")] = np.arange(len(cases), dtype=np.int32)
     options = {"confidence": confidence, "n_boot": n_boot, "seed": seed}
-    per_class = [{"structure": structure, "metric": metric, **_row([column], names, better[metric], options)}
+    per_class = [{"structure": structure, "metric": metric, **_row([column], ranks, better[metric], options)}
                  for (structure, metric), column in columns.items()]
     # the overall rows pool the values class by class (classes in the order read), metrics in the order met so
     classes = {structure: index for index, structure in enumerate(dict.fromkeys(s for s, _metric in columns))}
@@ -287,7 +290,7 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
     for metric, pooled in by_metric.items():
         means = np.array([row["mean"] for row in per_class if row["metric"] == metric])
         class_mean = float(np.mean(means[np.isfinite(means)])) if np.isfinite(means).any() else math.nan
-        overall.append({"structure": OVERALL, "metric": metric, **_row(pooled, names, better[metric], options),
+        overall.append({"structure": OVERALL, "metric": metric, **_row(pooled, ranks, better[metric], options),
                         "class_mean": class_mean})
     listed = set(cases) | set(failed or {}) | set(case_ids or ())
     return Aggregate(per_class + overall, {metric: ranked.records() for metric, ranked in worst.items()},
