@@ -281,7 +281,7 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
     options = {"confidence": confidence, "n_boot": n_boot, "seed": seed}
     per_class = [{"structure": structure, "metric": metric, **_row([column], ranks, better[metric], options)}
                  for (structure, metric), column in columns.items()]
-    # the overall rows pool the values class by class (classes in the order read), metrics in the order met so
+    # the overall rows pool the values class by class (classes in the order first read), each class's in the order read
     classes = {structure: index for index, structure in enumerate(dict.fromkeys(s for s, _metric in columns))}
     by_metric = {}
     for (structure, metric), column in sorted(columns.items(), key=lambda item: classes[item[0][0]]):

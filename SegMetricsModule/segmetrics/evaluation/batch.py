@@ -487,10 +487,10 @@ def _replacing(*paths: Path, binary: bool = False):
     is flushed to disk, then renamed over its path in the given order. A kill at any moment leaves
     each file old or new; files written from the old ones can be read until the block ends."""
     temporaries = [path.with_name(f".{path.name}.{os.getpid()}{TEMPORARY_SUFFIX}") for path in paths]
+    mode = {"mode": "wb"} if binary else {"mode": "w", "newline": ""}
     try:
         with contextlib.ExitStack() as stack:
-            handles = [stack.enter_context(open(temporary, "wb" if binary else "w", **({} if binary else {"newline": ""})))
-                       for temporary in temporaries]
+            handles = [stack.enter_context(open(temporary, **mode)) for temporary in temporaries]
             yield handles
             for handle in handles:
                 handle.flush()
