@@ -80,18 +80,13 @@ def _penalised(record: dict, penalty, diagonals, info: dict) -> dict:
     return {**record, "value": value, "raw_value": record["value"], "penalised": hit}
 
 
-class PenalisedRecords:
-    """The records given to :func:`aggregate`, each penalised (:func:`apply_penalty`) as it is read:
-    iterating this view goes through the given records again, so no penalised copy of them is kept."""
-
-    def __init__(self, records, penalty, diagonals, info: dict):
-        self._records, self._options = records, (penalty, diagonals, info)
+class ReadOnce:
+    """``Aggregate.records`` when :func:`aggregate` read its records from an iterator: they were not
+    kept, and iterating this raises :class:`TypeError` rather than showing no records."""
 
     def __iter__(self):
-        if iter(self._records) is self._records:
-            raise TypeError("aggregate() read these records from an iterator, which it consumed; give it a list "
-                            "(or another re-iterable) to go through the records again")
-        return (_penalised(record, *self._options) for record in self._records)
+        raise TypeError("aggregate() read its records from an iterator and did not keep them; give it a list "
+                        "(e.g. from read_results) for a report that shows every record")
 
 
 def bootstrap_ci(values, groups, *, confidence=0.95, n_boot=2000, seed=0):
@@ -146,8 +141,8 @@ class Aggregate:
     Every row counts its misses: ``n_test_empty`` (structure missed by the test) and
     ``n_reference_empty`` (structure only in the test).
     ``worst``: ``{metric: [record, ...]}``, worst first (after the penalty).
-    ``records``: the input records after the penalty (:class:`PenalisedRecords`, iterable again when
-    :func:`aggregate` was given a list).
+    ``records``: the input records after the penalty (see :func:`apply_penalty`) when :func:`aggregate`
+    was given a list, :class:`ReadOnce` when it read them from an iterator.
     ``misses``: ``[{"case_id", "structure", "status"}]`` of every case × structure with exactly one
     empty mask. ``n_cases`` counts the cases with records (evaluated), ``n_listed`` every case of
     the run: evaluated, failed and not run. ``voxel_mm`` is the smallest voxel size of the cases
@@ -160,7 +155,7 @@ class Aggregate:
     confidence: float
     n_cases: int
     failed: dict = field(default_factory=dict)
-    records: object = ()
+    records: list | ReadOnce = field(default_factory=list)
     misses: list = field(default_factory=list)
     n_listed: int = 0
     voxel_mm: float | None = None
@@ -241,9 +236,9 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
     Parameters
     ----------
     records : iterable of dict
-        From :func:`segmetrics.evaluation.batch.read_results` (a list: ``Aggregate.records`` can then
-        be iterated) or :func:`segmetrics.evaluation.batch.iter_results` (one record at a time: 12 bytes
-        kept per record), values as floats, NaN/inf kept.
+        From :func:`segmetrics.evaluation.batch.read_results` (a list, kept penalised in
+        ``Aggregate.records`` for the report) or :func:`segmetrics.evaluation.batch.iter_results` (an
+        iterator, read once: 12 bytes kept per record), values as floats, NaN/inf kept.
     penalty, diagonals
         Empty-mask policy, see :func:`apply_penalty` (default ``"none"``: statistics over the defined
         values, misses counted); it is applied here only.
@@ -260,8 +255,11 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
         The smallest voxel size of the cases in mm (display rounding of distances).
     """
     info = _metric_info()
+    kept = None if iter(records) is records else []
     columns, cases, better, worst, misses = {}, {}, {}, {}, {}
     for position, record in enumerate(_penalised(r, penalty, diagonals, info) for r in records):
+        if kept is not None:
+            kept.append(record)
         structure, metric = record["structure"], record["metric"]
         case = cases.setdefault(record["case_id"], len(cases))
         if metric not in better:
@@ -295,6 +293,6 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
     listed = set(cases) | set(failed or {}) | set(case_ids or ())
     return Aggregate(per_class + overall, {metric: ranked.records() for metric, ranked in worst.items()},
                      describe_penalty(penalty), confidence, len(cases), dict(failed or {}),
-                     PenalisedRecords(records, penalty, diagonals, info),
+                     ReadOnce() if kept is None else kept,
                      [{"case_id": case_id, "structure": structure, "status": status}
                       for (case_id, structure), status in misses.items()], len(listed), voxel_mm)
