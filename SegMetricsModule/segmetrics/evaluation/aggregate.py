@@ -6,10 +6,17 @@ subjects together. By default the statistics are over the defined (finite) value
 penalty (a stated constant such as ``373.13`` mm, or the image diagonal) replaces a missed structure's
 infinite distances only when asked for; it is applied here, at aggregation only, and the per-case
 records keep ``inf`` and their status.
+
+:func:`aggregate` reads the records once, one at a time (a list, or :func:`~segmetrics.evaluation.batch.iter_results`
+streaming ``results.jsonl``), and keeps of each only what the exact statistics need: its value (8 bytes)
+and its case (4 bytes), grouped by class and metric; medians, percentile bootstrap CIs and standard
+deviations are then computed on these columns exactly as on the whole records.
 """
 from __future__ import annotations
 
+import bisect
 import math
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -59,29 +66,41 @@ def apply_penalty(records, penalty="none", diagonals=None, info=None) -> list:
     Each returned record has ``penalised`` (bool) and ``raw_value`` (the value before).
     """
     info = _metric_info() if info is None else info
-    out = []
-    for record in records:
-        value = record["value"]
-        unit, better = info.get(record["metric"], (record.get("unit"), None))
-        hit = (penalty not in (None, "none") and unit == "mm" and better == "lower"
-               and not math.isfinite(value) and record["status"] in PENALISED_STATUSES)
-        if hit:
-            value = float((diagonals or {}).get(record["case_id"], math.nan)) if penalty == "diagonal" else float(penalty)
-        out.append({**record, "value": value, "raw_value": record["value"], "penalised": hit})
-    return out
+    return [_penalised(record, penalty, diagonals, info) for record in records]
+
+
+def _penalised(record: dict, penalty, diagonals, info: dict) -> dict:
+    """A copy of one record after the penalty (see :func:`apply_penalty`)."""
+    value = record["value"]
+    unit, better = info.get(record["metric"], (record.get("unit"), None))
+    hit = (penalty not in (None, "none") and unit == "mm" and better == "lower"
+           and not math.isfinite(value) and record["status"] in PENALISED_STATUSES)
+    if hit:
+        value = float((diagonals or {}).get(record["case_id"], math.nan)) if penalty == "diagonal" else float(penalty)
+    return {**record, "value": value, "raw_value": record["value"], "penalised": hit}
+
+
+class ReadOnce:
+    """``Aggregate.records`` when :func:`aggregate` read its records from an iterator: they were not
+    kept, and iterating this raises :class:`TypeError` rather than showing no records."""
+
+    def __iter__(self):
+        raise TypeError("aggregate() read its records from an iterator and did not keep them; give it a list "
+                        "(e.g. from read_results) for a report that shows every record")
 
 
 def bootstrap_ci(values, groups, *, confidence=0.95, n_boot=2000, seed=0):
     """Percentile bootstrap CI of the mean, resampling whole ``groups`` (cases) with replacement.
 
     Resampling cases rather than single values keeps the structures of one subject together:
-    ``scipy.stats.bootstrap`` resamples the per-case (sum, count) pairs and the statistic is
-    Σ sums / Σ counts. Returns ``(low, high)``; NaN when fewer than two groups.
+    ``scipy.stats.bootstrap`` resamples the per-case (sum, count) pairs, in the sorted order of the
+    group labels (case ids, or integers ranking them), and the statistic is Σ sums / Σ counts.
+    Returns ``(low, high)``; NaN when fewer than two groups.
     """
     from scipy.stats import bootstrap
 
     values = np.asarray(values, dtype=float)
-    names, index = np.unique(np.asarray(groups, dtype=str), return_inverse=True)
+    names, index = np.unique(np.asarray(groups), return_inverse=True)
     if len(names) < 2:
         return math.nan, math.nan
     sums = np.bincount(index, weights=values)
@@ -101,7 +120,7 @@ def summarize(values, cases, statuses, *, confidence=0.95, n_boot=2000, seed=0) 
     """
     values = np.asarray(values, dtype=float)
     used = np.isfinite(values)
-    finite, finite_cases = values[used], np.asarray(cases, dtype=str)[used]
+    finite, finite_cases = values[used], np.asarray(cases)[used]
     low, high = bootstrap_ci(finite, finite_cases, confidence=confidence, n_boot=n_boot, seed=seed)
     stat = (lambda f: float(f(finite))) if finite.size else (lambda f: math.nan)
     return {
@@ -122,7 +141,8 @@ class Aggregate:
     Every row counts its misses: ``n_test_empty`` (structure missed by the test) and
     ``n_reference_empty`` (structure only in the test).
     ``worst``: ``{metric: [record, ...]}``, worst first (after the penalty).
-    ``records``: the input records after the penalty (see :func:`apply_penalty`).
+    ``records``: the input records after the penalty (see :func:`apply_penalty`) when :func:`aggregate`
+    was given a list, :class:`ReadOnce` when it read them from an iterator.
     ``misses``: ``[{"case_id", "structure", "status"}]`` of every case × structure with exactly one
     empty mask. ``n_cases`` counts the cases with records (evaluated), ``n_listed`` every case of
     the run: evaluated, failed and not run. ``voxel_mm`` is the smallest voxel size of the cases
@@ -135,7 +155,7 @@ class Aggregate:
     confidence: float
     n_cases: int
     failed: dict = field(default_factory=dict)
-    records: list = field(default_factory=list)
+    records: list | ReadOnce = field(default_factory=list)
     misses: list = field(default_factory=list)
     n_listed: int = 0
     voxel_mm: float | None = None
@@ -159,29 +179,66 @@ class Aggregate:
         raise KeyError(f"no aggregate row for structure {structure!r} and metric {metric!r}")
 
 
-def _statistics(frame, keys, better: dict, options) -> list:
-    """One row of :func:`summarize` statistics per group of ``frame`` by the columns ``keys`` (which
-    include ``metric``), in the order of first appearance, with the group's unit, better direction
-    (``better[metric]``), penalised values and misses counted."""
-    rows = []
-    for key, group in frame.groupby(keys, sort=False):
-        row = dict(zip(keys, key))
-        row.update(unit=group["unit"].iloc[0], better=better[row["metric"]], n_penalised=int(group["penalised"].sum()),
-                   **summarize(group["value"], group["case_id"], group["status"], **options))
-        row.update(n_test_empty=row["statuses"].get(Status.TEST_EMPTY, 0),
-                   n_reference_empty=row["statuses"].get(Status.REFERENCE_EMPTY, 0))
-        rows.append(row)
-    return rows
+@dataclass
+class _Column:
+    """The values of one group (a class and metric) in the order read, with the index of each value's
+    case: 12 bytes per value; its unit (of its first record), statuses and penalised count."""
+
+    unit: str
+    values: array = field(default_factory=lambda: array("d"))
+    cases: array = field(default_factory=lambda: array("i"))
+    statuses: Counter = field(default_factory=Counter)
+    n_penalised: int = 0
+
+    def add(self, record: dict, case: int) -> None:
+        self.values.append(float(record["value"]))
+        self.cases.append(case)
+        self.statuses[record["status"]] += 1
+        self.n_penalised += bool(record["penalised"])
+
+
+def _row(columns: list, ranks, better, options) -> dict:
+    """:func:`summarize` statistics of ``columns`` pooled in their order, with their unit, better
+    direction, penalised values and misses counted. ``ranks`` maps case indices to the rank of
+    the case id in sorted order (the order the bootstrap takes the cases in)."""
+    values = np.concatenate([np.frombuffer(c.values, dtype=float) for c in columns])
+    cases = ranks[np.concatenate([np.frombuffer(c.cases, dtype=np.int32) for c in columns])]
+    statuses = sum((c.statuses for c in columns), Counter())
+    row = {"unit": columns[0].unit, "better": better, "n_penalised": sum(c.n_penalised for c in columns),
+           **summarize(values, cases, statuses.elements(), **options)}
+    row.update(n_test_empty=row["statuses"].get(Status.TEST_EMPTY, 0),
+               n_reference_empty=row["statuses"].get(Status.REFERENCE_EMPTY, 0))
+    return row
+
+
+class _Worst:
+    """The ``n`` worst records of one metric read so far, worst first; ties keep the reading order."""
+
+    def __init__(self, n: int, direction: str):
+        self.n, self.sign, self.ranked = n, 1.0 if direction == "higher" else -1.0, []
+
+    def add(self, record: dict, position: int) -> None:
+        if math.isnan(record["value"]) or self.n <= 0:
+            return
+        key = (self.sign * record["value"], position)
+        if len(self.ranked) < self.n or key < self.ranked[-1][0]:
+            bisect.insort(self.ranked, (key, record), key=lambda item: item[0])
+            del self.ranked[self.n:]
+
+    def records(self) -> list:
+        return [record for _key, record in self.ranked]
 
 
 def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boot=2000, seed=0,
               n_worst=3, failed=None, case_ids=None, voxel_mm=None) -> Aggregate:
-    """Summarise batch records per class and overall (see :func:`summarize`), grouped with pandas.
+    """Summarise batch records per class and overall (see :func:`summarize`), in one pass over them.
 
     Parameters
     ----------
-    records : list of dict
-        From :func:`segmetrics.evaluation.batch.read_results` (values as floats, NaN/inf kept).
+    records : iterable of dict
+        From :func:`segmetrics.evaluation.batch.read_results` (a list, kept penalised in
+        ``Aggregate.records`` for the report) or :func:`segmetrics.evaluation.batch.iter_results` (an
+        iterator, read once: 12 bytes kept per record), values as floats, NaN/inf kept.
     penalty, diagonals
         Empty-mask policy, see :func:`apply_penalty` (default ``"none"``: statistics over the defined
         values, misses counted); it is applied here only.
@@ -197,31 +254,45 @@ def aggregate(records, *, penalty="none", diagonals=None, confidence=0.95, n_boo
     voxel_mm : float, optional
         The smallest voxel size of the cases in mm (display rounding of distances).
     """
-    import pandas as pd
-
     info = _metric_info()
-    records = apply_penalty(records, penalty, diagonals, info)
-    columns = ["case_id", "structure", "metric", "value", "unit", "status", "penalised"]
-    frame = pd.DataFrame([{k: r[k] for k in columns} for r in records], columns=columns)
-    frame["value"] = frame["value"].astype(float)
-    better = {metric: info.get(metric, (None, None))[1] for metric in frame["metric"].unique()}
+    kept = None if iter(records) is records else []
+    columns, cases, better, worst, misses = {}, {}, {}, {}, {}
+    for position, record in enumerate(_penalised(r, penalty, diagonals, info) for r in records):
+        if kept is not None:
+            kept.append(record)
+        structure, metric = record["structure"], record["metric"]
+        case = cases.setdefault(record["case_id"], len(cases))
+        if metric not in better:
+            better[metric] = info.get(metric, (None, None))[1]
+            if better[metric] in ("higher", "lower"):  # e.g. volumes have no worse direction
+                worst[metric] = _Worst(n_worst, better[metric])
+        column = columns.get((structure, metric))
+        if column is None:
+            column = columns[(structure, metric)] = _Column(record["unit"])
+        column.add(record, case)
+        if metric in worst:
+            worst[metric].add(record, position)
+        if record["status"] in PENALISED_STATUSES:
+            misses.setdefault((record["case_id"], structure), record["status"])
+    ranks = np.empty(len(cases), dtype=np.int32)
+    ranks[np.argsort(np.array(list(cases), dtype=str), kind="stable")] = np.arange(len(cases), dtype=np.int32)
     options = {"confidence": confidence, "n_boot": n_boot, "seed": seed}
-    per_class = _statistics(frame, ["structure", "metric"], better, options)
-    class_means = pd.DataFrame(per_class, columns=["metric", "mean"]).groupby("metric")["mean"].agg(
-        lambda means: float(np.mean(means[np.isfinite(means)])) if np.isfinite(means).any() else math.nan)
-    # the overall rows pool the values class by class (each class's values together, classes in order)
-    in_class_order = frame.iloc[np.argsort(pd.factorize(frame["structure"])[0], kind="stable")]
-    overall = [{"structure": OVERALL, **row, "class_mean": class_means[row["metric"]]}
-               for row in _statistics(in_class_order, ["metric"], better, options)]
-    worst = {}
-    for metric, direction in better.items():
-        if direction in ("higher", "lower"):  # e.g. volumes have no worse direction
-            ranked = frame[(frame["metric"] == metric) & frame["value"].notna()]
-            order = ranked["value"].sort_values(ascending=direction == "higher", kind="stable").index[:n_worst]
-            worst[metric] = [records[i] for i in order]
-    missed = frame[frame["status"].isin(PENALISED_STATUSES)].drop_duplicates(["case_id", "structure"])
-    misses = missed[["case_id", "structure", "status"]].to_dict("records")
-    failed = dict(failed or {})
-    listed = set(frame["case_id"]) | set(failed) | set(case_ids or ())
-    return Aggregate(per_class + overall, worst, describe_penalty(penalty), confidence, int(frame["case_id"].nunique()),
-                     failed, records, misses, len(listed), voxel_mm)
+    per_class = [{"structure": structure, "metric": metric, **_row([column], ranks, better[metric], options)}
+                 for (structure, metric), column in columns.items()]
+    # the overall rows pool the values class by class (classes in the order first read), each class's in the order read
+    classes = {structure: index for index, structure in enumerate(dict.fromkeys(s for s, _metric in columns))}
+    by_metric = {}
+    for (structure, metric), column in sorted(columns.items(), key=lambda item: classes[item[0][0]]):
+        by_metric.setdefault(metric, []).append(column)
+    overall = []
+    for metric, pooled in by_metric.items():
+        means = np.array([row["mean"] for row in per_class if row["metric"] == metric])
+        class_mean = float(np.mean(means[np.isfinite(means)])) if np.isfinite(means).any() else math.nan
+        overall.append({"structure": OVERALL, "metric": metric, **_row(pooled, ranks, better[metric], options),
+                        "class_mean": class_mean})
+    listed = set(cases) | set(failed or {}) | set(case_ids or ())
+    return Aggregate(per_class + overall, {metric: ranked.records() for metric, ranked in worst.items()},
+                     describe_penalty(penalty), confidence, len(cases), dict(failed or {}),
+                     ReadOnce() if kept is None else kept,
+                     [{"case_id": case_id, "structure": structure, "status": status}
+                      for (case_id, structure), status in misses.items()], len(listed), voxel_mm)

@@ -15,6 +15,8 @@ unchanged; every other case is (re)done. Result files are
 only ever replaced whole (temporary file, fsync, ``os.replace``), so a kill at any moment loses at
 most the cases still running. When the run ends the result files are rewritten in case order, so
 every execution mode gives byte-identical files (plus ``results.parquet`` when pyarrow is present).
+Those rewrites copy the records case by case (:class:`_Folder`): the memory of the submitting
+process grows with the number of cases (a few hundred bytes each), not with their records.
 Finished cases in the folder that are not among the run's cases are left out of the results and
 kept in ``other_cases.jsonl`` for a later run that lists them again.
 
@@ -36,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..outputs.tables import RECORD_FIELDS, csv_row, json_record, json_value, record_row, records_to_csv
+from ..outputs.tables import RECORD_FIELDS, csv_row, json_record, json_value, record_row
 from ..registry import Parameters, as_parameters
 from .workers import WorkerDied, run_isolated
 
@@ -49,6 +51,8 @@ IMAGE_SUFFIXES = (".seg.nrrd", ".nii.gz", ".nii", ".nrrd", ".nhdr", ".mha", ".mh
 OTHER_CASES = "other_cases.jsonl"
 #: The case log: one line per finished attempt (status, error, input digests, fingerprint).
 CASE_LOG = "cases.jsonl"
+#: Records per row group of ``results.parquet``: the conversion holds one group at a time.
+PARQUET_GROUP_ROWS = 16_384
 #: Suffix of the temporary files that replace result files atomically.
 TEMPORARY_SUFFIX = ".segmetrics-tmp"
 
@@ -429,26 +433,48 @@ def value_from_json(value) -> float:
     return math.nan if value is None else float(value)
 
 
-def _read_jsonl(path: Path) -> list:
-    """Objects of a JSON-lines file; a last line cut short by a killed run is ignored."""
+def _jsonl_lines(path: Path):
+    """Yield ``(start, end, object)`` for each line of a JSON-lines file, ``start``/``end`` its byte
+    offsets, reading one line at a time; a last line cut short by a killed run is ignored, a broken
+    line before it raises :class:`json.JSONDecodeError`."""
     if not path.is_file():
-        return []
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    try:
-        tail = [json.loads(lines[-1])] if lines else []
-    except json.JSONDecodeError:
-        tail = []
-    return [json.loads(line) for line in lines[:-1]] + tail
+        return
+    with open(path, "rb") as handle:
+        start, broken = 0, None
+        for line in handle:
+            end = start + len(line)
+            if line.strip():
+                if broken is not None:
+                    raise broken
+                try:
+                    item = json.loads(line)
+                except json.JSONDecodeError as error:
+                    broken = error
+                else:
+                    yield start, end, item
+            start = end
 
 
-def _read_records(path: Path) -> list:
-    """Records of a JSON-lines results file, values back as floats."""
-    return [{**r, "value": value_from_json(r["value"])} for r in _read_jsonl(path)]
+def _read_jsonl(path: Path) -> list:
+    """Objects of a JSON-lines file (see :func:`_jsonl_lines`)."""
+    return [item for _start, _end, item in _jsonl_lines(path)]
+
+
+def _record(stored: dict) -> dict:
+    """A record as stored in JSON lines, its value back as a float."""
+    return {**stored, "value": value_from_json(stored["value"])}
+
+
+def iter_results(output):
+    """Yield the records of a batch output folder (``results.jsonl``) one at a time, values back as
+    floats: :func:`segmetrics.evaluation.aggregate.aggregate` then keeps 12 bytes of each."""
+    for _start, _end, stored in _jsonl_lines(Path(output) / "results.jsonl"):
+        yield _record(stored)
 
 
 def read_results(output) -> list:
     """All records of a batch output folder (``results.jsonl``), values back as floats."""
-    return _read_records(Path(output) / "results.jsonl")
+    return list(iter_results(output))
 
 
 def read_case_log(output) -> dict:
@@ -456,57 +482,85 @@ def read_case_log(output) -> dict:
     return {entry["case_id"]: entry for entry in _read_jsonl(Path(output) / CASE_LOG)}
 
 
-def _write_atomic(path: Path, write, binary: bool = False) -> None:
-    """Replace the file ``path`` whole: ``write(handle)`` fills a temporary file beside it, which is
-    flushed to disk and renamed over ``path``; a kill at any moment leaves the old or the new file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}{TEMPORARY_SUFFIX}")
+@contextlib.contextmanager
+def _replacing(*paths: Path, binary: bool = False):
+    """Yield a handle per path to a temporary file beside it; when the block ends without error, each
+    is flushed to disk, then renamed over its path in the given order. A kill at any moment leaves
+    each file old or new; files written from the old ones can be read until the block ends."""
+    temporaries = [path.with_name(f".{path.name}.{os.getpid()}{TEMPORARY_SUFFIX}") for path in paths]
+    mode = {"mode": "wb"} if binary else {"mode": "w", "newline": ""}
     try:
-        with open(temporary, "wb" if binary else "w", **({} if binary else {"newline": ""})) as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        with contextlib.ExitStack() as stack:
+            handles = [stack.enter_context(open(temporary, **mode)) for temporary in temporaries]
+            yield handles
+            for handle in handles:
+                handle.flush()
+                os.fsync(handle.fileno())
+        for temporary, path in zip(temporaries, paths):
+            os.replace(temporary, path)
+            _sync_folder(path.parent)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-    if os.name == "posix":  # make the rename itself durable (Windows cannot open a folder for this)
-        folder = os.open(path.parent, os.O_RDONLY)
+        for temporary in temporaries:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (Windows cannot open a folder for this)."""
+    if os.name == "posix":
+        descriptor = os.open(folder, os.O_RDONLY)
         try:
-            os.fsync(folder)
+            os.fsync(descriptor)
         finally:
-            os.close(folder)
+            os.close(descriptor)
 
 
-def _write_jsonl(path: Path, objects) -> None:
-    _write_atomic(path, lambda handle: handle.writelines(_json_line(o) for o in objects))
+def _write_atomic(path: Path, write, binary: bool = False) -> None:
+    """Replace the file ``path`` whole: ``write(handle)`` fills a temporary file beside it (:func:`_replacing`)."""
+    with _replacing(path, binary=binary) as (handle,):
+        write(handle)
 
 
-def _write_records(path: Path, records: list) -> None:
-    _write_jsonl(path, (json_record(r) for r in records))
+def _csv_table(handle) -> csv.DictWriter:
+    """The ``results.csv`` writer on ``handle`` (cells made safe by :func:`csv_row`)."""
+    return csv.DictWriter(handle, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
 
 
-def _write_csv(path: Path, records: list) -> None:
-    _write_atomic(path, lambda handle: handle.write(records_to_csv(records, BATCH_FIELDS)))
+def _write_results(records, csv_handle, jsonl_handle) -> None:
+    """Write ``records`` (an iterable, consumed one at a time) as ``results.csv`` (with its header) and
+    ``results.jsonl``."""
+    table = _csv_table(csv_handle)
+    table.writeheader()
+    for record in records:
+        table.writerow(csv_row(record))
+        jsonl_handle.write(_json_line(json_record(record)))
 
 
-def _rewrite_results(output: Path, records: list) -> None:
-    """Replace ``results.csv`` and ``results.jsonl`` by ``records`` (each file atomically)."""
-    _write_csv(output / "results.csv", records)
-    _write_records(output / "results.jsonl", records)
-
-
-def _write_parquet(output: Path, records: list) -> bool:
-    """``results.parquet`` with the CSV columns (value as float, NaN/inf kept); False without pyarrow."""
+def _write_parquet(output: Path) -> bool:
+    """``results.parquet`` from ``results.jsonl``, with the CSV columns (value as float, NaN/inf kept),
+    read and written :data:`PARQUET_GROUP_ROWS` records at a time; False without pyarrow."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         return False
-    columns = {name: [record_row(r)[name] for r in records] for name in BATCH_FIELDS}
-    columns["value"] = [float(r["value"]) for r in records]
-    columns["reference_label"] = [str(v) for v in columns["reference_label"]]
-    columns["test_label"] = [str(v) for v in columns["test_label"]]
-    _write_atomic(output / "results.parquet", lambda handle: pq.write_table(pa.table(columns), handle), binary=True)
+    schema = pa.schema([(name, pa.float64() if name == "value" else pa.string()) for name in BATCH_FIELDS])
+
+    def write(handle):
+        with pq.ParquetWriter(handle, schema) as writer:
+            columns = {name: [] for name in BATCH_FIELDS}
+            for index, record in enumerate(iter_results(output), start=1):
+                row = record_row(record)
+                row["reference_label"], row["test_label"] = str(row["reference_label"]), str(row["test_label"])
+                for name, column in columns.items():
+                    column.append(row[name])
+                if index % PARQUET_GROUP_ROWS == 0:
+                    writer.write_table(pa.Table.from_pydict(columns, schema))
+                    columns = {name: [] for name in BATCH_FIELDS}
+            if columns["case_id"]:
+                writer.write_table(pa.Table.from_pydict(columns, schema))
+
+    _write_atomic(output / "results.parquet", write, binary=True)
     return True
 
 
@@ -515,7 +569,7 @@ class _ResultWriter:
 
     def __init__(self, output: Path):
         self.csv = open(output / "results.csv", "a", newline="")
-        self.table = csv.DictWriter(self.csv, fieldnames=list(BATCH_FIELDS), lineterminator="\n")
+        self.table = _csv_table(self.csv)
         self.jsonl = open(output / "results.jsonl", "a")
         self.log = open(output / CASE_LOG, "a")
 
@@ -615,50 +669,94 @@ def _output_folder(output) -> Path:
     return output
 
 
+@dataclass
+class _Stored:
+    """Where one case's records are: a JSON-lines file, the byte ranges of its lines, their number."""
+
+    path: Path
+    spans: list
+    count: int = 0
+
+
 class _Folder:
-    """What an output folder holds: the case log and the stored records grouped by case id."""
+    """What an output folder holds, read in one pass without keeping any record: the status,
+    record count, fingerprint and error of each case's last logged attempt, and where each case's
+    records are (:class:`_Stored`). Memory grows with the cases, not with their records."""
 
     def __init__(self, output: Path):
-        self.log = read_case_log(output)
-        self.records = {}
+        self.log = {entry["case_id"]: {key: entry.get(key) for key in ("status", "error", "n_records", "fingerprint")}
+                    for _start, _end, entry in _jsonl_lines(output / CASE_LOG)}
+        self.stored = {}
         # A case found in both files (a kill between their rewrites) is taken once, from results.jsonl.
         for name in ("results.jsonl", OTHER_CASES):
-            grouped = {}
-            for record in _read_records(output / name):
-                grouped.setdefault(record["case_id"], []).append(record)
-            for case_id, records in grouped.items():
-                self.records.setdefault(case_id, records)
+            found = {}
+            for start, end, record in _jsonl_lines(output / name):
+                stored = found.setdefault(record["case_id"], _Stored(output / name, []))
+                if stored.spans and stored.spans[-1][1] == start:
+                    stored.spans[-1][1] = end
+                else:
+                    stored.spans.append([start, end])
+                stored.count += 1
+            for case_id, stored in found.items():
+                self.stored.setdefault(case_id, stored)
 
     def complete(self, case_id: str, fingerprint: str | None = None) -> bool:
         """Logged ``ok`` with all its records present (and, if given, the same fingerprint)."""
         entry = self.log.get(case_id)
         return (entry is not None and entry["status"] == "ok"
-                and len(self.records.get(case_id, ())) == entry.get("n_records")
-                and (fingerprint is None or entry.get("fingerprint") == fingerprint))
+                and case_id in self.stored and self.stored[case_id].count == entry["n_records"]
+                and (fingerprint is None or entry["fingerprint"] == fingerprint))
 
-    def results(self, fingerprints: dict) -> list:
-        """Records of the complete cases among ``fingerprints`` (``{case_id: fingerprint}``), in its order."""
-        return [r for case_id, fingerprint in fingerprints.items() if self.complete(case_id, fingerprint)
-                for r in self.records[case_id]]
+    def complete_cases(self, fingerprints: dict) -> list:
+        """The complete cases among ``fingerprints`` (``{case_id: fingerprint}``), in its order."""
+        return [case_id for case_id, fingerprint in fingerprints.items() if self.complete(case_id, fingerprint)]
+
+    def records(self, case_ids):
+        """Yield the records of ``case_ids``, case after case, read from the files one case at a time."""
+        with contextlib.ExitStack() as stack:
+            handles = {}
+            for case_id in case_ids:
+                stored = self.stored[case_id]
+                if stored.path not in handles:
+                    handles[stored.path] = stack.enter_context(open(stored.path, "rb"))
+                handle = handles[stored.path]
+                for start, end in stored.spans:
+                    handle.seek(start)
+                    for line in handle.read(end - start).splitlines():
+                        yield _record(json.loads(line))
+
+
+def _clean_case_log(output: Path) -> None:
+    """Rewrite ``cases.jsonl`` without a last line cut short by a kill, one line at a time."""
+    with _replacing(output / CASE_LOG) as (handle,):
+        for _start, _end, entry in _jsonl_lines(output / CASE_LOG):
+            handle.write(_json_line(entry))
 
 
 def _resume(output: Path, fingerprints: dict) -> tuple:
     """Prepare ``output`` for a run over ``fingerprints`` (``{case_id: fingerprint}``, in case order).
 
     Rewrites the files so that they hold only the complete cases: ``results.*`` those of this run,
-    ``other_cases.jsonl`` those logged in the folder but not among this run's cases. Returns
-    ``(case ids already done, case ids in the folder that are not among this run's)``.
+    ``other_cases.jsonl`` those logged in the folder but not among this run's cases. Records are
+    copied case by case. Returns ``(case ids already done, case ids in the folder that are not
+    among this run's)``.
     """
-    _write_jsonl(output / CASE_LOG, _read_jsonl(output / CASE_LOG))  # drop a line cut by a kill
+    _clean_case_log(output)
     folder = _Folder(output)
     others = [case_id for case_id in folder.log if case_id not in fingerprints]
-    kept = [r for case_id in others if folder.complete(case_id) for r in folder.records[case_id]]
-    if kept:  # written before results.* drop them, so that a kill in between loses nothing
-        _write_records(output / OTHER_CASES, kept)
-    elif (output / OTHER_CASES).is_file():
-        (output / OTHER_CASES).unlink()
-    _rewrite_results(output, folder.results(fingerprints))
-    return [case_id for case_id, fingerprint in fingerprints.items() if folder.complete(case_id, fingerprint)], others
+    kept = [case_id for case_id in others if folder.complete(case_id)]
+    done = folder.complete_cases(fingerprints)
+    results = [output / "results.csv", output / "results.jsonl"]
+    if kept:  # replaced before results.* drop them, so that a kill in between loses nothing
+        with _replacing(output / OTHER_CASES, *results) as (other_handle, csv_handle, jsonl_handle):
+            other_handle.writelines(_json_line(json_record(r)) for r in folder.records(kept))
+            _write_results(folder.records(done), csv_handle, jsonl_handle)
+    else:
+        with _replacing(*results) as (csv_handle, jsonl_handle):
+            _write_results(folder.records(done), csv_handle, jsonl_handle)
+        with contextlib.suppress(FileNotFoundError):
+            (output / OTHER_CASES).unlink()
+    return done, others
 
 
 # --------------------------------------------------------------------------------------- run
@@ -746,9 +844,9 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     finally:
         writer.close()
     folder = _Folder(output)
-    records = folder.results(fingerprints)
-    _rewrite_results(output, records)
-    _write_parquet(output, records)
+    with _replacing(output / "results.csv", output / "results.jsonl") as (csv_handle, jsonl_handle):
+        _write_results(folder.records(folder.complete_cases(fingerprints)), csv_handle, jsonl_handle)
+    _write_parquet(output)
     failed = {cid: folder.log[cid]["error"] for cid in fingerprints
               if cid in folder.log and folder.log[cid]["status"] not in ("ok", "not run")}
     return BatchSummary(output, list(fingerprints), computed, skipped, failed, unmatched or {}, not_in_manifest,
