@@ -59,7 +59,6 @@ def test_penalty_policies():
     assert math.isinf(apply_penalty(records, "none", None, INFO)[0]["value"])
 
 
-@pytest.mark.needs("pandas")
 def test_aggregate_per_class_overall_and_worst(monkeypatch):
     monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: INFO)
     records = [_record("a", "liver", "dice", 0.9), _record("b", "liver", "dice", 0.7),
@@ -87,7 +86,7 @@ def _png_is_not_blank(data: bytes) -> bool:
     return array.shape[0] > 50 and array.std() > 5
 
 
-@pytest.mark.needs("pandas")
+@pytest.mark.needs("matplotlib", "jinja2")
 def test_report_embeds_every_figure(tmp_path, monkeypatch):
     monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: INFO)
     rng = np.random.default_rng(0)
@@ -136,7 +135,7 @@ def test_offscreen_render_shows_the_colour_scale(tmp_path):
         render_surface(surface, "MSI", tmp_path / "msi.png")
 
 
-@pytest.mark.needs("pandas")
+@pytest.mark.needs("matplotlib", "jinja2")
 def test_report_escapes_names_and_neutralises_csv_formulas(tmp_path, monkeypatch):
     monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: INFO)
     script, formula, piped = "<script>alert(1)</script>", '=HYPERLINK("http://x")', "a|b *c* _d_ [e](f) `g`"
@@ -159,7 +158,7 @@ def test_report_escapes_names_and_neutralises_csv_formulas(tmp_path, monkeypatch
     assert {float(r["mean"]) for r in rows} == {-1.5} and all(r["mean"] == "-1.5" for r in rows)  # numbers stay numbers
 
 
-@pytest.mark.needs("pandas")
+@pytest.mark.needs("matplotlib", "jinja2")
 def test_report_anchors_are_unique_and_keep_unicode_names(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
@@ -175,7 +174,7 @@ def test_report_anchors_are_unique_and_keep_unicode_names(tmp_path, monkeypatch)
     assert set(re.findall(r"href='#([^']*)'", page)) <= set(ids)  # every link has its heading
 
 
-@pytest.mark.needs("pandas")
+@pytest.mark.needs("matplotlib", "jinja2")
 def test_report_leads_with_the_summary_and_failures_and_ends_with_settings(tmp_path, monkeypatch):
     info = {**INFO, "hd95_mm": ("mm", "lower"), "hdp_mm": ("mm", "lower")}
     monkeypatch.setattr("segmetrics.evaluation.aggregate._metric_info", lambda: info)
@@ -292,7 +291,7 @@ window.addEventListener('load', function () {
 </script>"""
 
 
-@pytest.mark.needs("pandas", "matplotlib")
+@pytest.mark.needs("matplotlib", "jinja2")
 def test_report_in_a_headless_browser_shows_the_summary_first_without_horizontal_overflow(tmp_path, monkeypatch):
     import json
     import shutil
@@ -365,7 +364,7 @@ def saved_figures(monkeypatch):
     return figures
 
 
-@pytest.mark.needs("pandas")
+@pytest.mark.needs("matplotlib", "jinja2")
 def test_box_plot_keeps_the_scale_of_the_defined_values_under_a_penalty(tmp_path, monkeypatch, saved_figures):
     from segmetrics.report import _box_plot
 
