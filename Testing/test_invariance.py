@@ -366,15 +366,20 @@ def assert_same_physical_voxels(image: LabelImage, other: LabelImage, shift):
     assert len(positions) == len(other_positions) and np.all(distance < 1e-6) and np.array_equal(labels, other_labels[nearest])
 
 
-def every_output(result, to_original) -> dict:
+def every_output(result, to_original, moved_along=None) -> dict:
     """Each structure's metric values and parameters, plus its per-slice rows (MSI and contours) keyed by the
     original slice index (``to_original(stored axis, stored index)``), their axis and the worst
-    MSI slices as original axes and indices."""
+    MSI slices as original axes and indices. ``moved_along(original axis)``: how far (mm) the grid was
+    moved along the normal of the slices across that axis, taken off the planes' patient coordinates."""
     outputs = {}
     for structure in result.structures:
         values = {v.metric: v.value for v in structure.values}
         values.update({(v.metric, "params"): {k: p for k, p in v.params.items() if k not in ("axis", "worst_slices")}
                        for v in structure.values})
+        if moved_along is not None and "contour_axis" in structure.extras:
+            offset = moved_along(to_original(structure.extras["contour_axis"], 0)[0])
+            for params in (p for key, p in values.items() if isinstance(key, tuple) and key[1] == "params"):
+                params.update({k: [z - offset for z in p] for k, p in params.items() if k.endswith("_planes_mm")})
         msi = structure.get("msi").params if "msi" in values else {}
         if "axis" in msi:
             axis = msi["axis"]
@@ -403,6 +408,9 @@ def assert_same_outputs(expected, got, what):
             for label, a, b in pairs:
                 if isinstance(a, (float, np.floating)):
                     assert (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=RTOL, abs_tol=1e-12), (what, name, label, a, b)
+                elif isinstance(a, list) and label[-1].endswith("_planes_mm"):  # patient mm, moved back by the test
+                    assert len(a) == len(b) and all(math.isclose(x, y, rel_tol=RTOL, abs_tol=1e-9) for x, y in zip(a, b)), \
+                        (what, name, label, a, b)
                 else:
                     assert a == b, (what, name, label, a, b)
 
@@ -447,8 +455,14 @@ def test_several_labels_in_any_storage_give_every_output_alike(ndim, seed, obliq
         kept = index - lower[axis]
         return axes[axis], (shape[axes[axis]] - 1 - kept) if flips[axis] else kept
 
+    def moved_along(axis):  # the planes' normal: the slice axis's direction, its largest component positive
+        if ndim == 2:
+            return 0.0
+        column = direction[:, ndim - 1 - axis]
+        return float(shift @ column) * np.sign(column[np.argmax(np.abs(column))])
+
     expected = every_output(compare(*images, params=mode), lambda axis, index: (axis, index))
-    got = every_output(compare(*moved, params=mode), stored_to_original)
+    got = every_output(compare(*moved, params=mode), stored_to_original, moved_along)
     assert_same_outputs(expected, got, (axes, flips, lower, upper, mode.surface_mode))
 
 
