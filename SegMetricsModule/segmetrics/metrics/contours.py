@@ -232,12 +232,15 @@ class DistanceProfile:
         leave the search). The share counts as reached within the rounding of a sum of the pieces'
         lengths (4 × pieces × machine epsilon of the length): where it is reached exactly (a
         plateau of the distribution), lengths summed in another order (another storage of the
-        grid) must not move the percentile to the plateau's far end."""
+        grid) must not move the percentile to the plateau's far end. 0 exactly when the share lies
+        at distance 0 (where the contours coincide)."""
         rounding = 4 * len(self.low) * np.finfo(float).eps * self.length
         wanted = percent / 100 * self.length - rounding
         low, high = 0.0, self.maximum()
         if percent >= 100:
             return high
+        if self.length_within(0.0) >= wanted:  # else the bisection would halve down to the denormals
+            return 0.0
         ends = self._at(self.low), self._at(self.high)
         inner = (self.centre > self.low) & (self.centre < self.high)
         nearest = np.where(inner, np.sqrt(self.floor), np.minimum(*ends))
@@ -478,10 +481,11 @@ def polygon_dice(reference, test) -> float:
 
 
 def mask_slices(reference, test, spacing, axis: int):
-    """Per slice of two masks along array ``axis`` holding either: ``(slice index, reference rings,
-    test rings, Dice)``, rings ``(N, 2)`` in in-plane (row, column) mm (marching squares,
-    :func:`segmetrics.spatial.mesh.contours_2d`). A 2-D pair is one slice."""
-    from ..spatial.mesh import contours_2d  # the mask path only: polygons need no mesh module
+    """Per slice of two masks along array ``axis`` holding either: ``(slice index, reference
+    segments, test segments, Dice)``, the segments ``(N, 2, 2)`` in in-plane (row, column) mm of the
+    marching-squares boundaries (:func:`segmetrics.spatial.mesh.contour_segments_2d`): they are their
+    own :func:`boundary_segments`, as no two run along one another. A 2-D pair is one slice."""
+    from ..spatial.mesh import contour_segments_2d  # the mask path only: polygons need no mesh module
 
     reference, test, spacing = np.asarray(reference, bool), np.asarray(test, bool), np.asarray(spacing, float)
     if reference.ndim == 2:
@@ -490,8 +494,11 @@ def mask_slices(reference, test, spacing, axis: int):
     sizes = [side.sum(axis=(1, 2)) for side in (reference, test)]
     shared = (reference & test).sum(axis=(1, 2))
     for k in np.flatnonzero(sizes[0] + sizes[1]):
-        rings = [[c.points for c in contours_2d(side[k], in_plane)] for side in (reference, test)]
-        yield int(k), rings[0], rings[1], 2 * shared[k] / (sizes[0][k] + sizes[1][k])
+        union = reference[k] | test[k]
+        rows, cols = np.flatnonzero(union.any(axis=1)), np.flatnonzero(union.any(axis=0))
+        box = slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1)  # the slice's contours lie around it
+        segments = [contour_segments_2d(side[k][box], in_plane, (rows[0], cols[0])) for side in (reference, test)]
+        yield int(k), segments[0], segments[1], 2 * shared[k] / (sizes[0][k] + sizes[1][k])
 
 
 def _planes(pair: StructurePair, params: Parameters) -> tuple:
@@ -513,7 +520,7 @@ def _planes(pair: StructurePair, params: Parameters) -> tuple:
         index, position = orientation.stored_slice(axis, k, pair.spacing[axis]) if volume else (0, 0.0)
         first = k if first is None else first  # the canonical slices come in increasing order
         planes.append(Plane(index, position, (k - first) * float(pair.spacing[axis]) if volume else 0.0,
-                            boundary_segments(reference), boundary_segments(test), dice))
+                            reference, test, dice))
     return (orientation.stored_axis(axis) if volume else None), sorted(planes, key=lambda plane: plane.slice)
 
 
@@ -582,9 +589,9 @@ def _distance_values(profiles, percentile: float) -> dict:
     if profiles is None:
         return {spec.name: (math.inf, {"percentile": float(percentile)} if spec.name == "contour_hdp_mm" else {})
                 for spec in METRICS if not spec.name.startswith("apl")}
-    statistics = {"hd": [p.maximum() for p in profiles], "hd95": [p.percentile(95) for p in profiles],
-                  "hdp": [p.percentile(percentile) for p in profiles], "median": [p.percentile(50) for p in profiles],
-                  "mean": [p.mean() for p in profiles]}
+    percentiles = {percent: [p.percentile(percent) for p in profiles] for percent in {95.0, float(percentile), 50.0}}
+    statistics = {"hd": [p.maximum() for p in profiles], "hd95": percentiles[95.0], "hdp": percentiles[float(percentile)],
+                  "median": percentiles[50.0], "mean": [p.mean() for p in profiles]}
     values = {f"contour_{name}_{direction}_mm": (statistics[name][k], {})
               for name in ("hd", "hd95", "mean") for k, direction in enumerate(_DIRECTIONS)}
     values.update({f"contour_{name}_mm": (max(statistics[name]), {}) for name in ("hd", "hd95")})

@@ -908,6 +908,25 @@ def contours_2d(mask2d, spacing2d, max_segment_mm: float | None = None) -> list:
     return [Contour(points[start:stop], lengths[start:stop]) for start, stop in zip(first[:-1], first[1:])]
 
 
+def contour_segments_2d(mask2d, spacing2d, corner=(0, 0)) -> np.ndarray:
+    """The segments of :func:`contours_2d`'s boundaries (not subdivided), ``(N, 2, 2)`` (start, end)
+    in mm, array order, in the boundaries' order, each boundary's last point joined to its first.
+
+    ``mask2d`` is a crop of a larger slice whose first pixel is pixel ``corner`` (row, col) of the
+    slice: the points are those of :func:`contours_2d` of the whole slice, the same numbers. Two
+    segments never run along one another (each lies in its own cell of 2 × 2 pixels)."""
+    mask2d = np.asarray(mask2d, dtype=bool)
+    if not mask2d.any():
+        return np.empty((0, 2, 2))
+    padded = np.zeros((mask2d.shape[0] + 2, mask2d.shape[1] + 2), np.int32)
+    padded[1:-1, 1:-1] = mask2d
+    origin = np.ones((2, 2), np.int64) - np.asarray(corner, dtype=np.int64)  # (pixels) undoes the pad and the crop
+    points, _lengths, first, _labels = _planar_kernels().label_contours(padded, origin, np.asarray(spacing2d, dtype=float), -1.0)
+    following = np.arange(1, len(points) + 1)
+    following[first[1:] - 1] = first[:-1]
+    return np.stack([points, points[following]], axis=1)
+
+
 def closed_contour(points, max_segment_mm: float | None = None) -> Contour:
     """A :class:`Contour` of a closed polyline ``(N, 2)`` (mm; the last point joins the first),
     its segments subdivided to at most ``max_segment_mm`` when given."""
