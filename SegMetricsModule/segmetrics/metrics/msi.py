@@ -224,14 +224,16 @@ def _pair_objects(overlap, sizes_ref, sizes_test, ref_objects, test_objects, ali
     that overlaps an object of the other mask joins that object's group (a split or merged
     structure is scored as one); a left-over object overlapping nothing is unpaired.
     """
+    if align not in ("none", "com"):
+        raise ValueError(f"msi_align must be 'none' or 'com', got {align!r}")
     n_ref, n_test = len(ref_objects), len(test_objects)
+    if n_ref == n_test == 1:  # the one assignment there is
+        return [([0], [0])], [], []
     ref_centroids = np.array([o.centroid for o in ref_objects])
     test_centroids = np.array([o.centroid for o in test_objects])
     if align == "com":
         shift = np.average(ref_centroids, axis=0, weights=sizes_ref) - np.average(test_centroids, axis=0, weights=sizes_test)
         test_centroids = test_centroids + shift
-    elif align != "none":
-        raise ValueError(f"msi_align must be 'none' or 'com', got {align!r}")
     cost = np.linalg.norm(ref_centroids[:, None] - test_centroids[None], axis=2)
     if align == "none":
         iou = overlap / (sizes_ref[:, None] + sizes_test[None] - overlap)
