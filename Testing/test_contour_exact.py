@@ -186,6 +186,20 @@ def test_a_percentile_reached_exactly_is_its_smallest_distance_in_any_piece_orde
     assert profile.percentile(50) == 1.0
 
 
+def test_a_percentile_within_the_coinciding_length_is_0_exactly():
+    """A 10 mm square in a 10 × 12 mm rectangle sharing three of its sides: 30 of the square's 40 mm and
+    of the rectangle's 44 mm lie at distance 0, so their median and 60th percentile are 0 exactly (not
+    a denormal after halving the bracket a thousand times); the square's 95th percentile is on its
+    fourth side, 2 mm (distance min(2, x, 10 - x) along it)."""
+    square = np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 10.0], [0.0, 10.0]])
+    taller = square * [1.0, 1.2]
+    for source, target in ((square, taller), (taller, square)):
+        profile = distance_profile(boundary_segments([source]), boundary_segments([target]))
+        assert profile.percentile(50) == 0.0 and profile.percentile(60) == 0.0
+        assert profile.percentile(95) > 0
+    assert distance_profile(boundary_segments([square]), boundary_segments([taller])).percentile(95) == pytest.approx(2.0)
+
+
 def concentric_squares(side, margin):
     """Closed forms of a square of ``side`` inside one ``margin`` wider on every side: from the inner
     one the distance is ``margin`` everywhere; along each outer side (length ``side + 2 margin``) it is
