@@ -68,6 +68,8 @@ OVERLAP_TOLERANCE_MM = 1e-7
 #: contour long, but into no more than this many, before the nearest segments are searched: a long
 #: edge facing a finely drawn contour then meets a few segments per piece (values unchanged).
 MAX_EDGE_PIECES = 256
+#: Nearest target segments found for each source edge at once; a ball search finds more when needed.
+NEAREST_SEGMENTS = 8
 
 _DIRECTIONS = ("reference_to_test", "test_to_reference")
 METRICS = (
@@ -296,11 +298,12 @@ def _candidate_pairs(starts, units, lengths, source_planes, target, target_plane
 
     tree = cKDTree(stacked((target[:, 0] + target[:, 1]) / 2, target_planes))
     middles = stacked((starts + ends) / 2, source_planes)
-    nearest = tree.query(middles)[1]
+    distance, index = (found.reshape(len(middles), -1) for found in tree.query(middles, k=min(NEAREST_SEGMENTS, tree.n)))
+    nearest = index[:, 0]  # (any of equally near ones: the bound only sets the search radius)
     bound = np.maximum(_point_segment_distance(starts, target[nearest, 0], target_vectors[nearest]),
                        _point_segment_distance(ends, target[nearest, 0], target_vectors[nearest]))
     radius = bound + lengths / 2 + np.hypot(*target_vectors.T).max() / 2
-    edge, segment = _within_radius(tree, middles, radius * (1 + 1e-9) + 1e-12)
+    edge, segment = _within_radius(tree, middles, radius * (1 + 1e-9) + 1e-12, distance, index)
     a, v = target[segment, 0], target_vectors[segment]
     far = np.maximum(_point_segment_distance(starts[edge], a, v), _point_segment_distance(ends[edge], a, v))
     least = np.full(len(starts), np.inf)
@@ -310,11 +313,10 @@ def _candidate_pairs(starts, units, lengths, source_planes, target, target_plane
     return edge[keep], segment[keep], least
 
 
-def _within_radius(tree, points, radius, nearest: int = 8) -> tuple:
-    """``(point, found)`` index arrays of the tree's points within ``radius[point]`` of each point:
-    the ``nearest`` ones first, a ball search for the points with more."""
-    distance, index = tree.query(points, k=min(nearest, tree.n))
-    distance, index = distance.reshape(len(points), -1), index.reshape(len(points), -1)
+def _within_radius(tree, points, radius, distance, index) -> tuple:
+    """``(point, found)`` index arrays of the tree's points within ``radius[point]`` of each point,
+    given the ``distance`` and ``index`` ``(points, k)`` of the ``k`` nearest ones (``tree.query``):
+    a ball search for the points with more than ``k``."""
     inside = distance <= radius[:, None]
     more = np.flatnonzero(inside[:, -1])
     inside[more] = False
