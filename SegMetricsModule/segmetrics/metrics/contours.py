@@ -410,15 +410,52 @@ def distance_profile(source, target, source_planes=None, target_planes=None) -> 
     on the same plane (``(N, 2, 2)`` arrays of :func:`boundary_segments`, mm; ``*_planes``: each
     segment's plane number, default all 0; every source plane needs target segments): per
     source edge, the lower envelope of the distances to the target segments that can be
-    nearest, cut where they cross."""
+    nearest, cut where they cross. A source edge that is also a target segment (the same two ends)
+    is at distance 0 exactly all along, without a search (where contours coincide, as the
+    boundaries of two masks often do)."""
     source_planes = np.zeros(len(source), int) if source_planes is None else np.asarray(source_planes)
     target_planes = np.zeros(len(target), int) if target_planes is None else np.asarray(target_planes)
     typical = np.median(np.hypot(*(target[:, 1] - target[:, 0]).T))
     owner, starts, units, lengths = _pieces_of_edges(source, typical)
     edge_planes = source_planes[owner]
+    on_target = _shared_segments(source, source_planes, target, target_planes)[owner]
     target_owner, target_starts, target_units, target_lengths = _pieces_of_edges(target, typical)
     target = np.stack([target_starts, target_starts + target_units * target_lengths[:, None]], axis=1)
-    target_planes = target_planes[target_owner]
+    searched, shared = np.flatnonzero(~on_target), np.flatnonzero(on_target)
+    envelope = _lower_envelope(starts[searched], units[searched], lengths[searched], edge_planes[searched], target,
+                               target_planes[target_owner]) if len(searched) else [np.zeros(0, int)] + 5 * [np.zeros(0)]
+    zero = np.zeros(len(shared))
+    edge, low, high, curvature, centre, floor = (np.concatenate(parts) for parts in zip(
+        (searched[envelope[0]], *envelope[1:]), (shared, zero, lengths[shared], zero, zero, zero)))
+    order = np.argsort(edge, kind="stable")  # the pieces of each edge stay in their order along it
+    return DistanceProfile(edge_planes[edge[order]], low[order], high[order], curvature[order], centre[order],
+                           floor[order])
+
+
+def _shared_segments(source, source_planes, target, target_planes) -> np.ndarray:
+    """Whether each source segment is also a target segment on its plane: the same two ends (mm,
+    equal numbers), in either order."""
+    def rows(segments, planes):
+        first, second = segments[:, 0] + 0.0, segments[:, 1] + 0.0  # (-0.0 as 0.0)
+        swap = (second[:, 0] < first[:, 0]) | ((second[:, 0] == first[:, 0]) & (second[:, 1] < first[:, 1]))
+        first[swap], second[swap] = second[swap], first[swap].copy()
+        return np.column_stack([planes, first, second])
+
+    keys = np.concatenate([rows(target, target_planes), rows(source, source_planes)])
+    order = np.lexsort(keys.T[::-1])
+    ordered = keys[order]
+    group = np.cumsum(np.r_[True, np.any(ordered[1:] != ordered[:-1], axis=1)]) - 1
+    holds_target = np.zeros(len(keys), bool)
+    holds_target[group[order < len(target)]] = True
+    found = np.empty(len(keys), bool)
+    found[order] = holds_target[group]
+    return found[len(target):]
+
+
+def _lower_envelope(starts, units, lengths, edge_planes, target, target_planes) -> tuple:
+    """``(edge, low, high, curvature, centre, floor)`` of :func:`distance_profile`'s pieces along the
+    source edges (``starts``, ``units``, ``lengths`` mm, index ``edge``) to the target segments
+    (``target``, ``(M, 2, 2)`` mm), in order of edge and position along it."""
     edge, segment, bound = _candidate_pairs(starts, units, lengths, edge_planes, target, target_planes)
     pieces = _segment_pieces(starts, units, lengths, edge, segment, target)
     edge, owner, low, high, curvature, centre, floor = (x[_can_be_lowest(*pieces[2:], bound[pieces[0]])]
@@ -449,8 +486,7 @@ def distance_profile(source, target, source_planes=None, target_planes=None) -> 
     group = np.flatnonzero(np.r_[True, span[1:] != span[:-1]])  # spans run in order, each covered
     least = np.flatnonzero(value == np.repeat(np.minimum.reduceat(value, group), np.diff(np.r_[group, len(span)])))
     lowest = piece[least[np.r_[True, span[least][1:] != span[least][:-1]]]]
-    return DistanceProfile(edge_planes[span_edge], span_low, span_high, curvature[lowest], centre[lowest],
-                           floor[lowest])
+    return span_edge, span_low, span_high, curvature[lowest], centre[lowest], floor[lowest]
 
 
 
