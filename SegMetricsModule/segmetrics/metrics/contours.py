@@ -422,8 +422,11 @@ def distance_profile(source, target, source_planes=None, target_planes=None) -> 
     target_owner, target_starts, target_units, target_lengths = _pieces_of_edges(target, typical)
     target = np.stack([target_starts, target_starts + target_units * target_lengths[:, None]], axis=1)
     searched, shared = np.flatnonzero(~on_target), np.flatnonzero(on_target)
-    envelope = _lower_envelope(starts[searched], units[searched], lengths[searched], edge_planes[searched], target,
-                               target_planes[target_owner]) if len(searched) else [np.zeros(0, int)] + 5 * [np.zeros(0)]
+    if len(searched):
+        envelope = _lower_envelope(starts[searched], units[searched], lengths[searched], edge_planes[searched], target,
+                                   target_planes[target_owner])
+    else:  # every edge is shared
+        envelope = (np.zeros(0, int), *5 * [np.zeros(0)])
     zero = np.zeros(len(shared))
     edge, low, high, curvature, centre, floor = (np.concatenate(parts) for parts in zip(
         (searched[envelope[0]], *envelope[1:]), (shared, zero, lengths[shared], zero, zero, zero)))

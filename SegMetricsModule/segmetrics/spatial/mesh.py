@@ -575,8 +575,6 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
         Distances in mm (signed when asked); 0 for a point on a vertex; inf for every point when
         the surface has no points. ValueError for points that are not finite or beyond 1e150 mm.
     """
-    if signed and surface.cells.shape[1] != 3:
-        raise ValueError("signed distances need a 3-D (triangle) surface")
     closest = _closest_points([(points, surface)])[0]
     return signed_distances(closest, surface) if signed else closest.distances
 
