@@ -229,24 +229,27 @@ class DistanceProfile:
         return float(np.sum(self.high - self.low - self._within(distance)))
 
     def percentile(self, percent: float) -> float:
-        """The smallest distance (mm) within which ``percent`` % of the boundary's length lies
-        (bisection to 1e-12 of the largest distance; pieces wholly within or beyond the bracket
-        leave the search). The share counts as reached within the rounding of a sum of the pieces'
-        lengths (4 × pieces × machine epsilon of the length): where it is reached exactly (a
-        plateau of the distribution), lengths summed in another order (another storage of the
-        grid) must not move the percentile to the plateau's far end. 0 exactly when the share lies
-        at distance 0 (where the contours coincide)."""
+        """The smallest distance (mm) within which ``percent`` % of the boundary's length lies. The
+        length within a distance is at least that of the pieces wholly within it and at most that of
+        the pieces reaching within it, so the percentile lies between the first distances at which
+        these two hold the share: the lower one exactly when the share is reached there (0 where the
+        contours coincide), else found by bisection to 1e-12 of the distance (pieces wholly within or
+        beyond the bracket leave the search). The share counts as reached within the rounding of a
+        sum of the pieces' lengths (4 × pieces × machine epsilon of the length): where it is reached
+        exactly (a plateau of the distribution), lengths summed in another order (another storage of
+        the grid) must not move the percentile to the plateau's far end."""
         rounding = 4 * len(self.low) * np.finfo(float).eps * self.length
         wanted = percent / 100 * self.length - rounding
-        low, high = 0.0, self.maximum()
-        if percent >= 100:
-            return high
-        if self.length_within(0.0) >= wanted:  # else the bisection would halve down to the denormals
-            return 0.0
+        if percent >= 100 or not len(self.low):
+            return self.maximum()
         ends = self._at(self.low), self._at(self.high)
         inner = (self.centre > self.low) & (self.centre < self.high)
         nearest = np.where(inner, np.sqrt(self.floor), np.minimum(*ends))
         farthest, width = np.maximum(*ends), self.high - self.low
+        low = _first_holding(nearest, width, wanted)
+        if self.length_within(low) >= wanted:
+            return low
+        high = max(_first_holding(farthest, width, wanted), low)
         piece, counted = self, 0.0
         while high - low > 1e-12 * max(high, 1e-300):
             middle = (low + high) / 2
@@ -258,6 +261,14 @@ class DistanceProfile:
                 piece = DistanceProfile(*(getattr(piece, name)[keep] for name in _PROFILE_FIELDS))
                 nearest, farthest, width = nearest[keep], farthest[keep], width[keep]
         return high
+
+
+def _first_holding(distances, lengths, wanted: float) -> float:
+    """The smallest of ``distances`` (mm) at which the ``lengths`` (mm) of the pieces at or below it
+    sum to ``wanted`` (the largest when they never do)."""
+    order = np.argsort(distances, kind="stable")
+    index = min(int(np.searchsorted(np.cumsum(lengths[order]), wanted)), len(order) - 1)
+    return float(distances[order[index]])
 
 
 def _pieces_of_edges(segments, typical: float) -> tuple:
