@@ -151,6 +151,9 @@ CASES = {
     "two_contours_vs_one": ([square(2.0, (-3, 0)), square(1.5, (3, 0.5), 0.4)], [polygon(5.0, 12, angle=0.05)]),
     "hole": ([square(6.0), polygon(2.0, 7, centre=(0.5, 0.3))], [square(5.0, angle=0.2), square(2.5, (1, 0))]),
     "crossing_contours": ([square(3.0)], [square(3.0, (1.0, 1.5), 0.5)]),
+    # three sides shared (two of them oblique), drawn the other way round by the target
+    "shared_sides": ([np.array([[0, 0], [6, 0], [6, 4], [3, 7], [0, 4]], float)],
+                     [np.array([[0, 4], [3, 7], [6, 4], [6, 0], [2.5, 1.0]], float)]),
 }
 
 
@@ -184,6 +187,32 @@ def test_a_percentile_reached_exactly_is_its_smallest_distance_in_any_piece_orde
     flat = np.zeros(len(order))
     profile = DistanceProfile(np.zeros(len(order), int), ends - lengths, ends, flat, flat, distances ** 2)
     assert profile.percentile(50) == 1.0
+
+
+def test_a_percentile_within_the_coinciding_length_is_0_exactly():
+    """A 10 mm square in a 10 × 12 mm rectangle sharing three of its sides: 30 of the square's 40 mm and
+    of the rectangle's 44 mm lie at distance 0, so their median and 60th percentile are 0 exactly (not
+    a denormal after halving the bracket a thousand times); the square's 95th percentile is on its
+    fourth side, 2 mm (distance min(2, x, 10 - x) along it)."""
+    square = np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 10.0], [0.0, 10.0]])
+    taller = square * [1.0, 1.2]
+    for source, target in ((square, taller), (taller, square)):
+        profile = distance_profile(boundary_segments([source]), boundary_segments([target]))
+        assert profile.percentile(50) == 0.0 and profile.percentile(60) == 0.0
+        assert profile.percentile(95) > 0
+    assert distance_profile(boundary_segments([square]), boundary_segments([taller])).percentile(95) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("ring", [square(2.0, (0.3, 0.1), angle=0.25), polygon(3.0, 7, angle=0.4),
+                                  np.array([[0.1, 0.2], [2.3, 0.9], [1.4, 3.1], [-0.7, 1.6]])])
+def test_a_contour_is_at_distance_0_exactly_from_itself(ring):
+    """Oblique edges too: their distance to themselves was a hyperbola of curvature ~1e-32 (largest
+    distance 4e-16 mm, none of the length within 0 mm); every edge that is also a segment of the other
+    contour (in either direction) is now at 0 exactly, so identical contours give 0 for every statistic."""
+    segments = boundary_segments([ring])
+    profile = distance_profile(segments, segments[::-1, ::-1])
+    assert profile.maximum() == 0.0 and profile.mean() == 0.0 and profile.percentile(95) == 0.0
+    assert profile.length_within(0.0) == profile.length == pytest.approx(np.hypot(*(segments[:, 1] - segments[:, 0]).T).sum())
 
 
 def concentric_squares(side, margin):

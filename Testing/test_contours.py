@@ -287,3 +287,27 @@ def test_cuboids_with_planes_one_side_lacks_follow_the_closed_form_and_say_so(tm
     assert rows[0.0]["hd_mm"] == pytest.approx(margin * math.sqrt(2))
     assert rows[0.0]["mean_distance_mm"] == pytest.approx((margin + mean_out) / 2)
     assert math.isnan(rows[9.0]["hd_mm"]) and rows[9.0]["apl_mm"] == pytest.approx(4 * side)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_slice_boundaries_on_the_slices_box_are_the_boundary_segments_of_the_whole_slice(seed):
+    """The mask path's segments (:func:`segmetrics.spatial.mesh.contour_segments_2d` on the box of the
+    slice's pixels) are, number for number and in order, :func:`boundary_segments` of the slice's
+    marching-squares rings (:func:`segmetrics.spatial.mesh.contours_2d` of the whole slice): no two
+    edges of those rings run along one another, so nothing is left out. Random masks with holes,
+    diagonal touches and pixels on the slice's border."""
+    from segmetrics.metrics.contours import boundary_segments
+    from segmetrics.spatial.mesh import contour_segments_2d, contours_2d
+
+    rng = np.random.default_rng(seed)
+    spacing = (0.7, 1.3)
+    mask = np.zeros((14, 17), bool)
+    mask[rng.integers(0, 3):rng.integers(10, 15), rng.integers(0, 3):rng.integers(12, 18)] = True
+    mask &= rng.random(mask.shape) < 0.7
+    rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    box = mask[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    expected = boundary_segments([c.points for c in contours_2d(mask, spacing)])
+    assert len(expected) > 20
+    np.testing.assert_array_equal(contour_segments_2d(box, spacing, (rows[0], cols[0])), expected)
+    np.testing.assert_array_equal(contour_segments_2d(mask, spacing), expected)
+    assert contour_segments_2d(np.zeros((3, 4), bool), spacing).shape == (0, 2, 2)

@@ -489,25 +489,31 @@ def test_inside_contours_rejects_rows_of_one_component():
         msi._planar_kernels().inside_contours(np.zeros((2, 2)), np.arange(2), np.zeros((4, 1)), first, 1e-12)
 
 
-def test_msi_3d_shares_the_reference_to_test_distances_with_the_distance_group(monkeypatch):
-    """The distances from the reference vertices to the test surface are taken once per pair:
-    msi_3d after the distance group measures only the signed test-to-reference distances, and
-    gets the same value as alone."""
+def test_msi_3d_shares_the_distance_groups_searches_both_ways(monkeypatch):
+    """The distances between the two surfaces are searched once per pair, both ways at once:
+    msi_3d after the distance group searches nothing more (its signs come from the test-to-reference
+    search already made) and gets the same values as alone, where it searches both ways at once;
+    the signs are those of a signed search of their own."""
     from segmetrics.metrics import distance
-    from segmetrics.spatial import mesh
 
     spacing = (2.0, 1.0, 1.0)
     reference, test = ball(6.0, spacing, (12, 20, 20), (11.0, 9.5, 10.2)), ball(5.5, spacing, (12, 20, 20), (12.0, 10.5, 9.0))
-    alone = msi.compute(StructurePair("s", reference, test, spacing), Parameters())[1].value
-    measured = []
-    original = mesh._distances_to_surfaces
-    monkeypatch.setattr(mesh, "_distances_to_surfaces", lambda requests, signed=False: (
-        measured.extend([signed] * len(requests)), original(requests, signed))[1])
+    searches = []
+    original = mesh._closest_points
+    monkeypatch.setattr(mesh, "_closest_points", lambda requests: (searches.append(len(requests)), original(requests))[1])
+    alone = StructurePair("s", reference, test, spacing)
+    alone_value = msi.compute(alone, Parameters())[1].value
+    assert searches == [2]  # both ways at once
     pair = StructurePair("s", reference, test, spacing)
     distance.compute(pair, Parameters())
-    assert measured == [False, False]  # reference to test, test to reference
-    assert msi.compute(pair, Parameters())[1].value == alone
-    assert measured == [False, False, True]  # msi_3d: only the signed test-to-reference distances
+    assert searches == [2, 2]
+    assert msi.compute(pair, Parameters())[1].value == alone_value
+    assert searches == [2, 2]  # msi_3d: no search of its own
+    signed = pair.extras["test_surface"].GetPointData().GetArray("SignedDistance_mm")
+    surfaces = mesh.cached_surface(pair, "test"), mesh.cached_surface(pair, "reference")
+    own = msi.surface_msi(*surfaces)[0]
+    assert (own < 0).any() and (own > 0).any()
+    np.testing.assert_array_equal(vtk_to_numpy(signed), own)
 
 
 @pytest.mark.parametrize("seed", range(4))

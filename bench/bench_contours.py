@@ -53,7 +53,7 @@ def structure(semi_axes, planes):
 def contour_metrics(planes):
     """The group's work on one structure's plane rings (:func:`segmetrics.metrics.contours.measure`):
     ``{metric: value}``."""
-    planes = [Plane(k, float(k), boundary_segments([reference]), boundary_segments([test]), math.nan)
+    planes = [Plane(k, float(k), float(k), boundary_segments([reference]), boundary_segments([test]), math.nan)
               for k, (reference, test) in enumerate(planes)]
     return {value.metric: value.value for value in measure(planes, Parameters())[1]}
 

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import functools
 import importlib
+import os
 import tempfile
 import threading
 import time
@@ -43,8 +44,10 @@ STAGES = {
     "msi: slice table": ("slice_table", ["segmetrics.metrics.msi"]),
     "msi: objects and contours of a slice": ("_objects", ["segmetrics.metrics.msi"]),
     "msi: msi_3d on the surfaces": ("_msi_3d", ["segmetrics.metrics.msi"]),
-    "contours: planes (slice contours)": ("_planes", ["segmetrics.metrics.contours"]),
-    "2-D contours (marching squares)": ("contours_2d", ["segmetrics.spatial.mesh", "segmetrics.metrics.contours"]),
+    "msi: signs of the test-to-reference distances": ("signed_distances", ["segmetrics.spatial.mesh"]),
+    "contours: planes (slice boundaries)": ("_planes", ["segmetrics.metrics.contours"]),
+    "contours: distance profiles": ("distance_profile", ["segmetrics.metrics.contours"]),
+    "contours: largest, percentiles, mean": ("_distance_values", ["segmetrics.metrics.contours"]),
     "roughness: local roughness (RI)": ("roughness_index", ["segmetrics.metrics.roughness"]),
     "roughness: ARD rays": ("average_roughness_distance", ["segmetrics.metrics.roughness"]),
 }
@@ -94,7 +97,7 @@ def print_stages(files, n_labels: int, repeats: int) -> None:
                 best[label] = (seconds, calls)
     wall = min(walls)
     print(f"\nwhere compare(files), default groups, spends its {wall:.2f} s ({1000 * wall / n_labels:.1f} ms/label), "
-          f"best of {repeats}; stages nest, threads add up:")
+          f"best of {repeats}, load average {os.getloadavg()[0]:.1f}; stages nest, threads add up:")
     for label, (seconds, calls) in sorted(best.items(), key=lambda item: -item[1][0]):
         print(f"  {label:<42} {1000 * seconds:8.1f} ms {1000 * seconds / n_labels:7.1f} ms/label "
               f"{100 * seconds / wall:5.0f} %  ({calls} calls)")
@@ -122,6 +125,7 @@ def main() -> None:
 
     peer_seconds, _ = best_time(peer, args.repeats)
     per_label = lambda seconds, n: 1000 * seconds / n  # noqa: E731
+    print(f"best of {args.repeats}, load average {os.getloadavg()[0]:.1f}")
     print(f"{'group':<28} {'files ms/label':>14} {'arrays ms/label':>15} {'vs DeepMind':>11}")
     print(f"{'DeepMind distance set':<28} {'':>14} {per_label(peer_seconds, len(common)):>15.1f} {1.0:>10.2f}x")
     total = 0.0
@@ -135,7 +139,7 @@ def main() -> None:
               f"   ({on_arrays:.2f} s for {n} structures)")
         if name in GROUPS:
             total += on_arrays
-    print(f"sum of the four groups, arrays: {total:.2f} s")
+    print(f"sum of the four groups, arrays: {total:.2f} s; load average now {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         seconds = cli_seconds("compare", *files, "--format", "csv", "-o", Path(tmp) / "out.csv")
     print(f"CLI end to end (segmetrics compare, all groups, new process): {seconds:.2f} s")

@@ -69,6 +69,8 @@ OVERLAP_TOLERANCE_MM = 1e-7
 #: contour long, but into no more than this many, before the nearest segments are searched: a long
 #: edge facing a finely drawn contour then meets a few segments per piece (values unchanged).
 MAX_EDGE_PIECES = 256
+#: Nearest target segments found for each source edge at once; a ball search finds more when needed.
+NEAREST_SEGMENTS = 8
 
 _DIRECTIONS = ("reference_to_test", "test_to_reference")
 METRICS = (
@@ -228,21 +230,27 @@ class DistanceProfile:
         return float(np.sum(self.high - self.low - self._within(distance)))
 
     def percentile(self, percent: float) -> float:
-        """The smallest distance (mm) within which ``percent`` % of the boundary's length lies
-        (bisection to 1e-12 of the largest distance; pieces wholly within or beyond the bracket
-        leave the search). The share counts as reached within the rounding of a sum of the pieces'
-        lengths (4 × pieces × machine epsilon of the length): where it is reached exactly (a
-        plateau of the distribution), lengths summed in another order (another storage of the
-        grid) must not move the percentile to the plateau's far end."""
+        """The smallest distance (mm) within which ``percent`` % of the boundary's length lies. The
+        length within a distance is at least that of the pieces wholly within it and at most that of
+        the pieces reaching within it, so the percentile lies between the first distances at which
+        these two hold the share: the lower one exactly when the share is reached there (0 where the
+        contours coincide), else found by bisection to 1e-12 of the distance (pieces wholly within or
+        beyond the bracket leave the search). The share counts as reached within the rounding of a
+        sum of the pieces' lengths (4 × pieces × machine epsilon of the length): where it is reached
+        exactly (a plateau of the distribution), lengths summed in another order (another storage of
+        the grid) must not move the percentile to the plateau's far end."""
         rounding = 4 * len(self.low) * np.finfo(float).eps * self.length
         wanted = percent / 100 * self.length - rounding
-        low, high = 0.0, self.maximum()
-        if percent >= 100:
-            return high
+        if percent >= 100 or not len(self.low):
+            return self.maximum()
         ends = self._at(self.low), self._at(self.high)
         inner = (self.centre > self.low) & (self.centre < self.high)
         nearest = np.where(inner, np.sqrt(self.floor), np.minimum(*ends))
         farthest, width = np.maximum(*ends), self.high - self.low
+        low = _first_holding(nearest, width, wanted)
+        if self.length_within(low) >= wanted:
+            return low
+        high = max(_first_holding(farthest, width, wanted), low)
         piece, counted = self, 0.0
         while high - low > 1e-12 * max(high, 1e-300):
             middle = (low + high) / 2
@@ -254,6 +262,14 @@ class DistanceProfile:
                 piece = DistanceProfile(*(getattr(piece, name)[keep] for name in _PROFILE_FIELDS))
                 nearest, farthest, width = nearest[keep], farthest[keep], width[keep]
         return high
+
+
+def _first_holding(distances, lengths, wanted: float) -> float:
+    """The smallest of ``distances`` (mm) at which the ``lengths`` (mm) of the pieces at or below it
+    sum to ``wanted`` (the largest when they never do)."""
+    order = np.argsort(distances, kind="stable")
+    index = min(int(np.searchsorted(np.cumsum(lengths[order]), wanted)), len(order) - 1)
+    return float(distances[order[index]])
 
 
 def _pieces_of_edges(segments, typical: float) -> tuple:
@@ -294,11 +310,12 @@ def _candidate_pairs(starts, units, lengths, source_planes, target, target_plane
 
     tree = cKDTree(stacked((target[:, 0] + target[:, 1]) / 2, target_planes))
     middles = stacked((starts + ends) / 2, source_planes)
-    nearest = tree.query(middles)[1]
+    distance, index = (found.reshape(len(middles), -1) for found in tree.query(middles, k=min(NEAREST_SEGMENTS, tree.n)))
+    nearest = index[:, 0]  # (any of equally near ones: the bound only sets the search radius)
     bound = np.maximum(_point_segment_distance(starts, target[nearest, 0], target_vectors[nearest]),
                        _point_segment_distance(ends, target[nearest, 0], target_vectors[nearest]))
     radius = bound + lengths / 2 + np.hypot(*target_vectors.T).max() / 2
-    edge, segment = _within_radius(tree, middles, radius * (1 + 1e-9) + 1e-12)
+    edge, segment = _within_radius(tree, middles, radius * (1 + 1e-9) + 1e-12, distance, index)
     a, v = target[segment, 0], target_vectors[segment]
     far = np.maximum(_point_segment_distance(starts[edge], a, v), _point_segment_distance(ends[edge], a, v))
     least = np.full(len(starts), np.inf)
@@ -308,11 +325,10 @@ def _candidate_pairs(starts, units, lengths, source_planes, target, target_plane
     return edge[keep], segment[keep], least
 
 
-def _within_radius(tree, points, radius, nearest: int = 8) -> tuple:
-    """``(point, found)`` index arrays of the tree's points within ``radius[point]`` of each point:
-    the ``nearest`` ones first, a ball search for the points with more."""
-    distance, index = tree.query(points, k=min(nearest, tree.n))
-    distance, index = distance.reshape(len(points), -1), index.reshape(len(points), -1)
+def _within_radius(tree, points, radius, distance, index) -> tuple:
+    """``(point, found)`` index arrays of the tree's points within ``radius[point]`` of each point,
+    given the ``distance`` and ``index`` ``(points, k)`` of the ``k`` nearest ones (``tree.query``):
+    a ball search for the points with more than ``k``."""
     inside = distance <= radius[:, None]
     more = np.flatnonzero(inside[:, -1])
     inside[more] = False
@@ -406,15 +422,55 @@ def distance_profile(source, target, source_planes=None, target_planes=None) -> 
     on the same plane (``(N, 2, 2)`` arrays of :func:`boundary_segments`, mm; ``*_planes``: each
     segment's plane number, default all 0; every source plane needs target segments): per
     source edge, the lower envelope of the distances to the target segments that can be
-    nearest, cut where they cross."""
+    nearest, cut where they cross. A source edge that is also a target segment (the same two ends)
+    is at distance 0 exactly all along, without a search (where contours coincide, as the
+    boundaries of two masks often do)."""
     source_planes = np.zeros(len(source), int) if source_planes is None else np.asarray(source_planes)
     target_planes = np.zeros(len(target), int) if target_planes is None else np.asarray(target_planes)
     typical = np.median(np.hypot(*(target[:, 1] - target[:, 0]).T))
     owner, starts, units, lengths = _pieces_of_edges(source, typical)
     edge_planes = source_planes[owner]
+    on_target = _shared_segments(source, source_planes, target, target_planes)[owner]
     target_owner, target_starts, target_units, target_lengths = _pieces_of_edges(target, typical)
     target = np.stack([target_starts, target_starts + target_units * target_lengths[:, None]], axis=1)
-    target_planes = target_planes[target_owner]
+    searched, shared = np.flatnonzero(~on_target), np.flatnonzero(on_target)
+    if len(searched):
+        envelope = _lower_envelope(starts[searched], units[searched], lengths[searched], edge_planes[searched], target,
+                                   target_planes[target_owner])
+    else:  # every edge is shared
+        envelope = (np.zeros(0, int), *5 * [np.zeros(0)])
+    zero = np.zeros(len(shared))
+    edge, low, high, curvature, centre, floor = (np.concatenate(parts) for parts in zip(
+        (searched[envelope[0]], *envelope[1:]), (shared, zero, lengths[shared], zero, zero, zero)))
+    order = np.argsort(edge, kind="stable")  # the pieces of each edge stay in their order along it
+    return DistanceProfile(edge_planes[edge[order]], low[order], high[order], curvature[order], centre[order],
+                           floor[order])
+
+
+def _shared_segments(source, source_planes, target, target_planes) -> np.ndarray:
+    """Whether each source segment is also a target segment on its plane: the same two ends (mm,
+    equal numbers), in either order."""
+    def rows(segments, planes):
+        first, second = segments[:, 0] + 0.0, segments[:, 1] + 0.0  # (-0.0 as 0.0)
+        swap = (second[:, 0] < first[:, 0]) | ((second[:, 0] == first[:, 0]) & (second[:, 1] < first[:, 1]))
+        first[swap], second[swap] = second[swap], first[swap].copy()
+        return np.column_stack([planes, first, second])
+
+    keys = np.concatenate([rows(target, target_planes), rows(source, source_planes)])
+    order = np.lexsort(keys.T[::-1])
+    ordered = keys[order]
+    group = np.cumsum(np.r_[True, np.any(ordered[1:] != ordered[:-1], axis=1)]) - 1
+    holds_target = np.zeros(len(keys), bool)
+    holds_target[group[order < len(target)]] = True
+    found = np.empty(len(keys), bool)
+    found[order] = holds_target[group]
+    return found[len(target):]
+
+
+def _lower_envelope(starts, units, lengths, edge_planes, target, target_planes) -> tuple:
+    """``(edge, low, high, curvature, centre, floor)`` of :func:`distance_profile`'s pieces along the
+    source edges (``starts``, ``units``, ``lengths`` mm, index ``edge``) to the target segments
+    (``target``, ``(M, 2, 2)`` mm), in order of edge and position along it."""
     edge, segment, bound = _candidate_pairs(starts, units, lengths, edge_planes, target, target_planes)
     pieces = _segment_pieces(starts, units, lengths, edge, segment, target)
     edge, owner, low, high, curvature, centre, floor = (x[_can_be_lowest(*pieces[2:], bound[pieces[0]])]
@@ -445,8 +501,7 @@ def distance_profile(source, target, source_planes=None, target_planes=None) -> 
     group = np.flatnonzero(np.r_[True, span[1:] != span[:-1]])  # spans run in order, each covered
     least = np.flatnonzero(value == np.repeat(np.minimum.reduceat(value, group), np.diff(np.r_[group, len(span)])))
     lowest = piece[least[np.r_[True, span[least][1:] != span[least][:-1]]]]
-    return DistanceProfile(edge_planes[span_edge], span_low, span_high, curvature[lowest], centre[lowest],
-                           floor[lowest])
+    return span_edge, span_low, span_high, curvature[lowest], centre[lowest], floor[lowest]
 
 
 
@@ -478,10 +533,11 @@ def polygon_dice(reference, test) -> float:
 
 
 def mask_slices(reference, test, spacing, axis: int):
-    """Per slice of two masks along array ``axis`` holding either: ``(slice index, reference rings,
-    test rings, Dice)``, rings ``(N, 2)`` in in-plane (row, column) mm (marching squares,
-    :func:`segmetrics.spatial.mesh.contours_2d`). A 2-D pair is one slice."""
-    from ..spatial.mesh import contours_2d  # the mask path only: polygons need no mesh module
+    """Per slice of two masks along array ``axis`` holding either: ``(slice index, reference
+    segments, test segments, Dice)``, the segments ``(N, 2, 2)`` in in-plane (row, column) mm of the
+    marching-squares boundaries (:func:`segmetrics.spatial.mesh.contour_segments_2d`): they are their
+    own :func:`boundary_segments`, as no two run along one another. A 2-D pair is one slice."""
+    from ..spatial.mesh import contour_segments_2d  # the mask path only: polygons need no mesh module
 
     reference, test, spacing = np.asarray(reference, bool), np.asarray(test, bool), np.asarray(spacing, float)
     if reference.ndim == 2:
@@ -490,8 +546,11 @@ def mask_slices(reference, test, spacing, axis: int):
     sizes = [side.sum(axis=(1, 2)) for side in (reference, test)]
     shared = (reference & test).sum(axis=(1, 2))
     for k in np.flatnonzero(sizes[0] + sizes[1]):
-        rings = [[c.points for c in contours_2d(side[k], in_plane)] for side in (reference, test)]
-        yield int(k), rings[0], rings[1], 2 * shared[k] / (sizes[0][k] + sizes[1][k])
+        union = reference[k] | test[k]
+        rows, cols = np.flatnonzero(union.any(axis=1)), np.flatnonzero(union.any(axis=0))
+        box = slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1)  # the slice's contours lie around it
+        segments = [contour_segments_2d(side[k][box], in_plane, (rows[0], cols[0])) for side in (reference, test)]
+        yield int(k), segments[0], segments[1], 2 * shared[k] / (sizes[0][k] + sizes[1][k])
 
 
 def _planes(pair: StructurePair, params: Parameters) -> tuple:
@@ -513,7 +572,7 @@ def _planes(pair: StructurePair, params: Parameters) -> tuple:
     for k, reference, test, dice in mask_slices(pair.reference, pair.test, pair.spacing, axis):
         index, position = orientation.stored_slice(axis, k, pair.spacing[axis]) if volume else (0, 0.0)
         planes.append(Plane(index, position, slice_location_mm(image, axis, k) if volume else 0.0,
-                            boundary_segments(reference), boundary_segments(test), dice))
+                            reference, test, dice))
     return (orientation.stored_axis(axis) if volume else None), sorted(planes, key=lambda plane: plane.slice)
 
 
@@ -592,9 +651,9 @@ def _distance_values(profiles, percentile: float) -> dict:
     if profiles is None:
         return {spec.name: (math.inf, {"percentile": float(percentile)} if spec.name == "contour_hdp_mm" else {})
                 for spec in METRICS if not spec.name.startswith("apl")}
-    statistics = {"hd": [p.maximum() for p in profiles], "hd95": [p.percentile(95) for p in profiles],
-                  "hdp": [p.percentile(percentile) for p in profiles], "median": [p.percentile(50) for p in profiles],
-                  "mean": [p.mean() for p in profiles]}
+    percentiles = {percent: [p.percentile(percent) for p in profiles] for percent in {95.0, float(percentile), 50.0}}
+    statistics = {"hd": [p.maximum() for p in profiles], "hd95": percentiles[95.0], "hdp": percentiles[float(percentile)],
+                  "median": percentiles[50.0], "mean": [p.mean() for p in profiles]}
     values = {f"contour_{name}_{direction}_mm": (statistics[name][k], {})
               for name in ("hd", "hd95", "mean") for k, direction in enumerate(_DIRECTIONS)}
     values.update({f"contour_{name}_mm": (max(statistics[name]), {}) for name in ("hd", "hd95")})

@@ -224,14 +224,16 @@ def _pair_objects(overlap, sizes_ref, sizes_test, ref_objects, test_objects, ali
     that overlaps an object of the other mask joins that object's group (a split or merged
     structure is scored as one); a left-over object overlapping nothing is unpaired.
     """
+    if align not in ("none", "com"):
+        raise ValueError(f"msi_align must be 'none' or 'com', got {align!r}")
     n_ref, n_test = len(ref_objects), len(test_objects)
+    if n_ref == n_test == 1:  # the one assignment there is
+        return [([0], [0])], [], []
     ref_centroids = np.array([o.centroid for o in ref_objects])
     test_centroids = np.array([o.centroid for o in test_objects])
     if align == "com":
         shift = np.average(ref_centroids, axis=0, weights=sizes_ref) - np.average(test_centroids, axis=0, weights=sizes_test)
         test_centroids = test_centroids + shift
-    elif align != "none":
-        raise ValueError(f"msi_align must be 'none' or 'com', got {align!r}")
     cost = np.linalg.norm(ref_centroids[:, None] - test_centroids[None], axis=2)
     if align == "none":
         iou = overlap / (sizes_ref[:, None] + sizes_test[None] - overlap)
@@ -592,7 +594,8 @@ def combine_slices(rows) -> float:
 # ---------------------------------------------------------------- 3-D surface MSI
 
 
-def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.0, reference_to_test=None):
+def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.0, reference_to_test=None,
+                signed_test_to_reference=None):
     """Per-vertex signed BLD and MSI weight on a test surface, and the area-weighted MSI.
 
     FMinD is the distance from a test vertex to the reference surface and its sign says
@@ -610,6 +613,9 @@ def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.
     reference_to_test : ndarray (M,), optional
         The distances (mm) from the reference vertices to the test surface when already known
         (e.g. :func:`segmetrics.spatial.mesh.cached_distances`); default: computed here.
+    signed_test_to_reference : ndarray (N,), optional
+        The signed distances (mm) from the test vertices to the reference surface when already known
+        (:func:`segmetrics.spatial.mesh.cached_signed_distances`); default: computed here.
 
     Returns
     -------
@@ -621,7 +627,8 @@ def surface_msi(test_surface, reference_surface, il: float = 1.0, ol: float = 1.
         Mean of ``weights`` weighted by the vertices' areas.
     """
     test, reference = (s if isinstance(s, mesh.Surface) else mesh.Surface.from_polydata(s) for s in (test_surface, reference_surface))
-    signed = mesh.distances_to_surface(test.points, reference, signed=True)
+    signed = (mesh.distances_to_surface(test.points, reference, signed=True) if signed_test_to_reference is None
+              else signed_test_to_reference)
     back = mesh.distances_to_surface(reference.points, test) if reference_to_test is None else reference_to_test
     checkpoint()
     bld = bidirectional_local_distance(test.points, reference.points, np.abs(signed), back, test.tree)
@@ -640,12 +647,14 @@ def _msi_3d(pair: StructurePair, params: Parameters) -> float:
     """``msi_3d`` on the pair's shared surfaces; adds the per-vertex arrays to ``extras["test_surface"]``."""
     test = mesh.cached_surface(pair, "test")
     if params.msi_units == "pixel":  # same masks at unit spacing: vertices correspond one to one
-        surfaces, back = mesh.pair_surfaces(pair.reference, pair.test, (1, 1, 1))[::-1], None
+        surfaces, known = mesh.pair_surfaces(pair.reference, pair.test, (1, 1, 1))[::-1], (None, None)
         name = "SignedDistance_px"
-    else:  # the pair's shared surfaces and reference-to-test distances (also the distance group's)
-        surfaces, back = [test, mesh.cached_surface(pair, "reference")], mesh.cached_distances(pair, "reference")
+    else:  # the pair's shared surfaces and the distances both ways (also the distance group's)
+        surfaces = [test, mesh.cached_surface(pair, "reference")]
+        test_to_reference = mesh.cached_signed_distances(pair, "test")  # first: both ways at once when neither is known
+        known = mesh.cached_distances(pair, "reference"), test_to_reference
         name = "SignedDistance_mm"
-    signed, weights, _ = surface_msi(*surfaces, params.msi_il, params.msi_ol, back)
+    signed, weights, _ = surface_msi(*surfaces, params.msi_il, params.msi_ol, *known)
     polydata = mesh.cached_test_surface(pair)
     _add_point_array(polydata, name, signed)
     _add_point_array(polydata, "MSI", weights)

@@ -42,6 +42,8 @@ Shared cache keys (see :func:`cached_surface`)
 ----------------------------------------------
 ``pair.cache[("surface", "reference")]``, ``pair.cache[("surface", "test")]``
     :class:`Surface` of each mask (``None`` for an empty mask), built once per pair.
+``pair.cache[("closest", "reference")]``, ``pair.cache[("closest", "test")]``
+    :class:`ClosestPoints` from each side's vertices to the other surface (:func:`cached_distances`).
 ``pair.extras["test_surface"]``
     ``vtkPolyData`` view of the test surface (3-D). Metric groups add point-data arrays to it
     (``SignedDistance_mm`` and ``MSI`` from the MSI group, ``Roughness_mm`` from roughness).
@@ -565,10 +567,7 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
     surface : Surface
         Closed surface (3-D triangles or 2-D segments).
     signed : bool
-        3-D only: negative inside the surface. The side is the sign of ``(p - q) · N`` with ``q``
-        the closest point and ``N`` the pseudo-normal of the feature holding it: the face normal,
-        the sum of the two face normals of an edge, or the angle-weighted normal of a vertex
-        (Bærentzen and Aanæs, IEEE TVCG 11(3), 2005).
+        3-D only: negative inside the surface (:func:`signed_distances`).
 
     Returns
     -------
@@ -576,55 +575,88 @@ def distances_to_surface(points, surface: Surface, signed: bool = False) -> np.n
         Distances in mm (signed when asked); 0 for a point on a vertex; inf for every point when
         the surface has no points. ValueError for points that are not finite or beyond 1e150 mm.
     """
-    return _distances_to_surfaces([(points, surface)], signed)[0]
+    closest = _closest_points([(points, surface)])[0]
+    return signed_distances(closest, surface) if signed else closest.distances
 
 
 def distances_both_ways(first: Surface, second: Surface) -> tuple:
     """Unsigned :func:`distances_to_surface` (mm) from the vertices of each surface to the other,
     ``(first → second, second → first)``; the chunks of both searches share the threads at once."""
-    return tuple(_distances_to_surfaces([(first.points, second), (second.points, first)]))
+    return tuple(closest.distances for closest in _closest_points([(first.points, second), (second.points, first)]))
 
 
-def _distances_to_surfaces(requests: list, signed: bool = False) -> list:
-    """:func:`distances_to_surface` of each ``(points, surface)`` request; the chunks of all their
-    searches share the threads at once."""
-    distances, searches = [None] * len(requests), []
+@dataclass
+class ClosestPoints:
+    """Where :func:`distances_to_surface` found the closest surface point of each query point.
+
+    Attributes
+    ----------
+    distances : ndarray, shape (k,)
+        Unsigned distances (mm); inf for every point when the surface has no points.
+    offsets : ndarray, shape (k, 3)
+        Query point minus its closest point (mm, the surface's frame); None without surface points.
+    cells : ndarray of int64, shape (k,)
+        The cell holding the closest point (-1 for a point on a vertex of no cell).
+    features : ndarray of int8, shape (k,)
+        Which part of that cell holds it (:data:`segmetrics.spatial._bundled_surface.FACE` and the codes below it).
+    """
+
+    distances: np.ndarray
+    offsets: np.ndarray = None
+    cells: np.ndarray = None
+    features: np.ndarray = None
+
+
+def signed_distances(closest: ClosestPoints, surface: Surface) -> np.ndarray:
+    """The distances of ``closest`` (:func:`distances_to_surface` on a 3-D ``surface``), negative
+    inside the surface. The side is the sign of ``(p - q) · N`` with ``q`` the closest point and ``N``
+    the pseudo-normal of the feature holding it: the face normal, the sum of the two face normals
+    of an edge, or the angle-weighted normal of a vertex (Bærentzen and Aanæs, IEEE TVCG 11(3), 2005)."""
+    if surface.cells.shape[1] != 3:
+        raise ValueError("signed distances need a 3-D (triangle) surface")
+    distances = closest.distances.copy()
+    if closest.offsets is None:  # no surface points: inf everywhere, no side
+        return distances
+    walked = distances > 0  # a point on a vertex is on the surface: no side
+    if np.any(closest.cells[walked] < 0):
+        raise ValueError("signed distances need every vertex of the surface on a triangle")
+    checkpoint()
+    normals = _feature_normals(closest.cells[walked], closest.features[walked], surface)
+    distances[walked] *= np.where(np.sum(closest.offsets[walked] * normals, axis=1) < 0, -1.0, 1.0)
+    return distances
+
+
+def _closest_points(requests: list) -> list:
+    """:class:`ClosestPoints` of each ``(points, surface)`` request (:func:`distances_to_surface`);
+    the chunks of all their searches share the threads at once."""
+    found, searches = [None] * len(requests), []
     for index, (points, surface) in enumerate(requests):
         checkpoint()
         points = np.asarray(points, dtype=float)
-        if signed and surface.cells.shape[1] != 3:
-            raise ValueError("signed distances need a 3-D (triangle) surface")
         if len(surface.points) == 0:
-            distances[index] = np.full(len(points), np.inf)
+            found[index] = ClosestPoints(np.full(len(points), np.inf))
             continue
         _require_within_reach(points, "distances_to_surface: the points")
         star = (_three_components(surface.points), surface.cells, *surface.cells_by_vertex,
                 FEATURE_CORNERS[surface.cells.shape[1]])
-        searches.append((index, points, _three_components(points), star, surface))
-    found = in_threads_together([(_surface_kernels().closest_points_near, (queries,), (*surface.vertex_grid, *star))
-                                 for _, _, queries, star, surface in searches])
-    for index, points, queries, star, surface in searches:  # each search's outputs dropped once walked
+        searches.append((index, _three_components(points), star, surface))
+    walks = in_threads_together([(_surface_kernels().closest_points_near, (queries,), (*surface.vertex_grid, *star))
+                                 for _, queries, star, surface in searches])
+    for index, queries, star, surface in searches:
         checkpoint()
-        distances[index] = _walked_distances(points, queries, star, surface, *found.pop(0), signed)
-    return distances
+        found[index] = _walked(queries, star, surface, *walks.pop(0))
+    return found
 
 
-def _walked_distances(points, queries, star, surface: Surface, offset, cell, feature, nearest, signed: bool) -> np.ndarray:
-    """The distances of :func:`distances_to_surface` from what ``closest_points_near`` (:func:`_surface_kernels`) found."""
+def _walked(queries, star, surface: Surface, offset, cell, feature, nearest) -> ClosestPoints:
+    """The :class:`ClosestPoints` of what ``closest_points_near`` (:func:`_surface_kernels`) found."""
     far = np.flatnonzero(nearest < 0)  # no vertex within the grid search's reach: the KD-tree's nearest, then the walk
     if len(far):
         nearest = _bundled_surface.nearest_vertices(queries[far], *surface.vertex_grid)[0]  # ties as the grid's
         offset[far], cell[far], feature[far] = _surface_kernels().closest_points(queries[far], nearest, *star)
     squared = offset * offset
     distances = np.sqrt(squared[:, 0] + squared[:, 1] + squared[:, 2])  # np.sum(..., axis=1), many times faster
-    if signed:
-        walked = distances > 0  # a point on a vertex is on the surface: no side
-        if np.any(cell[walked] < 0):
-            raise ValueError("signed distances need every vertex of the surface on a triangle")
-        checkpoint()
-        normals = _feature_normals(cell[walked], feature[walked], surface)
-        distances[walked] *= np.where(np.sum(offset[walked] * normals, axis=1) < 0, -1.0, 1.0)
-    return distances
+    return ClosestPoints(distances, offset, cell, feature)
 
 
 #: The two sides of a structure pair, each with the other.
@@ -634,22 +666,37 @@ _OTHER_SIDE = {"reference": "test", "test": "reference"}
 def cached_distances(pair, source: str) -> np.ndarray:
     """Unsigned :func:`distances_to_surface` (mm) from the vertices of a structure pair's
     ``source`` surface (``"reference"`` or ``"test"``, :func:`cached_surface`) to the other one,
-    computed once per pair and kept in ``pair.cache[("distances", source)]``, so that the groups
-    measuring on both surfaces (distance, 3-D MSI) share them. Both surfaces must exist."""
+    computed once per pair and kept (with their closest points, for :func:`cached_signed_distances`)
+    in ``pair.cache[("closest", source)]``, so that the groups measuring on both surfaces
+    (distance, 3-D MSI) share them. Both surfaces must exist."""
+    return _cached_closest(pair, source).distances
+
+
+def cached_signed_distances(pair, source: str) -> np.ndarray:
+    """:func:`cached_distances` of ``source``, negative inside the other surface (:func:`signed_distances`):
+    signs of the search already made, none made again; when no side is known yet, both are found at
+    once (:func:`cached_distances_both_ways`)."""
+    cached_distances_both_ways(pair)
+    return signed_distances(_cached_closest(pair, source), cached_surface(pair, _OTHER_SIDE[source]))
+
+
+def _cached_closest(pair, source: str) -> ClosestPoints:
+    """The :class:`ClosestPoints` behind :func:`cached_distances`."""
     if source not in _OTHER_SIDE:
         raise ValueError(f"cached_distances: the source must be 'reference' or 'test', got {source!r}")
-    key = ("distances", source)
+    key = ("closest", source)
     if key not in pair.cache:
-        pair.cache[key] = distances_to_surface(cached_surface(pair, source).points, cached_surface(pair, _OTHER_SIDE[source]))
+        pair.cache[key] = _closest_points([(cached_surface(pair, source).points, cached_surface(pair, _OTHER_SIDE[source]))])[0]
     return pair.cache[key]
 
 
 def cached_distances_both_ways(pair) -> tuple:
     """:func:`cached_distances` of both sides, ``(reference → test, test → reference)`` in mm; when
-    neither is known yet both are computed together (:func:`distances_both_ways`)."""
-    if all(("distances", side) not in pair.cache for side in _OTHER_SIDE):
-        found = distances_both_ways(cached_surface(pair, "reference"), cached_surface(pair, "test"))
-        pair.cache.update({("distances", side): distances for side, distances in zip(_OTHER_SIDE, found)})
+    neither is known yet both are computed together (the chunks of both searches share the threads)."""
+    if all(("closest", side) not in pair.cache for side in _OTHER_SIDE):
+        found = _closest_points([(cached_surface(pair, side).points, cached_surface(pair, other))
+                                 for side, other in _OTHER_SIDE.items()])
+        pair.cache.update({("closest", side): closest for side, closest in zip(_OTHER_SIDE, found)})
     return tuple(cached_distances(pair, side) for side in _OTHER_SIDE)
 
 
@@ -857,6 +904,25 @@ def contours_2d(mask2d, spacing2d, max_segment_mm: float | None = None) -> list:
     points, lengths, first, _ = _planar_kernels().label_contours(
         np.pad(mask2d, 1).astype(np.int32), np.ones((2, 2), np.int64), np.asarray(spacing2d, dtype=float), max_segment_mm or -1.0)
     return [Contour(points[start:stop], lengths[start:stop]) for start, stop in zip(first[:-1], first[1:])]
+
+
+def contour_segments_2d(mask2d, spacing2d, corner=(0, 0)) -> np.ndarray:
+    """The segments of :func:`contours_2d`'s boundaries (not subdivided), ``(N, 2, 2)`` (start, end)
+    in mm, array order, in the boundaries' order, each boundary's last point joined to its first.
+
+    ``mask2d`` is a crop of a larger slice whose first pixel is pixel ``corner`` (row, col) of the
+    slice: the points are those of :func:`contours_2d` of the whole slice, the same numbers. Two
+    segments never run along one another (each lies in its own cell of 2 × 2 pixels)."""
+    mask2d = np.asarray(mask2d, dtype=bool)
+    if not mask2d.any():
+        return np.empty((0, 2, 2))
+    padded = np.zeros((mask2d.shape[0] + 2, mask2d.shape[1] + 2), np.int32)
+    padded[1:-1, 1:-1] = mask2d
+    origin = np.ones((2, 2), np.int64) - np.asarray(corner, dtype=np.int64)  # (pixels) undoes the pad and the crop
+    points, _lengths, first, _labels = _planar_kernels().label_contours(padded, origin, np.asarray(spacing2d, dtype=float), -1.0)
+    following = np.arange(1, len(points) + 1)
+    following[first[1:] - 1] = first[:-1]
+    return np.stack([points, points[following]], axis=1)
 
 
 def closed_contour(points, max_segment_mm: float | None = None) -> Contour:
