@@ -40,6 +40,8 @@ COVERED_PERCENTS = (2, 50, 95, 98)
 SIDES = ("reference", "test", "difference")
 #: Points of a DVH curve: its dose step is the smallest of 1, 2, 5 × 10^k Gy giving at most this many.
 DVH_POINTS = 500
+#: ``DoseSummationType`` values of a whole plan's dose (or of plans summed); the others are a part of one.
+WHOLE_PLAN_SUMMATIONS = ("PLAN", "MULTI_PLAN", "PLAN_OVERVIEW")
 #: Structure voxels sampled per batch (bounded temporary memory).
 _BATCH_VOXELS = 1 << 20
 #: Largest off-diagonal term (dose voxels per structure voxel) of an axis-aligned index map.
@@ -105,13 +107,14 @@ class StructureDose:
 
     def statistics(self, levels_gy) -> dict:
         """``{(statistic, unit suffix): value}`` of :data:`STATISTICS` and of the levels' V metrics
-        (see the module doc); the doses of a structure with no voxel inside the dose grid are NaN."""
+        (see the module doc); the doses of a structure with no voxel inside the dose grid are NaN,
+        its V NaN cc too when it has voxels (outside the grid: their doses are unknown, not 0 Gy)."""
         n = len(self.doses)
         values = {(name, suffix): math.nan for name, suffix, _ in STATISTICS}
         values["volume", "cc"] = self.volume_cc
         for level in levels_gy:
             received = int(np.count_nonzero(self.doses >= level))
-            values[level_name(level), "cc"] = received * self.voxel_cc
+            values[level_name(level), "cc"] = math.nan if self.unknown else received * self.voxel_cc
             values[level_name(level), "percent"] = 100.0 * received / n if n else math.nan
         if n == 0:
             return values
@@ -125,9 +128,16 @@ class StructureDose:
         values["dmean", "gy"] = float(self.doses.mean(dtype=np.float64))
         return values
 
+    @property
+    def unknown(self) -> bool:
+        """Whether the structure has voxels, but none inside the dose grid."""
+        return len(self.doses) == 0 and self.outside > 0
+
     def dvh(self, dose_gy: np.ndarray) -> np.ndarray:
         """The cumulative DVH (cc) at the increasing doses ``dose_gy`` (from 0): the volume
-        receiving at least each dose (the comparison of the V metrics)."""
+        receiving at least each dose (the comparison of the V metrics); NaN when :attr:`unknown`."""
+        if self.unknown:
+            return np.full(len(dose_gy), math.nan)
         bins = np.searchsorted(dose_gy, self.doses, side="right") - 1  # the highest dose each voxel reaches
         counts = np.bincount(bins, minlength=len(dose_gy))
         return np.cumsum(counts[::-1])[::-1] * self.voxel_cc
@@ -252,15 +262,24 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     return values
 
 
-def sampling_note(dose, structure_spacing) -> str:
-    """The note saying how the dose metrics sample the dose ``dose`` (a DoseGrid) on structures
-    whose voxels are ``structure_spacing`` (mm, array order)."""
+def sampling_notes(dose, structure_spacing) -> list:
+    """The note saying what the dose ``dose`` (a DoseGrid) is and how the dose metrics sample it
+    on structures whose voxels are ``structure_spacing`` (mm, array order), and a warning when it
+    is not a whole plan's dose (a ``DoseSummationType`` outside :data:`WHOLE_PLAN_SUMMATIONS`)."""
     def mm(spacing):
         return " x ".join(f"{s:.4g}" for s in spacing)
 
-    return (f"dose {dose.source} ({mm(dose.spacing)} mm voxels, z, y, x; maximum {dose.max_gy:.4g} Gy) interpolated "
-            f"trilinearly at the centres of the structures' voxels ({mm(structure_spacing)} mm: their masks on the "
-            "comparison grid, RT Structure Sets rasterised on it)")
+    kind = {"PHYSICAL": "physical dose, ", "EFFECTIVE": "EFFECTIVE dose weighted by a relative biological "
+            "effectiveness, Gy(RBE), "}.get(dose.dose_type, f"DoseType {dose.dose_type}, " if dose.dose_type else "")
+    kind += f"DoseSummationType {dose.summation}; " if dose.summation else ""
+    notes = [f"dose {dose.source} ({kind}{mm(dose.spacing)} mm voxels, z, y, x; maximum {dose.max_gy:.4g} Gy) "
+             f"interpolated trilinearly at the centres of the structures' voxels ({mm(structure_spacing)} mm: their "
+             "masks on the comparison grid, RT Structure Sets rasterised on it)"]
+    if dose.summation is not None and dose.summation not in WHOLE_PLAN_SUMMATIONS:
+        notes.append(f"warning: the dose {dose.source} is DoseSummationType {dose.summation}, a part of a plan (one "
+                     "fraction, beam, session or control point), not the whole plan: its doses and dose levels are "
+                     "those of that part")
+    return notes
 
 
 def outside_notes(results, dose) -> list:
