@@ -691,3 +691,33 @@ def test_a_cylinder_in_a_cylindrical_field_on_a_coarse_oblique_grid_has_its_clos
         share = min(1.0, max(0.0, (60 - d) / (0.1 * radius ** 2)))
         low = min(1.0, max(0.0, (60 - d - bound) / (0.1 * radius ** 2)))  # interpolation lowers doses by <= bound
         assert low * 100 - 1.0 <= row["reference_percent"] <= share * 100 + 1.0, d
+
+
+def test_a_dose_level_equal_to_the_stored_dose_counts_its_voxels(tmp_path):
+    """A uniform 20.3 Gy RTDOSE (a 32-bit float just below 20.3): all of the structure receives 20.3 Gy."""
+    needs_compare()
+    import segmetrics
+
+    path = write_rtdose(tmp_path / "d.dcm", np.full((4, 4, 4), 20.3), (1, 1, 1), (0, 0, 0))
+    image = _grid((2, 2, 2), (1.0, 1.0, 1.0), (1.0, 1.0, 1.0)).with_array(np.ones((2, 2, 2), np.uint8))
+    values = segmetrics.compare(image, image, metrics="dose", dose=path,
+                                params=segmetrics.Parameters(dose_levels_gy=(20.3,))).structures[0]
+    assert values.value("dose_v20.3gy_reference_percent") == 100.0
+    assert values.value("dose_v20.3gy_reference_cc") == pytest.approx(0.008)
+    at_level = next(row for row in values.extras["dvh"].rows() if row["dose_gy"] == 20.3)
+    assert at_level["reference_percent"] == 100.0
+
+
+def test_an_integer_dose_grid_is_interpolated_in_floating_point():
+    """3 Gy per voxel along x on a grid rotated 30°: the oblique path interpolates, it does not truncate."""
+    needs_compare()
+    import segmetrics
+
+    rotation = _rotation(30, 0)
+    field = np.broadcast_to(np.arange(10)[None, None, :] * 3, (10, 10, 10)).copy()  # integers
+    image = _grid((3, 3, 3), (1.0, 1.0, 1.0), (-1.0, -1.3, -1.0)).with_array(np.ones((3, 3, 3), np.uint8))
+    means = [segmetrics.compare(image, image, metrics="dose", dose=DoseGrid(
+        array, (1.0, 1.0, 1.0), tuple(-rotation @ np.full(3, 4.5)), tuple(rotation.ravel()))
+    ).structures[0].value("dose_dmean_reference_gy") for array in (field, field.astype(float))]
+    # the grid's centre (index 4.5 along its x) is the structure's centre; the field is linear: exact
+    assert means == pytest.approx([13.5 + 3 * (rotation.T @ [0, -0.3, 0])[0]] * 2, abs=1e-5)

@@ -87,8 +87,10 @@ def level_metrics(params: Parameters) -> tuple:
 
 @dataclass(frozen=True)
 class StructureDose:
-    """The doses (Gy) at the voxel centres of one structure inside the dose grid, each voxel of
-    ``voxel_cc``; ``outside`` voxels of the structure lie outside the dose grid."""
+    """The doses (Gy, in the dose grid's precision) at the voxel centres of one structure inside
+    the dose grid, each voxel of ``voxel_cc``; ``outside`` voxels of the structure lie outside the
+    dose grid. Dose levels are compared in the doses' precision: a level equal to a dose of the
+    grid (20.3 Gy, stored as the 32-bit float nearest to it) counts the voxels receiving it."""
 
     doses: np.ndarray
     voxel_cc: float
@@ -113,7 +115,7 @@ class StructureDose:
         values = {(name, suffix): math.nan for name, suffix, _ in STATISTICS}
         values["volume", "cc"] = self.volume_cc
         for level in levels_gy:
-            received = int(np.count_nonzero(self.doses >= level))
+            received = int(np.count_nonzero(self.doses >= self.doses.dtype.type(level)))
             values[level_name(level), "cc"] = math.nan if self.unknown else received * self.voxel_cc
             values[level_name(level), "percent"] = 100.0 * received / n if n else math.nan
         if n == 0:
@@ -138,7 +140,8 @@ class StructureDose:
         receiving at least each dose (the comparison of the V metrics); NaN when :attr:`unknown`."""
         if self.unknown:
             return np.full(len(dose_gy), math.nan)
-        bins = np.searchsorted(dose_gy, self.doses, side="right") - 1  # the highest dose each voxel reaches
+        # the highest dose each voxel reaches, in the doses' precision
+        bins = np.searchsorted(dose_gy.astype(self.doses.dtype), self.doses, side="right") - 1
         counts = np.bincount(bins, minlength=len(dose_gy))
         return np.cumsum(counts[::-1])[::-1] * self.voxel_cc
 
@@ -190,7 +193,8 @@ def structure_dose(mask: np.ndarray, image, dose) -> StructureDose:
         doses, missed = sample(mask[start:start + batch], start, matrix, offset, dose)
         parts.append(doses)
         outside += missed
-    return StructureDose(np.concatenate(parts) if parts else np.zeros(0), voxel_cc, outside)
+    doses = np.concatenate(parts) if parts else np.zeros(0)
+    return StructureDose(doses.astype(dose.dose.dtype, copy=False), voxel_cc, outside)
 
 
 def _oblique_batch(mask, start, matrix, offset, dose) -> tuple:

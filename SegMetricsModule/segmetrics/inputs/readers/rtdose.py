@@ -42,7 +42,8 @@ INSIDE_TOLERANCE_VOXELS = 1e-6
 class DoseGrid:
     """A dose distribution on a regular grid.
 
-    ``dose``: Gy, array order ``(z, y, x)`` = (frame, row, column); ``spacing``: mm in the same
+    ``dose``: Gy, array order ``(z, y, x)`` = (frame, row, column), floating point (integers are
+    converted to 32-bit floats: interpolation in integers would truncate); ``spacing``: mm in the same
     order; ``origin``: patient position (mm, ITK x, y, z = LPS) of the first voxel's centre;
     ``direction``: row-major ITK direction matrix (its columns are the x, y, z index axes in patient
     coordinates); ``frame_of_reference``: the FrameOfReferenceUID (None for a grid built in memory);
@@ -61,6 +62,8 @@ class DoseGrid:
 
     def __post_init__(self):
         """``ValueError`` (one line naming ``source``) for a grid or doses that cannot be trusted."""
+        if self.dose.dtype.kind != "f":
+            object.__setattr__(self, "dose", self.dose.astype(np.float32))
         try:
             if self.dose.ndim != 3:
                 raise ValueError(f"a dose grid is 3-D, got shape {self.dose.shape}")
