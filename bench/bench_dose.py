@@ -6,7 +6,8 @@ same shifted by one voxel in x and y. The dose grid has the same size and spacin
 voxel (so every structure voxel is interpolated), holding a smooth field of 0-70 Gy. Prints the
 first call of ``compare(..., metrics="dose", dose=..., dose_levels_gy=(20, 30))`` in the process
 (the metric modules imported in it) and the best of ``--repeats`` further calls, the DVHs
-included, then the same with the RTDOSE read from a file (written here with pydicom). Checks
+included, then the same with the RTDOSE read from a file (written here with pydicom), then with
+the dose grid rotated 1° about z (interpolated voxel by voxel, not axis by axis). Checks
 every structure's reference Dmean and volume against scipy's trilinear interpolation at its
 voxel centres.
 
@@ -117,6 +118,11 @@ def main() -> None:
         write_rtdose(path, dose.dose, origin)
         seconds, _ = best_time(lambda: run(str(path)), args.repeats)
         print(f"compare, RTDOSE file read each time: {seconds:.2f} s")
+    angle = np.radians(1.0)
+    about_z = np.array([[np.cos(angle), -np.sin(angle), 0], [np.sin(angle), np.cos(angle), 0], [0, 0, 1]])
+    oblique = DoseGrid(dose.dose, SPACING, origin, tuple(about_z.ravel()))
+    seconds, _ = best_time(lambda: run(oblique), args.repeats)
+    print(f"compare, dose grid rotated 1 degree about z: {seconds:.2f} s")
 
 
 if __name__ == "__main__":
