@@ -721,3 +721,19 @@ def test_an_integer_dose_grid_is_interpolated_in_floating_point():
     ).structures[0].value("dose_dmean_reference_gy") for array in (field, field.astype(float))]
     # the grid's centre (index 4.5 along its x) is the structure's centre; the field is linear: exact
     assert means == pytest.approx([13.5 + 3 * (rotation.T @ [0, -0.3, 0])[0]] * 2, abs=1e-5)
+
+
+def test_a_dose_from_another_frame_than_a_dicom_seg_is_refused(data_dir):
+    import pydicom
+
+    seg = data_dir / "dcmqi" / "liver.dcm"
+    frame = str(pydicom.dcmread(seg, stop_before_pixels=True).FrameOfReferenceUID)
+
+    def grid(frame_of_reference):
+        return DoseGrid(np.ones((2, 2, 2)), (1, 1, 1), (0, 0, 0), tuple(np.eye(3).ravel()), frame_of_reference, "plan")
+
+    assert check_dose_frame(grid(frame), {"reference": seg}) == []
+    with pytest.raises(ReadError) as error:
+        check_dose_frame(grid(OTHER_FRAME), {"test": seg})
+    assert f"the test {seg} is in {frame}: not the same patient coordinates" in str(error.value)
+    assert "\n" not in str(error.value)
