@@ -266,7 +266,8 @@ def test_cli_writes_dose_metrics_and_the_dvh_table(tmp_path, capsys):
     assert values["dose_v60gy_reference_percent"] == pytest.approx(25.0)  # x >= 10: 10 of 40 columns
     assert values["dose_v60gy_test_cc"] == 0
     rows = list(csv.DictReader(dvh.open()))
-    assert set(rows[0]) == {"structure", "dose_gy", "reference_cc", "reference_percent", "test_cc", "test_percent"}
+    assert list(rows[0]) == ["structure", "dose_gy", "reference_cc", "reference_percent", "reference_outside_percent",
+                             "test_cc", "test_percent", "test_outside_percent"]
     by_dose = {float(row["dose_gy"]): row for row in rows}
     assert float(by_dose[0.0]["reference_percent"]) == pytest.approx(100.0)
     assert float(by_dose[60.0]["reference_cc"]) == pytest.approx(values["dose_v60gy_reference_cc"])
@@ -400,6 +401,11 @@ def test_a_structure_partly_outside_the_dose_grid_is_flagged_with_its_share():
     assert values.value("dose_volume_reference_cc") == pytest.approx(4.0)  # the whole structure
     warning = [note for note in result.notes if "outside the dose grid" in note]
     assert len(warning) == 1 and "50.0% of the reference" in warning[0] and warning[0].startswith("warning:")
+    # the DVH table says which share its curves leave out
+    from segmetrics.outputs.dvh import dvh_rows
+
+    rows = dvh_rows(result)
+    assert {row["reference_outside_percent"] for row in rows} == {50.0} and rows[0]["reference_cc"] == pytest.approx(2.0)
 
 
 def test_empty_sides_and_missing_dose():

@@ -149,23 +149,30 @@ class StructureDose:
 @dataclass(frozen=True)
 class DoseVolumeHistogram:
     """Cumulative DVHs of a structure pair (``extras["dvh"]``): ``dose_gy`` (the dose axis, Gy),
-    ``reference_cc`` and ``test_cc`` (volume receiving at least each dose, cc), and the volumes
-    inside the dose grid the percentages refer to (``reference_volume_cc``, ``test_volume_cc``)."""
+    ``reference_cc`` and ``test_cc`` (volume receiving at least each dose, cc), the volumes
+    inside the dose grid the percentages refer to (``reference_volume_cc``, ``test_volume_cc``),
+    and the shares (%) of each side outside the dose grid, which the curves leave out."""
 
     dose_gy: np.ndarray
     reference_cc: np.ndarray
     test_cc: np.ndarray
     reference_volume_cc: float
     test_volume_cc: float
+    reference_outside_percent: float = 0.0
+    test_outside_percent: float = 0.0
 
     def rows(self) -> list:
-        """One dict per dose: ``dose_gy``, then volume in cc and % per side (NaN % for an empty side)."""
+        """One dict per dose: ``dose_gy``, then per side the volume in cc and % (NaN % for an
+        empty side) and the share (%) outside the dose grid."""
         def percent(volume, whole):
             return volume / whole * 100.0 if whole else np.full(len(volume), math.nan)
 
+        doses = len(self.dose_gy)
         columns = {"dose_gy": self.dose_gy, "reference_cc": self.reference_cc,
                    "reference_percent": percent(self.reference_cc, self.reference_volume_cc),
-                   "test_cc": self.test_cc, "test_percent": percent(self.test_cc, self.test_volume_cc)}
+                   "reference_outside_percent": np.full(doses, self.reference_outside_percent),
+                   "test_cc": self.test_cc, "test_percent": percent(self.test_cc, self.test_volume_cc),
+                   "test_outside_percent": np.full(doses, self.test_outside_percent)}
         return [dict(zip(columns, map(float, values))) for values in zip(*columns.values())]
 
 
@@ -254,7 +261,8 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     points = int(math.ceil(max(d.doses.max(initial=0.0) for d in doses.values()) / step)) + 2
     dose_axis = np.round(np.arange(points) * step, 9)  # 0.1 Gy steps as 0.3, not 0.30000000000000004
     pair.extras["dvh"] = DoseVolumeHistogram(dose_axis, *(doses[side].dvh(dose_axis) for side in SIDES[:2]),
-                                             *(len(doses[side].doses) * doses[side].voxel_cc for side in SIDES[:2]))
+                                             *(len(doses[side].doses) * doses[side].voxel_cc for side in SIDES[:2]),
+                                             *(100.0 * doses[side].outside_share for side in SIDES[:2]))
     emptiness = pair.emptiness
     values = []
     for spec, key, side in table:
