@@ -609,8 +609,17 @@ def test_absolute_frame_offsets_in_decreasing_order(tmp_path):
                                           offsets=[16, 14, 12, 10]))
     assert decreasing.origin == increasing.origin and decreasing.spacing == increasing.spacing
     np.testing.assert_allclose(decreasing.dose, increasing.dose)
-    # absolute offsets of frames that are not axial: DICOM allows only relative ones
+    # oblique frames stored top down (relative offsets decreasing along the normal): the same grid
     tilted = _rotation(0, 20)
+    orientation = (*tilted[:, 0], *tilted[:, 1])
+    up = read_rtdose(write_rtdose(tmp_path / "u.dcm", dose, spacing, (0.0, 0.0, 10.0), orientation=orientation))
+    top = np.array([0.0, 0.0, 10.0]) + 6.0 * tilted[:, 2]  # the last frame's position, 3 steps along the normal
+    down = read_rtdose(write_rtdose(tmp_path / "o.dcm", dose[::-1], spacing, top, orientation=orientation,
+                                    offsets=[0, -2, -4, -6]))
+    np.testing.assert_allclose(down.origin, up.origin, atol=1e-9)
+    assert down.direction == up.direction and down.spacing == up.spacing
+    np.testing.assert_allclose(down.dose, up.dose)
+    # absolute offsets of frames that are not axial: DICOM allows only relative ones
     with pytest.raises(ReadError, match="absolute, axial frames only"):
         read_rtdose(write_rtdose(tmp_path / "t.dcm", dose, spacing, (0.0, 0.0, 10.0),
                                  orientation=(*tilted[:, 0], *tilted[:, 1]), offsets=[10, 12, 14, 16]))
