@@ -266,7 +266,8 @@ def test_cli_writes_dose_metrics_and_the_dvh_table(tmp_path, capsys):
     assert values["dose_v60gy_reference_percent"] == pytest.approx(25.0)  # x >= 10: 10 of 40 columns
     assert values["dose_v60gy_test_cc"] == 0
     rows = list(csv.DictReader(dvh.open()))
-    assert set(rows[0]) == {"structure", "dose_gy", "reference_cc", "reference_percent", "test_cc", "test_percent"}
+    assert list(rows[0]) == ["structure", "dose_gy", "reference_cc", "reference_percent", "reference_outside_percent",
+                             "test_cc", "test_percent", "test_outside_percent"]
     by_dose = {float(row["dose_gy"]): row for row in rows}
     assert float(by_dose[0.0]["reference_percent"]) == pytest.approx(100.0)
     assert float(by_dose[60.0]["reference_cc"]) == pytest.approx(values["dose_v60gy_reference_cc"])
@@ -400,6 +401,11 @@ def test_a_structure_partly_outside_the_dose_grid_is_flagged_with_its_share():
     assert values.value("dose_volume_reference_cc") == pytest.approx(4.0)  # the whole structure
     warning = [note for note in result.notes if "outside the dose grid" in note]
     assert len(warning) == 1 and "50.0% of the reference" in warning[0] and warning[0].startswith("warning:")
+    # the DVH table says which share its curves leave out
+    from segmetrics.outputs.dvh import dvh_rows
+
+    rows = dvh_rows(result)
+    assert {row["reference_outside_percent"] for row in rows} == {50.0} and rows[0]["reference_cc"] == pytest.approx(2.0)
 
 
 def test_empty_sides_and_missing_dose():
@@ -580,3 +586,169 @@ def test_bad_dose_levels_are_one_line(levels, message):
     with pytest.raises(ParameterError, match=message):
         Parameters(dose_levels_gy=levels)
     assert Parameters(dose_levels_gy=[30, 20.5, 30]).dose_levels_gy == (30.0, 20.5)  # repeats once, order kept
+
+
+# ------------------------------------------------------- reader variants and grid edges
+@pytest.mark.parametrize("signed", [False, True])
+def test_16_bit_multi_frame_doses_read_as_32_bit_ones(tmp_path, signed):
+    spacing, origin = (2.0, 2.0, 2.0), (0.0, 0.0, 0.0)
+    dose = linear_field((5, 6, 7), spacing, origin, (0.1, 0.2, 0.3), offset_gy=10)  # 10 .. 15.4 Gy
+    path = write_rtdose(tmp_path / "d16.dcm", dose, spacing, origin, scaling=1e-3, BitsAllocated=16, BitsStored=16,
+                        HighBit=15, PixelRepresentation=int(signed),
+                        PixelData=np.round(dose / 1e-3).astype("<i2" if signed else "<u2").tobytes())
+    grid = read_rtdose(path)
+    assert grid.dose.dtype == np.float32 and grid.dose.shape == (5, 6, 7)
+    np.testing.assert_allclose(grid.dose, dose, atol=1e-5)
+
+
+def test_absolute_frame_offsets_in_decreasing_order(tmp_path):
+    spacing = (2.0, 2.0, 2.0)
+    dose = linear_field((4, 3, 3), spacing, (0.0, 0.0, 10.0), (0, 0, 1.0))
+    increasing = read_rtdose(write_rtdose(tmp_path / "i.dcm", dose, spacing, (0.0, 0.0, 10.0)))
+    decreasing = read_rtdose(write_rtdose(tmp_path / "d.dcm", dose[::-1], spacing, (0.0, 0.0, 16.0),
+                                          offsets=[16, 14, 12, 10]))
+    assert decreasing.origin == increasing.origin and decreasing.spacing == increasing.spacing
+    np.testing.assert_allclose(decreasing.dose, increasing.dose)
+    # oblique frames stored top down (relative offsets decreasing along the normal): the same grid
+    tilted = _rotation(0, 20)
+    orientation = (*tilted[:, 0], *tilted[:, 1])
+    up = read_rtdose(write_rtdose(tmp_path / "u.dcm", dose, spacing, (0.0, 0.0, 10.0), orientation=orientation))
+    top = np.array([0.0, 0.0, 10.0]) + 6.0 * tilted[:, 2]  # the last frame's position, 3 steps along the normal
+    down = read_rtdose(write_rtdose(tmp_path / "o.dcm", dose[::-1], spacing, top, orientation=orientation,
+                                    offsets=[0, -2, -4, -6]))
+    np.testing.assert_allclose(down.origin, up.origin, atol=1e-9)
+    assert down.direction == up.direction and down.spacing == up.spacing
+    np.testing.assert_allclose(down.dose, up.dose)
+    # absolute offsets of frames that are not axial: DICOM allows only relative ones
+    with pytest.raises(ReadError, match="absolute, axial frames only"):
+        read_rtdose(write_rtdose(tmp_path / "t.dcm", dose, spacing, (0.0, 0.0, 10.0),
+                                 orientation=(*tilted[:, 0], *tilted[:, 1]), offsets=[10, 12, 14, 16]))
+
+
+@pytest.mark.parametrize("tags, stated, warned", [
+    ({}, "physical dose, DoseSummationType PLAN", False),
+    ({"DoseType": "EFFECTIVE"}, "Gy(RBE)", False),
+    ({"DoseSummationType": "FRACTION"}, "DoseSummationType FRACTION", True),
+    ({"DoseSummationType": "BEAM"}, "DoseSummationType BEAM", True),
+    ({"DoseType": None, "DoseSummationType": None}, "dose", False),
+])
+def test_what_the_dose_is_reaches_the_notes(tmp_path, tags, stated, warned):
+    """DoseType EFFECTIVE (RBE-weighted) is stated; a dose of one fraction or beam is not the plan's: warned."""
+    needs_compare()
+    import segmetrics
+
+    path = write_rtdose(tmp_path / "d.dcm", np.full((4, 4, 4), 2.0), (1, 1, 1), (0, 0, 0), **tags)
+    image = _grid((2, 2, 2), (1.0, 1.0, 1.0), (1.0, 1.0, 1.0)).with_array(np.ones((2, 2, 2), np.uint8))
+    notes = segmetrics.compare(image, image, metrics="dose", dose=path).notes
+    dose_note = next(note for note in notes if "interpolated trilinearly" in note)
+    assert stated in dose_note
+    warnings = [note for note in notes if note.startswith("warning:") and "not the whole plan" in note]
+    assert len(warnings) == int(warned)
+
+
+def test_a_structure_wholly_outside_the_dose_grid_has_no_dose_values():
+    """Its voxels' doses are unknown: NaN doses, V and DVH (not the 0 cc of an unirradiated structure)."""
+    needs_compare()
+    import segmetrics
+
+    dose = DoseGrid(np.full((5, 5, 5), 30.0), (1.0, 1.0, 1.0), (0.0, 0.0, 0.0), tuple(np.eye(3).ravel()))
+    mask = np.zeros((6, 6, 6), np.uint8)
+    mask[1:4, 1:4, 1:4] = 1
+    image = _grid(mask.shape, (1.0, 1.0, 1.0), (50.0, 50.0, 50.0)).with_array(mask)
+    result = segmetrics.compare(image, image, metrics="dose", dose=dose, params=segmetrics.Parameters(dose_levels_gy=(20,)))
+    values = result.structures[0]
+    for name in ("dose_dmean_reference_gy", "dose_v20gy_reference_cc", "dose_v20gy_reference_percent",
+                 "dose_v20gy_difference_cc"):
+        assert math.isnan(values.value(name)) and values.get(name).status == "outside_dose_grid", name
+    assert values.value("dose_volume_reference_cc") == pytest.approx(0.027)
+    assert all(math.isnan(row["reference_cc"]) for row in values.extras["dvh"].rows())
+    assert any(note.startswith("warning:") and "100.0% of the reference" in note for note in result.notes)
+
+
+def test_a_cylinder_in_a_cylindrical_field_on_a_coarse_oblique_grid_has_its_closed_form_dvh():
+    """Dose 60 − 0.1 (x² + y²) Gy around the axis of a cylinder (radius R = 12 mm, z in [-10, 10) mm,
+    0.5 mm voxels) on a 2 mm dose grid rotated 30° about z and 20° about x. Continuum: the share
+    within r of the axis is (r / R)², so Dx% = 60 − 0.1 R² x / 100, Dmean = 60 − 0.05 R², and the
+    cumulative DVH is V(d) / V = (60 − d) / (0.1 R²). The field is concave: its trilinear
+    interpolation lies below it by at most h² / 8 × Σ|∂²D/∂u²| over the grid axes u = 0.2 Gy."""
+    needs_compare()
+    import segmetrics
+
+    rotation, h, radius = _rotation(30, 20), 2.0, 12.0
+    origin = -rotation @ np.full(3, 24.0)  # 25 voxels of 2 mm around the origin
+    ijk = np.stack(np.meshgrid(*[np.arange(25)] * 3, indexing="ij"), axis=-1)[..., ::-1]
+    points = origin + (ijk * h) @ rotation.T
+    field = np.maximum(60 - 0.1 * (points[..., 0] ** 2 + points[..., 1] ** 2), 0)  # 0 only far off the cylinder
+    dose = DoseGrid(field, (h,) * 3, tuple(origin), tuple(rotation.ravel()))
+    voxel = 0.5
+    across, along = (np.arange(52) - 25.5) * voxel, (np.arange(40) - 19.5) * voxel
+    z, y, x = np.meshgrid(along, across, across, indexing="ij")
+    r2 = x ** 2 + y ** 2
+    cylinder = r2 <= radius ** 2
+    image = _grid(cylinder.shape, (voxel,) * 3, (across[0], across[0], along[0])).with_array(cylinder.astype(np.uint8))
+    result = segmetrics.compare(image, image, metrics="dose", dose=dose, params=segmetrics.Parameters(dose_levels_gy=(50,)))
+    values = result.structures[0]
+    bound = h ** 2 / 8 * 0.2 * 2
+    exact = _brute_force(60 - 0.1 * r2[cylinder], voxel ** 3 / 1000, levels=(50,))
+    for name in ("dmean", "dmin", "dmax", "d2", "d50", "d95", "d98"):
+        measured = values.value(f"dose_{name}_reference_gy")
+        assert exact[name] - bound - 1e-6 <= measured <= exact[name] + 1e-6, name
+    continuum = {"dmean": 60 - 0.05 * radius ** 2, "dmin": 60 - 0.1 * radius ** 2,
+                 **{f"d{p}": 60 - 0.1 * radius ** 2 * p / 100 for p in (2, 50, 95, 98)}}
+    for name, value in continuum.items():  # + the voxelised circle: its boundary within half a pixel diagonal
+        assert values.value(f"dose_{name}_reference_gy") == pytest.approx(value, abs=bound + 0.1 * 2 * radius * 0.36), name
+    volume_cc = math.pi * radius ** 2 * 20 / 1000
+    assert values.value("dose_volume_reference_cc") == pytest.approx(volume_cc, rel=0.01)
+    assert values.value("dose_v50gy_reference_percent") == pytest.approx(100 * 100 / radius ** 2, abs=1.0)
+    rows = values.extras["dvh"].rows()
+    for row in rows:  # the curve: continuum within the dose bound and the circle's pixel share (1 %)
+        d = row["dose_gy"]
+        share = min(1.0, max(0.0, (60 - d) / (0.1 * radius ** 2)))
+        low = min(1.0, max(0.0, (60 - d - bound) / (0.1 * radius ** 2)))  # interpolation lowers doses by <= bound
+        assert low * 100 - 1.0 <= row["reference_percent"] <= share * 100 + 1.0, d
+
+
+def test_a_dose_level_equal_to_the_stored_dose_counts_its_voxels(tmp_path):
+    """A uniform 20.3 Gy RTDOSE (a 32-bit float just below 20.3): all of the structure receives 20.3 Gy."""
+    needs_compare()
+    import segmetrics
+
+    path = write_rtdose(tmp_path / "d.dcm", np.full((4, 4, 4), 20.3), (1, 1, 1), (0, 0, 0))
+    image = _grid((2, 2, 2), (1.0, 1.0, 1.0), (1.0, 1.0, 1.0)).with_array(np.ones((2, 2, 2), np.uint8))
+    values = segmetrics.compare(image, image, metrics="dose", dose=path,
+                                params=segmetrics.Parameters(dose_levels_gy=(20.3,))).structures[0]
+    assert values.value("dose_v20.3gy_reference_percent") == 100.0
+    assert values.value("dose_v20.3gy_reference_cc") == pytest.approx(0.008)
+    at_level = next(row for row in values.extras["dvh"].rows() if row["dose_gy"] == 20.3)
+    assert at_level["reference_percent"] == 100.0
+
+
+def test_an_integer_dose_grid_is_interpolated_in_floating_point():
+    """3 Gy per voxel along x on a grid rotated 30°: the oblique path interpolates, it does not truncate."""
+    needs_compare()
+    import segmetrics
+
+    rotation = _rotation(30, 0)
+    field = np.broadcast_to(np.arange(10)[None, None, :] * 3, (10, 10, 10)).copy()  # integers
+    image = _grid((3, 3, 3), (1.0, 1.0, 1.0), (-1.0, -1.3, -1.0)).with_array(np.ones((3, 3, 3), np.uint8))
+    means = [segmetrics.compare(image, image, metrics="dose", dose=DoseGrid(
+        array, (1.0, 1.0, 1.0), tuple(-rotation @ np.full(3, 4.5)), tuple(rotation.ravel()))
+    ).structures[0].value("dose_dmean_reference_gy") for array in (field, field.astype(float))]
+    # the grid's centre (index 4.5 along its x) is the structure's centre; the field is linear: exact
+    assert means == pytest.approx([13.5 + 3 * (rotation.T @ [0, -0.3, 0])[0]] * 2, abs=1e-5)
+
+
+def test_a_dose_from_another_frame_than_a_dicom_seg_is_refused(data_dir):
+    import pydicom
+
+    seg = data_dir / "dcmqi" / "liver.dcm"
+    frame = str(pydicom.dcmread(seg, stop_before_pixels=True).FrameOfReferenceUID)
+
+    def grid(frame_of_reference):
+        return DoseGrid(np.ones((2, 2, 2)), (1, 1, 1), (0, 0, 0), tuple(np.eye(3).ravel()), frame_of_reference, "plan")
+
+    assert check_dose_frame(grid(frame), {"reference": seg}) == []
+    with pytest.raises(ReadError) as error:
+        check_dose_frame(grid(OTHER_FRAME), {"test": seg})
+    assert f"the test {seg} is in {frame}: not the same patient coordinates" in str(error.value)
+    assert "\n" not in str(error.value)

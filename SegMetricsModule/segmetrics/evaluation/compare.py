@@ -449,9 +449,9 @@ def compare(
             raise ValueError("the dose metrics need the planned dose: give dose= (CLI: --dose RTDOSE.dcm)")
         notes.append("dose metrics skipped: no dose was given (dose=, CLI: --dose RTDOSE.dcm)")
     if dose is not None:
-        from ..metrics.dose import sampling_note  # a metric group module: imported when it runs
+        from ..metrics.dose import sampling_notes  # a metric group module: imported when it runs
 
-        notes += [*dose_notes, sampling_note(dose, reference.spacing)]
+        notes += [*dose_notes, *sampling_notes(dose, reference.spacing)]
     groups = all_groups()
     whole_image = any(groups[name].whole_image(params) for name in selection)
     checkpoint()

@@ -40,6 +40,8 @@ COVERED_PERCENTS = (2, 50, 95, 98)
 SIDES = ("reference", "test", "difference")
 #: Points of a DVH curve: its dose step is the smallest of 1, 2, 5 × 10^k Gy giving at most this many.
 DVH_POINTS = 500
+#: ``DoseSummationType`` values of a whole plan's dose (or of plans summed); the others are a part of one.
+WHOLE_PLAN_SUMMATIONS = ("PLAN", "MULTI_PLAN", "PLAN_OVERVIEW")
 #: Structure voxels sampled per batch (bounded temporary memory).
 _BATCH_VOXELS = 1 << 20
 #: Largest off-diagonal term (dose voxels per structure voxel) of an axis-aligned index map.
@@ -85,8 +87,10 @@ def level_metrics(params: Parameters) -> tuple:
 
 @dataclass(frozen=True)
 class StructureDose:
-    """The doses (Gy) at the voxel centres of one structure inside the dose grid, each voxel of
-    ``voxel_cc``; ``outside`` voxels of the structure lie outside the dose grid."""
+    """The doses (Gy, in the dose grid's precision) at the voxel centres of one structure inside
+    the dose grid, each voxel of ``voxel_cc``; ``outside`` voxels of the structure lie outside the
+    dose grid. Dose levels are compared in the doses' precision: a level equal to a dose of the
+    grid (20.3 Gy, stored as the 32-bit float nearest to it) counts the voxels receiving it."""
 
     doses: np.ndarray
     voxel_cc: float
@@ -105,13 +109,14 @@ class StructureDose:
 
     def statistics(self, levels_gy) -> dict:
         """``{(statistic, unit suffix): value}`` of :data:`STATISTICS` and of the levels' V metrics
-        (see the module doc); the doses of a structure with no voxel inside the dose grid are NaN."""
+        (see the module doc); the doses of a structure with no voxel inside the dose grid are NaN,
+        its V NaN cc too when it has voxels (outside the grid: their doses are unknown, not 0 Gy)."""
         n = len(self.doses)
         values = {(name, suffix): math.nan for name, suffix, _ in STATISTICS}
         values["volume", "cc"] = self.volume_cc
         for level in levels_gy:
-            received = int(np.count_nonzero(self.doses >= level))
-            values[level_name(level), "cc"] = received * self.voxel_cc
+            received = int(np.count_nonzero(self.doses >= self.doses.dtype.type(level)))
+            values[level_name(level), "cc"] = math.nan if self.unknown else received * self.voxel_cc
             values[level_name(level), "percent"] = 100.0 * received / n if n else math.nan
         if n == 0:
             return values
@@ -125,10 +130,18 @@ class StructureDose:
         values["dmean", "gy"] = float(self.doses.mean(dtype=np.float64))
         return values
 
+    @property
+    def unknown(self) -> bool:
+        """Whether the structure has voxels, but none inside the dose grid."""
+        return len(self.doses) == 0 and self.outside > 0
+
     def dvh(self, dose_gy: np.ndarray) -> np.ndarray:
         """The cumulative DVH (cc) at the increasing doses ``dose_gy`` (from 0): the volume
-        receiving at least each dose (the comparison of the V metrics)."""
-        bins = np.searchsorted(dose_gy, self.doses, side="right") - 1  # the highest dose each voxel reaches
+        receiving at least each dose (the comparison of the V metrics); NaN when :attr:`unknown`."""
+        if self.unknown:
+            return np.full(len(dose_gy), math.nan)
+        # the highest dose each voxel reaches, in the doses' precision
+        bins = np.searchsorted(dose_gy.astype(self.doses.dtype), self.doses, side="right") - 1
         counts = np.bincount(bins, minlength=len(dose_gy))
         return np.cumsum(counts[::-1])[::-1] * self.voxel_cc
 
@@ -136,23 +149,30 @@ class StructureDose:
 @dataclass(frozen=True)
 class DoseVolumeHistogram:
     """Cumulative DVHs of a structure pair (``extras["dvh"]``): ``dose_gy`` (the dose axis, Gy),
-    ``reference_cc`` and ``test_cc`` (volume receiving at least each dose, cc), and the volumes
-    inside the dose grid the percentages refer to (``reference_volume_cc``, ``test_volume_cc``)."""
+    ``reference_cc`` and ``test_cc`` (volume receiving at least each dose, cc), the volumes
+    inside the dose grid the percentages refer to (``reference_volume_cc``, ``test_volume_cc``),
+    and the shares (%) of each side outside the dose grid, which the curves leave out."""
 
     dose_gy: np.ndarray
     reference_cc: np.ndarray
     test_cc: np.ndarray
     reference_volume_cc: float
     test_volume_cc: float
+    reference_outside_percent: float = 0.0
+    test_outside_percent: float = 0.0
 
     def rows(self) -> list:
-        """One dict per dose: ``dose_gy``, then volume in cc and % per side (NaN % for an empty side)."""
+        """One dict per dose: ``dose_gy``, then per side the volume in cc and % (NaN % for an
+        empty side) and the share (%) outside the dose grid."""
         def percent(volume, whole):
             return volume / whole * 100.0 if whole else np.full(len(volume), math.nan)
 
+        doses = len(self.dose_gy)
         columns = {"dose_gy": self.dose_gy, "reference_cc": self.reference_cc,
                    "reference_percent": percent(self.reference_cc, self.reference_volume_cc),
-                   "test_cc": self.test_cc, "test_percent": percent(self.test_cc, self.test_volume_cc)}
+                   "reference_outside_percent": np.full(doses, self.reference_outside_percent),
+                   "test_cc": self.test_cc, "test_percent": percent(self.test_cc, self.test_volume_cc),
+                   "test_outside_percent": np.full(doses, self.test_outside_percent)}
         return [dict(zip(columns, map(float, values))) for values in zip(*columns.values())]
 
 
@@ -180,7 +200,8 @@ def structure_dose(mask: np.ndarray, image, dose) -> StructureDose:
         doses, missed = sample(mask[start:start + batch], start, matrix, offset, dose)
         parts.append(doses)
         outside += missed
-    return StructureDose(np.concatenate(parts) if parts else np.zeros(0), voxel_cc, outside)
+    doses = np.concatenate(parts) if parts else np.zeros(0)
+    return StructureDose(doses.astype(dose.dose.dtype, copy=False), voxel_cc, outside)
 
 
 def _oblique_batch(mask, start, matrix, offset, dose) -> tuple:
@@ -240,7 +261,8 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     points = int(math.ceil(max(d.doses.max(initial=0.0) for d in doses.values()) / step)) + 2
     dose_axis = np.round(np.arange(points) * step, 9)  # 0.1 Gy steps as 0.3, not 0.30000000000000004
     pair.extras["dvh"] = DoseVolumeHistogram(dose_axis, *(doses[side].dvh(dose_axis) for side in SIDES[:2]),
-                                             *(len(doses[side].doses) * doses[side].voxel_cc for side in SIDES[:2]))
+                                             *(len(doses[side].doses) * doses[side].voxel_cc for side in SIDES[:2]),
+                                             *(100.0 * doses[side].outside_share for side in SIDES[:2]))
     emptiness = pair.emptiness
     values = []
     for spec, key, side in table:
@@ -252,15 +274,24 @@ def compute(pair: StructurePair, params: Parameters) -> list:
     return values
 
 
-def sampling_note(dose, structure_spacing) -> str:
-    """The note saying how the dose metrics sample the dose ``dose`` (a DoseGrid) on structures
-    whose voxels are ``structure_spacing`` (mm, array order)."""
+def sampling_notes(dose, structure_spacing) -> list:
+    """The note saying what the dose ``dose`` (a DoseGrid) is and how the dose metrics sample it
+    on structures whose voxels are ``structure_spacing`` (mm, array order), and a warning when it
+    is not a whole plan's dose (a ``DoseSummationType`` outside :data:`WHOLE_PLAN_SUMMATIONS`)."""
     def mm(spacing):
         return " x ".join(f"{s:.4g}" for s in spacing)
 
-    return (f"dose {dose.source} ({mm(dose.spacing)} mm voxels, z, y, x; maximum {dose.max_gy:.4g} Gy) interpolated "
-            f"trilinearly at the centres of the structures' voxels ({mm(structure_spacing)} mm: their masks on the "
-            "comparison grid, RT Structure Sets rasterised on it)")
+    kind = {"PHYSICAL": "physical dose, ", "EFFECTIVE": "EFFECTIVE dose weighted by a relative biological "
+            "effectiveness, Gy(RBE), "}.get(dose.dose_type, f"DoseType {dose.dose_type}, " if dose.dose_type else "")
+    kind += f"DoseSummationType {dose.summation}; " if dose.summation else ""
+    notes = [f"dose {dose.source} ({kind}{mm(dose.spacing)} mm voxels, z, y, x; maximum {dose.max_gy:.4g} Gy) "
+             f"interpolated trilinearly at the centres of the structures' voxels ({mm(structure_spacing)} mm: their "
+             "masks on the comparison grid, RT Structure Sets rasterised on it)"]
+    if dose.summation is not None and dose.summation not in WHOLE_PLAN_SUMMATIONS:
+        notes.append(f"warning: the dose {dose.source} is DoseSummationType {dose.summation}, a part of a plan (one "
+                     "fraction, beam, session or control point), not the whole plan: its doses and dose levels are "
+                     "those of that part")
+    return notes
 
 
 def outside_notes(results, dose) -> list:

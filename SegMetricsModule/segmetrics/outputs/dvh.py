@@ -1,6 +1,7 @@
 """The cumulative dose-volume histograms of a comparison as a CSV table: one row per structure
 and dose, the volume receiving at least that dose in cc and in % of the structure's volume inside
-the dose grid, for the reference and the test (:class:`segmetrics.metrics.dose.DoseVolumeHistogram`)."""
+the dose grid, and the share outside the grid the curve leaves out, for the reference and the
+test (:class:`segmetrics.metrics.dose.DoseVolumeHistogram`)."""
 from __future__ import annotations
 
 from .tables import csv_text, write_text
@@ -11,8 +12,10 @@ DVH_COLUMNS = {
     "dose_gy": ("Gy", "dose"),
     "reference_cc": ("cc", "reference volume receiving at least the dose"),
     "reference_percent": ("%", "the same in % of the reference volume inside the dose grid"),
+    "reference_outside_percent": ("%", "share of the reference outside the dose grid, left out of its curve"),
     "test_cc": ("cc", "test volume receiving at least the dose"),
     "test_percent": ("%", "the same in % of the test volume inside the dose grid"),
+    "test_outside_percent": ("%", "share of the test outside the dose grid, left out of its curve"),
 }
 
 

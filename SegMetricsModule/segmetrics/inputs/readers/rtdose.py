@@ -11,7 +11,10 @@ Read with pydicom (:func:`read_rtdose`):
   offsets must be evenly spaced (the dose is interpolated on a regular grid); decreasing offsets
   are stored in increasing order; rows are ``PixelSpacing[0]`` apart, columns ``PixelSpacing[1]``;
 - the frame of reference (``FrameOfReferenceUID``), checked against the structures' by
-  :func:`check_dose_frame`.
+  :func:`check_dose_frame`;
+- what the dose is: ``DoseType`` (``PHYSICAL``, or ``EFFECTIVE``: weighted by a relative
+  biological effectiveness) and ``DoseSummationType`` (``PLAN``, or a part of it such as one
+  ``FRACTION`` or ``BEAM``), kept for the notes of :func:`segmetrics.metrics.dose.sampling_notes`.
 
 Every refusal is one :class:`~segmetrics.inputs.validation.ReadError` line naming the file.
 """
@@ -39,11 +42,13 @@ INSIDE_TOLERANCE_VOXELS = 1e-6
 class DoseGrid:
     """A dose distribution on a regular grid.
 
-    ``dose``: Gy, array order ``(z, y, x)`` = (frame, row, column); ``spacing``: mm in the same
+    ``dose``: Gy, array order ``(z, y, x)`` = (frame, row, column), floating point (integers are
+    converted to 32-bit floats: interpolation in integers would truncate); ``spacing``: mm in the same
     order; ``origin``: patient position (mm, ITK x, y, z = LPS) of the first voxel's centre;
     ``direction``: row-major ITK direction matrix (its columns are the x, y, z index axes in patient
     coordinates); ``frame_of_reference``: the FrameOfReferenceUID (None for a grid built in memory);
-    ``source``: what it was read from, for messages.
+    ``source``: what it was read from, for messages; ``dose_type`` and ``summation``: the
+    RTDOSE's ``DoseType`` and ``DoseSummationType`` (None when not known).
     """
 
     dose: np.ndarray
@@ -52,9 +57,13 @@ class DoseGrid:
     direction: tuple
     frame_of_reference: str | None = None
     source: str = "dose"
+    dose_type: str | None = None
+    summation: str | None = None
 
     def __post_init__(self):
         """``ValueError`` (one line naming ``source``) for a grid or doses that cannot be trusted."""
+        if self.dose.dtype.kind != "f":
+            object.__setattr__(self, "dose", self.dose.astype(np.float32))
         try:
             if self.dose.ndim != 3:
                 raise ValueError(f"a dose grid is 3-D, got shape {self.dose.shape}")
@@ -110,8 +119,10 @@ def read_rtdose(path) -> DoseGrid:
     units = str(dataset.get("DoseUnits", "")).upper()
     if units != "GY":
         raise ReadError(f"{path}: DoseUnits is {units or 'missing'!r}, not GY: the dose metrics need an absolute dose in Gy")
-    if str(dataset.get("DoseType", "")).upper() == "ERROR":
+    dose_type = str(dataset.get("DoseType", "")).upper() or None
+    if dose_type == "ERROR":
         raise ReadError(f"{path}: DoseType ERROR is a dose error map, not a dose")
+    summation = str(dataset.get("DoseSummationType", "")).upper() or None
     frame_of_reference = str(dataset.get("FrameOfReferenceUID", "")) or None
     if frame_of_reference is None:
         raise ReadError(f"{path}: has no FrameOfReferenceUID: its position cannot be checked against the structures'")
@@ -125,10 +136,10 @@ def read_rtdose(path) -> DoseGrid:
     pixels = pixels.reshape(-1, *pixels.shape[-2:])  # one frame comes as a 2-D array
     dose = pixels.astype(np.float32)  # 7 significant digits, far below any dose uncertainty; half the memory
     dose *= np.float32(scaling)
-    return _placed(path, dataset, dose, frame_of_reference)
+    return _placed(path, dataset, dose, frame_of_reference, dose_type, summation)
 
 
-def _placed(path: Path, dataset, dose: np.ndarray, frame_of_reference: str) -> DoseGrid:
+def _placed(path: Path, dataset, dose: np.ndarray, frame_of_reference: str, dose_type, summation) -> DoseGrid:
     """The :class:`DoseGrid` of ``dose`` (frames, rows, columns) from the dataset's geometry tags."""
     position = np.array(_header_numbers(path, dataset, "ImagePositionPatient", 3))
     orientation = np.array(_header_numbers(path, dataset, "ImageOrientationPatient", 6))
@@ -143,7 +154,7 @@ def _placed(path: Path, dataset, dose: np.ndarray, frame_of_reference: str) -> D
     direction = np.column_stack([along_row, along_column, normal]).ravel()
     try:
         return DoseGrid(np.ascontiguousarray(dose), (step, row_spacing, column_spacing), tuple(origin),
-                        tuple(direction), frame_of_reference, str(path))
+                        tuple(direction), frame_of_reference, str(path), dose_type, summation)
     except ValueError as error:  # the message names the file
         raise ReadError(str(error)) from error
 
