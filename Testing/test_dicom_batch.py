@@ -125,8 +125,9 @@ def test_cases_are_paired_by_patient_and_frame_and_the_others_carry_their_reason
     ref, test, uids = dicom_folders
     cases, unmatched, skipped = match_folders(ref, test)
     by_id = {case.case_id: case for case in cases}
-    assert sorted(by_id) == ["99000", "P1", "P2", "P3", "P4_none_p4", "P4_rs_none", "P6", "P7"]
-    assert by_id["99000"].image is None and not by_id["99000"].not_run
+    assert sorted(by_id) == ["99000", "P1", "P2", "P3", "P4_none_p4", "P4_rs_none", "P6_none_p6", "P6_rs_a_none",
+                             "P6_rs_b_none", "P7"]
+    assert by_id["99000"].image == str(ref / "99000" / "CT") and not by_id["99000"].not_run  # the SEGs' CT
     assert by_id["P1"].image == str(ref / "P1" / "study" / "CT") and not by_id["P1"].not_run
     assert by_id["P2"].image == str(ref / "P2" / "study" / "CT")  # the referenced series, not CT2
     assert by_id["P2"].test == str(test / "auto" / "deeper" / "p2.dcm")
@@ -135,7 +136,9 @@ def test_cases_are_paired_by_patient_and_frame_and_the_others_carry_their_reason
     assert reasons["P4_rs_none"].startswith(f"frame of reference mismatch: no test of patient P4 in frame {uids['F4']}")
     assert reasons["P4_none_p4"].startswith(f"frame of reference mismatch: no reference of patient P4 in frame "
                                             f"{uids['F4b']}")
-    assert reasons["P6"].startswith(f"ambiguous: 2 reference segmentations of patient P6 in frame {uids['F6']}")
+    assert reasons["P6_none_p6"].startswith(f"ambiguous: 2 reference segmentations of patient P6 in frame "
+                                            f"{uids['F6']}")
+    assert reasons["P6_rs_a_none"].startswith("not paired: one of 2 reference segmentations of patient P6")
     assert reasons["P7"].startswith(f"no image series of patient P7 in frame {uids['F7']}")
     assert unmatched == {"reference": [], "test": []}
     assert skipped["test"] == [f"{test / 'notes.txt'} (not DICOM)"] and skipped["reference"] == []
@@ -176,7 +179,8 @@ def test_paired_cases_are_evaluated_on_the_referenced_ct(dicom_folders, data_dir
     cases, _unmatched, _skipped = match_folders(ref, test)
     summary = run_batch(cases, tmp_path / "out", metrics="dice", workers=0, progress=False)
     assert summary.failed == {} and summary.exit_code == 0
-    assert sorted(summary.not_run) == ["P3", "P4_none_p4", "P4_rs_none", "P6", "P7"]
+    assert sorted(summary.not_run) == ["P3", "P4_none_p4", "P4_rs_none", "P6_none_p6", "P6_rs_a_none", "P6_rs_b_none",
+                                       "P7"]
     records = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     dice = {(r["case_id"], r["structure"]): (r["value"], r["status"]) for r in records if r["metric"] == "dice"}
     assert dice[("P1", "Tumor Bed")] == (1.0, "ok") and dice[("P1", "Scar")] == (1.0, "ok")
@@ -201,13 +205,13 @@ def test_the_command_reports_the_cases_it_cannot_pair(dicom_folders, tmp_path, c
     err = capsys.readouterr()
     assert code == 0
     assert "not run P3: no test segmentation for patient P3" in err.err
-    assert "8 cases: 3 evaluated now, 0 already done, 0 failed, 5 not run" in err.out
+    assert "10 cases: 3 evaluated now, 0 already done, 0 failed, 7 not run" in err.out
     report = (tmp_path / "report" / "report.md").read_text()
     assert "not run: no test segmentation for patient P3" in report
-    assert "8 cases (3 evaluated, 0 failed, 5 not run)" in report
+    assert "10 cases (3 evaluated, 0 failed, 7 not run)" in report
     again = main(["batch", "--reference-dir", str(ref), "--test-dir", str(test), "-o", str(tmp_path / "out"),
                   "--metrics", "dice", "--workers", "0", "--no-progress"])
-    assert again == 0 and "8 cases: 0 evaluated now, 3 already done, 0 failed, 5 not run" in capsys.readouterr().out
+    assert again == 0 and "10 cases: 0 evaluated now, 3 already done, 0 failed, 7 not run" in capsys.readouterr().out
 
 
 def test_a_shared_series_folder_is_no_grid_a_ct_beside_the_tests_is_and_a_test_needs_a_patient(data_dir, tmp_path):

@@ -78,3 +78,57 @@ def test_compare_reports_each_rule_and_the_ambiguous_names(tmp_path):
     assert ("ambiguous names left unpaired (laterality): test 'R Parotid', 'Right Parotid' and reference "
             "'Parotid_R'") in result.notes
     assert result["Parotid_R"].status == "test_empty"
+
+
+@pytest.mark.parametrize("name", ["Lt Lung", "Lung_L", "Left Lung", "L_Lung", "LUNG LT", "lung-left", "Lung (L)"])
+def test_every_way_of_writing_the_left_lung_pairs_with_it_and_never_with_the_right_or_both(name):
+    paired = {test: reference for test, (reference, _) in matched(["Lung_L", "Lung_R", "Lungs"], [name]).items()}
+    assert paired == ({} if name == "Lung_L" else {name: "Lung_L"})
+    assert matched(["Lung_R", "Lungs"], [name]) == {}
+
+
+@pytest.mark.parametrize("reference, test", [
+    ("Parotid_R", "R Parotid"), ("Parotid_R", "Rt_Parotid"), ("Parotid_R", "Parotid Right"),
+    ("Parotid_R", "Right Parotid Gland"), ("SpinalCord", "Spinal Cord"), ("SpinalCord", "SC"),
+    ("SpinalCord", "Cord"), ("SpinalCord", "Spinal_Cord"), ("Esophagus", "Esoph"), ("Esophagus", "Oesophagus"),
+    ("PTV_High", "PTV High"), ("Brainstem", "BrainStem"), ("Brainstem", "Brain Stem"),
+    ("Femur_Head_L", "Lt Femoral Head"), ("Femur_Head_L", "Femoral Head Left"), ("OpticChiasm", "Chiasm")])
+def test_names_as_departments_write_them(reference, test):
+    assert test in matched([reference, "Parotid_L", "Femur_Head_R"], [test])
+    assert matched([reference, "Parotid_L", "Femur_Head_R"], [test])[test][0] == reference
+
+
+@pytest.mark.parametrize("reference, test", [
+    ("Femur_Head_R", "Lt Femoral Head"), ("Parotid_L", "Right Parotid Gland"), ("Lung_L", "Lung_R"),
+    ("Lung_L", "Lungs"), ("Lungs", "Lt Lung"), ("Femur_Neck_R", "Lt Femur Neck"), ("Femur_Neck_L", "Femur_Neck_R"),
+    ("V_Iliac_L", "Common iliac vein Right"), ("Proc_Condyloid_R", "Condyloid process of mandible - Left"),
+    ("Femur_Head_L", "Femoral Head")])
+def test_no_rule_pairs_names_of_different_sides(reference, test):
+    assert match_structures([reference], [test]) == ([], [])
+
+
+def test_the_sides_in_the_tg263_list_are_read_from_the_names():
+    """The list describes Femur_Neck_L as 'Femur Neck Right' (and V_Iliac_L, Proc_Condyloid_L alike): the name wins."""
+    assert matched(["Femur_Neck_L"], ["Femur Neck Left"]) == {"Femur Neck Left": ("Femur_Neck_L", "laterality")}
+    assert matched(["V_Iliac_R"], ["Right Common Iliac Vein"]) == {
+        "Right Common Iliac Vein": ("V_Iliac_R", "TG-263")}
+
+
+@pytest.mark.parametrize("test", ["PTV70", "PTV_70", "PTV_56", "PTV5600", "PTV", "CTV_5600", "CTV_7000", "PTV_High",
+                                  "PTVp_7000", "PTV_7000_2", "Lt PTV_5600"])
+def test_targets_never_pair_across_dose_levels(test):
+    assert match_structures(["PTV_7000", "CTV_56"], [test]) == ([], [])
+    assert matched(["PTV_7000", "PTV_5600"], ["PTV 7000"]) == {"PTV 7000": ("PTV_7000", "case and separators")}
+
+
+def test_user_synonyms_come_before_every_built_in_rule(tmp_path):
+    (tmp_path / "synonyms.json").write_text(json.dumps({"CTV_High": ["CTV1"], "Lung_L": ["Poumon gauche"]}))
+    synonyms = read_synonyms(tmp_path / "synonyms.json")
+    assert matched(["CTV_1", "CTV_High", "Lung_L"], ["CTV1", "Poumon gauche"], synonyms) == {
+        "CTV1": ("CTV_High", "synonyms"), "Poumon gauche": ("Lung_L", "synonyms")}
+
+
+def test_two_tg263_names_are_two_structures():
+    """``VB_S`` (sacral vertebrae) and ``VBs`` (vertebral bodies) differ only by a separator."""
+    assert match_structures(["VBs"], ["VB_S"]) == ([], []) and match_structures(["VB_S"], ["VBs"]) == ([], [])
+    assert matched(["VB_S"], ["vb s"]) == {"vb s": ("VB_S", "case and separators")}

@@ -6,12 +6,16 @@ Rules (:func:`pair_dicom_folders`), each decided from the headers of
 
 - a reference RT Structure Set or SEG pairs with the test segmentations of the same PatientID and
   FrameOfReferenceUID: one case per test (several tests of one reference are all evaluated);
-- several references of one patient in one frame of reference are ambiguous: no case is made, the
-  reason is reported (never a guess);
-- the grid of a case with a structure set is the image series (CT) of the patient in that frame
-  of reference that the reference (else the test) refers to; when none is referred to, the only
-  series in that frame; none, or several without a reference, and the case is not run. A series
-  found in both folders serves from the first folder where it is usable (a folder of its own);
+- of several references of one patient in one frame of reference, a test pairs with the one that
+  refers to an image series the test refers to; when that leaves the choice open the test is not
+  run, with the reason (never a guess), and so is a reference no test chose;
+- the grid of a case is the image series (CT) of the patient in that frame of reference that the
+  reference (else the test) refers to; when none is referred to, the only series in that frame.
+  RT Structure Sets are rasterised on it and a SEG is placed on it (a SEG stores only the planes
+  that hold a segment, so two SEGs, or a SEG and a structure set, meet on the CT). With a structure
+  set and no such series (none, or several without a reference) the case is not run; two SEGs
+  without one are compared on their own grids. A series found in both folders serves from the
+  first folder where it is usable (a folder of its own);
 - whatever cannot be paired becomes a *not-run* case (:attr:`Case.not_run` holds the reason:
   no test for the patient, frame of reference mismatch, no image series for the frame...), logged
   in ``cases.jsonl`` and listed in the report.
@@ -61,7 +65,8 @@ def _by_patient_and_frame(segmentations) -> dict:
 
 def _pair_patient(patient: str, references: dict, tests: dict, series: list) -> list:
     """Entries ``(reference, test, image folder, not-run reason)`` of one patient (each item may be
-    None: a side that is missing, no image folder for two SEGs, no reason for a case that runs)."""
+    None: a side that is missing, no image folder for two SEGs without a CT, no reason for a case
+    that runs)."""
     if not tests:
         return [(r, None, None, f"no test segmentation for patient {patient}")
                 for rs in references.values() for r in rs]
@@ -78,34 +83,55 @@ def _pair_patient(patient: str, references: dict, tests: dict, series: list) -> 
             entries += [(None, t, None, f"frame of reference mismatch: no reference of patient {patient} in frame "
                                         f"{frame} (the references are in {', '.join(sorted(references))})")
                         for t in tsts]
-        elif len(refs) > 1:
-            files = ", ".join(r.path for r in refs)
-            entries += [(None, t, None, f"ambiguous: {len(refs)} reference segmentations of patient {patient} in "
-                                        f"frame {frame} ({files}); keep one per frame of reference") for t in tsts]
         else:
-            entries += [(refs[0], t, *_grid(patient, frame, refs[0], t, series)) for t in tsts]
+            entries += _pair_frame(patient, frame, refs, tsts, series)
+    return entries
+
+
+def _pair_frame(patient: str, frame: str, refs: list, tests: list, series: list) -> list:
+    """Entries of one patient's frame of reference: each test with the one reference, or, of
+    several references, with the one that refers to an image series the test refers to; a test
+    that leaves the choice open, and a reference no test chose, are not run."""
+    entries, chosen = [], set()
+    for test in tests:
+        partners = refs if len(refs) == 1 else [r for r in refs if r.referenced_series & test.referenced_series]
+        if len(partners) == 1:
+            entries.append((partners[0], test, *_grid(patient, frame, partners[0], test, series)))
+            chosen.add(partners[0].path)
+        else:
+            files = ", ".join(r.path for r in (partners or refs))
+            entries.append((None, test, None, f"ambiguous: {len(partners or refs)} reference segmentations of patient "
+                                              f"{patient} in frame {frame} ({files}) and the test refers to the image "
+                                              f"series of {'none' if not partners else 'several'} of them; keep one "
+                                              "per frame of reference"))
+    entries += [(r, None, None, f"not paired: one of {len(refs)} reference segmentations of patient {patient} in "
+                                f"frame {frame}, and no test refers to its image series alone")
+                for r in refs if r.path not in chosen and len(refs) > 1]
     return entries
 
 
 def _grid(patient: str, frame: str, reference, test, series: list) -> tuple:
-    """``(image folder, None)``: the image series a case with an RT Structure Set is rasterised on;
-    ``(None, None)`` for two SEGs (each carries its grid); ``(None, reason)`` when no series can serve."""
-    if "rtstruct" not in (reference.kind, test.kind):
-        return None, None
+    """``(image folder, None)``: the image series a case is evaluated on (RT Structure Sets are
+    rasterised on it, a SEG is placed on it: a SEG stores only the planes that hold a segment);
+    ``(None, reason)`` when a case with an RT Structure Set has none; ``(None, None)`` for two SEGs
+    without one (each carries its grid)."""
+    needs_grid = "rtstruct" in (reference.kind, test.kind)
     candidates = [s for s in series if s.patient_id == patient and s.frame_of_reference == frame]
     referenced = ([s for s in candidates if s.series_uid in reference.referenced_series]
                   or [s for s in candidates if s.series_uid in test.referenced_series])
     chosen = referenced or candidates
     uids = list(dict.fromkeys(s.series_uid for s in chosen))
+    usable = [s for s in chosen if not s.problem]
+    if len(uids) == 1 and usable:
+        return usable[0].folder, None
+    if not needs_grid:
+        return None, None
     if not uids:
         return None, f"no image series of patient {patient} in frame {frame} to rasterise the structure sets on"
     if len(uids) > 1:
         return None, (f"ambiguous grid: {len(uids)} image series of patient {patient} in frame {frame} "
                       f"({', '.join(uids)})")
-    usable = [s for s in chosen if not s.problem]
-    if not usable:
-        return None, f"image series {uids[0]} cannot serve as the grid: {chosen[0].problem}"
-    return usable[0].folder, None
+    return None, f"image series {uids[0]} cannot serve as the grid: {chosen[0].problem}"
 
 
 def _case(case_id: str, entry: tuple, names) -> Case:

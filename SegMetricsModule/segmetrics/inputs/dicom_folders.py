@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .readers.dicom_header import dicom_kind, looks_like_dicom
+from .readers.rtstruct import structure_set_frames
 
 #: Header elements read from each file (``specific_tags`` of pydicom): identity and references only.
 HEADER_TAGS = ["SOPClassUID", "PatientID", "FrameOfReferenceUID", "SeriesInstanceUID",
-               "ReferencedFrameOfReferenceSequence", "ReferencedSeriesSequence"]
+               "ReferencedFrameOfReferenceSequence", "ReferencedSeriesSequence", "StructureSetROISequence"]
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,15 @@ def scan_dicom_folder(folder) -> DicomFolder:
 
 
 def _files(folder: Path):
-    """Every regular file below ``folder``, sorted, hidden files and folders left out."""
-    for root, folders, names in os.walk(folder):
+    """Every regular file below ``folder``, sorted, hidden files and folders left out; linked
+    folders are followed, each real folder read once (a link back up ends there)."""
+    seen = set()
+    for root, folders, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            folders[:] = []
+            continue
+        seen.add(real)
         folders[:] = sorted(name for name in folders if not name.startswith("."))
         for name in sorted(names):
             path = Path(root) / name
@@ -129,10 +137,10 @@ def _header(path: Path) -> tuple:
 
 
 def _frames_of_reference(header, kind: str | None) -> set:
-    """The FrameOfReferenceUIDs of an object: an RT Structure Set's referenced frames, else its own."""
+    """The FrameOfReferenceUIDs of an object: an RT Structure Set's as its reader takes them (its
+    ROIs', else its referenced frames': :func:`.readers.rtstruct.structure_set_frames`), else its own."""
     if kind == "rtstruct":
-        return {str(frame.FrameOfReferenceUID) for frame in header.get("ReferencedFrameOfReferenceSequence", [])
-                if frame.get("FrameOfReferenceUID")}
+        return structure_set_frames(header)
     return {str(header.FrameOfReferenceUID)} if header.get("FrameOfReferenceUID") else set()
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..spatial.geometry import (DIRECTION_TOLERANCE, GEOMETRY_TOLERANCE, ORIGIN_VOXEL_FRACTION, GeometryMismatchError,
-                                LabelImage, _ml, foreground_outside, geometry_differences)
+                                LabelImage, _ml, foreground_outside, geometry_differences, resample_nearest)
 from .validation import ReadError
 
 
@@ -51,6 +51,29 @@ def stored_as(image: LabelImage, target: LabelImage) -> LabelImage | None:
     return replace(image, array=restore(image.array), spacing=target.spacing, origin=target.origin,
                    direction=target.direction,
                    segment_masks={label: restore(np.asarray(mask)) for label, mask in image.segment_masks.items()})
+
+
+def placed_on(image: LabelImage, grid: LabelImage) -> LabelImage | None:
+    """``image`` on ``grid``, voxel for voxel, zeros around it, when each voxel centre of ``image``
+    is a voxel centre of ``grid`` (within :data:`ORIGIN_VOXEL_FRACTION` of a voxel) inside it (a
+    DICOM SEG keeps only the planes of its CT that hold a segment, in an order of its own); None
+    when it is not. Nearest-neighbour sampling at coinciding centres copies each voxel exactly."""
+    ndim = grid.ndim
+    if image.ndim != ndim:
+        return None
+    to_grid = np.linalg.inv(np.asarray(grid.direction).reshape(ndim, ndim) * np.asarray(grid.spacing[::-1]))
+    corners = np.array(list(itertools.product(*[(0, size - 1) for size in image.array.shape])))
+    steps = np.vstack([np.zeros(ndim), np.eye(ndim), corners])  # array-order indices of the image
+    indices = (image.index_to_physical(steps) - np.asarray(grid.origin)) @ to_grid.T  # grid ITK indices
+    step_lengths = np.abs(indices[1:ndim + 1] - indices[0])  # one voxel along one grid axis each
+    nearest = np.round(indices)
+    if (np.max(np.abs(indices - nearest)) > ORIGIN_VOXEL_FRACTION
+            or not np.allclose(np.sort(step_lengths, axis=1), np.eye(ndim)[-1], atol=ORIGIN_VOXEL_FRACTION)
+            or (nearest < 0).any() or (nearest > np.array(grid.array.shape[::-1]) - 1).any()):
+        return None
+    placed = resample_nearest(image, grid)
+    return replace(image, array=placed.array, spacing=grid.spacing, origin=grid.origin, direction=grid.direction,
+                   segment_masks=placed.segment_masks)
 
 
 def field_of_view(image: LabelImage) -> tuple:

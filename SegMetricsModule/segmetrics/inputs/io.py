@@ -19,7 +19,7 @@ import numpy as np
 from ..spatial._threads import thread_pool
 from ..spatial.geometry import LabelImage, geometry_differences
 from . import readers
-from .grids import check_contours_kept, stored_as
+from .grids import check_contours_kept, placed_on, stored_as
 from .readers import arrays, rtstruct
 from .validation import (InputPolicy, ReadError, check_evaluation_options, check_label_map, check_structure_names,
                          check_threshold, check_threshold_separates, check_unique_names)
@@ -90,6 +90,9 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
       ``input_policy.allow_crop`` (:func:`segmetrics.inputs.grids.check_contours_kept`), or left to the
       caller with ``check_crops=False`` (:func:`segmetrics.compare` refuses it for the selected
       structures only);
+    - a label image (e.g. a DICOM SEG of some of the planes of ``image``) whose voxel centres are
+      voxel centres of ``image`` is placed on the whole of that grid, voxel for voxel
+      (:func:`segmetrics.inputs.grids.placed_on`);
     - a test on the reference's lattice of voxels stored in another axis order or direction is
       stored as the reference is (:func:`segmetrics.inputs.grids.stored_as`): compared voxel for
       voxel, without resampling.
@@ -104,13 +107,16 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
     sides = [side for side in sources if side not in structure_sets]
     loaded = dict(zip(sides, thread_pool().map(
         lambda side: load_label_image(sources[side], spacing, threshold, input_policy=input_policy, name=side), sides)))
+    identity = (None, None)
+    if image is not None:
+        grid, identity = readers.read_image_series(image, input_policy)
+        for side in sides:  # e.g. a DICOM SEG of some of the image's planes: placed on all of them
+            if geometry_differences(loaded[side], grid):
+                loaded[side] = placed_on(loaded[side], grid) or loaded[side]
     if structure_sets:
-        identity = (None, None)
-        if image is not None:
-            grid, identity = readers.read_image_series(image, input_policy)
-        elif loaded:
+        if image is None and loaded:
             grid = next(iter(loaded.values()))
-        else:
+        elif image is None:
             resolution = (rtstruct.DEFAULT_CONTOUR_RESOLUTION_MM if contour_resolution_mm is None
                           else contour_resolution_mm)
             grid = rtstruct.contour_grid(structure_sets.values(), resolution)

@@ -4,16 +4,23 @@ A test structure without a reference structure of exactly its name is paired by 
 these rules that gives it a partner among the reference structures still unpaired (each rule's
 key is compared; the rule is reported with every match):
 
-1. ``case and separators``: the same words ignoring case, separators and word breaks
+1. ``synonyms``: the user's synonyms (``--synonyms``, :func:`read_synonyms`: a JSON object
+   ``{"canonical name": ["synonym", ...]}``), each name replaced by its canonical one; the user's
+   word comes before every built-in rule;
+2. ``case and separators``: the same words ignoring case, separators and word breaks
    (:func:`words`: ``Lung_L`` = ``lung l`` = ``LUNG-L``, ``SpinalCord`` = ``Spinal Cord``);
-2. ``laterality``: the same words once a side word at either end is read as the side (``L``,
+3. ``laterality``: the same words once a side word at either end is read as the side (``L``,
    ``Lt``, ``Left``, ``R``, ``Rt``, ``Right``: ``Lt Lung`` = ``Lung_L`` = ``Left Lung`` = ``L_Lung``);
-3. ``synonyms``: the user's synonyms (``--synonyms``, :func:`read_synonyms`: a JSON object
-   ``{"canonical name": ["synonym", ...]}``), each name replaced by its canonical one;
 4. ``TG-263``: each name replaced by its AAPM TG-263 standard name, through the table of TG-263
    names and their descriptions (``tg263_names.csv``, derived from the TG-263 list: ``Brain Stem``
    = ``Brainstem``, ``Urinary Bladder`` = ``Bladder``, ``Left Mastoid Bone`` = ``Bone_Mastoid_L``)
-   and :data:`ABBREVIATIONS` (``SC``, ``Cord`` → ``SpinalCord``, ``Esoph`` → ``Esophagus``).
+   and :data:`ABBREVIATIONS` (``SC``, ``Cord`` → ``SpinalCord``, ``Esoph`` → ``Esophagus``,
+   ``Lt Femoral Head`` → ``Femur_Head_L``).
+
+No built-in rule pairs two TG-263 names (``VB_S`` and ``VBs`` are two structures), and no rule
+pairs two names of different sides (:func:`side`, after the user's synonyms): ``Lung_L`` never
+pairs with ``Lung_R`` nor with ``Lungs``. No rule drops a word or a number, so targets of
+different dose levels (``PTV_7000``, ``PTV_5600``) never pair.
 
 A match is never made when it is ambiguous: a test name whose key equals that of several
 unpaired reference names, or several test names sharing the key of one reference name, stay
@@ -36,7 +43,10 @@ _SEPARATORS = re.compile(r"[\W_]+")
 _WORD_BREAK = re.compile(r"(?<=[a-z])(?=[A-Z])")
 _SIDES = {"l": "left", "lt": "left", "left": "left", "r": "right", "rt": "right", "right": "right"}
 #: Common abbreviations of structure names and the TG-263 name each stands for.
-ABBREVIATIONS = {"SC": "SpinalCord", "Cord": "SpinalCord", "Esoph": "Esophagus", "Oesophagus": "Esophagus"}
+#: A sided abbreviation is written with its side (read at either end of a name, like any side word).
+ABBREVIATIONS = {"SC": "SpinalCord", "Cord": "SpinalCord", "Esoph": "Esophagus", "Oesophagus": "Esophagus",
+                 "Chiasm": "OpticChiasm", "Femoral Head L": "Femur_Head_L", "Femoral Head R": "Femur_Head_R",
+                 "Parotid Gland L": "Parotid_L", "Parotid Gland R": "Parotid_R"}
 TG263_TABLE = Path(__file__).with_name("tg263_names.csv")
 
 
@@ -84,35 +94,47 @@ def _lateral(name) -> str:
     return f":{''.join(parts)}"
 
 
+def side(name) -> str:
+    """``left``, ``right`` or ``""``: the side word at either end of a name (:func:`_lateral`)."""
+    return _lateral(name).split(":", 1)[0]
+
+
+@lru_cache(maxsize=1)
+def _tg263_rows() -> list:
+    """The rows (``name``, ``description``) of ``tg263_names.csv``."""
+    with TG263_TABLE.open(newline="") as table:
+        return list(csv.DictReader(line for line in table if not line.startswith("#")))
+
+
+def tg263_standard_names() -> set:
+    """The TG-263 names themselves, as the list spells them."""
+    return {row["name"] for row in _tg263_rows()}
+
+
 @lru_cache(maxsize=1)
 def tg263_names() -> dict:
     """``{laterality key of a description or abbreviation: TG-263 name}`` from ``tg263_names.csv``
-    and :data:`ABBREVIATIONS`; a description shared by several names (``Carotid Artery`` for
-    ``A_Carotid_L`` and ``A_Carotid_R``, read with the name's side) is left out."""
-    with TG263_TABLE.open(newline="") as table:
-        rows = list(csv.DictReader(line for line in table if not line.startswith("#")))
+    and :data:`ABBREVIATIONS`. A description is keyed with its name's side (the list has
+    descriptions that name the other side, ``Femur_Neck_L,Femur Neck Right``: the name is the
+    standard); a description shared by several names (``Carotid Artery`` for ``A_Carotid_L`` and
+    ``A_Carotid_R``, keyed with each name's side) is left out of the table."""
     names = {}
-    for row in rows:
-        side = _lateral(row["name"]).split(":")[0]
+    for row in _tg263_rows():
         description = _lateral(row["description"])
-        if side and not description.split(":")[0]:
-            description = f"{side}{description}"
-        names.setdefault(description, set()).add(row["name"])
+        key = f"{side(row['name']) or side(row['description'])}:{description.split(':', 1)[1]}"
+        names.setdefault(key, set()).add(row["name"])
     table = {key: next(iter(found)) for key, found in names.items() if len(found) == 1}
     table.update({_lateral(short): name for short, name in ABBREVIATIONS.items()})
     return table
 
 
 def _tg263(name) -> str:
-    """The laterality key of a name's TG-263 name (:func:`tg263_names`; a sided name whose words
-    without the side are in the table keeps its side), else of the name."""
+    """The laterality key of a name's TG-263 name (:func:`tg263_names`, looked up with the name's
+    side, else without it), always with the name's own side; else the name's key."""
     key = _lateral(name)
-    side, rest = key.split(":", 1)
-    if key in tg263_names():
-        return _lateral(tg263_names()[key])
-    if side and f":{rest}" in tg263_names():
-        return f"{side}:{_lateral(tg263_names()[f':{rest}']).split(':', 1)[1]}"
-    return key
+    name_side, rest = key.split(":", 1)
+    found = tg263_names().get(key) or tg263_names().get(f":{rest}")
+    return f"{name_side}:{_lateral(found).split(':', 1)[1]}" if found else key
 
 
 def read_synonyms(path) -> dict:
@@ -137,11 +159,16 @@ def match_key(name, synonyms: dict | None = None) -> str:
     return _lateral((synonyms or {}).get(normalise_name(name), name))
 
 
+def _synonym_key(name, synonyms):
+    """The key of a name's canonical name when the user's synonyms list the name, else None."""
+    canonical = synonyms.get(normalise_name(name))
+    return _lateral(canonical) if canonical is not None else None
+
+
 def _rules(synonyms):
-    """``(rule, key function)`` in the order they are tried."""
-    rules = [("case and separators", _joined), ("laterality", _lateral)]
-    if synonyms:
-        rules.append(("synonyms", lambda name: match_key(name, synonyms)))
+    """``(rule, key function)`` in the order they are tried; a key None pairs with nothing."""
+    rules = [("synonyms", lambda name: _synonym_key(name, synonyms))] if synonyms else []
+    rules += [("case and separators", _joined), ("laterality", _lateral)]
     rules.append(("TG-263", lambda name: _tg263(match_key(name, synonyms))))
     return rules
 
@@ -153,10 +180,14 @@ def match_structures(reference_names, test_names, synonyms: dict | None = None) 
     because a rule would pair them in more than one way."""
     references = [n for n in reference_names if n not in test_names]
     tests = [n for n in test_names if n not in reference_names]
+    sides = {name: side(match_key(name, synonyms)) for name in [*references, *tests]}
+    standard = tg263_standard_names()
     matches, ambiguities = [], []
     for rule, key in _rules(synonyms):
         keys = {name: key(name) for name in references}
-        proposals = {name: [r for r in references if keys[r] == key(name)] for name in tests}
+        proposals = {name: [r for r in references if keys[r] is not None and keys[r] == key(name)
+                            and sides[r] == sides[name] and (rule == "synonyms" or not {r, name} <= standard)]
+                     for name in tests}
         claims = Counter(found[0] for found in proposals.values() if len(found) == 1)
         for name, found in proposals.items():
             if len(found) > 1:
