@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from segmetrics import Parameters, compare
-from segmetrics.evaluation.batch import Case, match_folders, read_case_log, read_manifest, read_results, run_batch
+from segmetrics.evaluation.batch import BatchError, Case, match_folders, read_case_log, read_manifest, read_results, run_batch
 from segmetrics.cli import main
 from segmetrics.inputs.io import load_label_image
 
@@ -257,6 +257,26 @@ def test_folder_matching_skips_files_that_are_not_images(tmp_path):
     assert [c.case_id for c in cases] == ["IM0001", "a"]
     assert unmatched == {"reference": [], "test": []}
     assert skipped == {"reference": ["README", "index.csv", "notes.txt"], "test": ["README", "index.csv", "notes.txt"]}
+
+
+def test_folder_matching_refuses_two_files_of_one_case(tmp_path):
+    """a.nii.gz and a.nrrd in one folder are one case id: neither may silently replace the other."""
+    for side in ("ref", "test"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "a.nii.gz").write_bytes(b"")
+    (tmp_path / "ref" / "a.nrrd").write_bytes(b"")
+    with pytest.raises(BatchError, match=r"reference folder .* several files of one case \(a: a.nii.gz, a.nrrd\)"):
+        match_folders(tmp_path / "ref", tmp_path / "test")
+
+
+def test_folder_matching_lists_subfolders_as_skipped(tmp_path, capsys):
+    for side in ("ref", "test"):
+        (tmp_path / side / "nested").mkdir(parents=True)
+        (tmp_path / side / "nested" / "b.nii.gz").write_bytes(b"")
+        (tmp_path / side / "a.nii.gz").write_bytes(b"")
+    cases, unmatched, skipped = match_folders(tmp_path / "ref", tmp_path / "test")
+    assert [c.case_id for c in cases] == ["a"]
+    assert skipped == {"reference": ["nested/"], "test": ["nested/"]}
 
 
 def test_cli_lists_and_skips_non_images_and_refuses_one_folder_as_both(data_dir, tmp_path, capsys):

@@ -392,9 +392,13 @@ def _run_batch(args) -> int:
         raise UserError("--reference-dir needs --test-dir")
     else:
         cases, unmatched, skipped = match_folders(args.reference_dir, args.test_dir, args.names)
-        for side, files in skipped.items():
+        for side, entries in skipped.items():
+            files, folders = [e for e in entries if not e.endswith("/")], [e for e in entries if e.endswith("/")]
             if files:
                 print(f"skipped {len(files)} {side} file(s) that are not images: {', '.join(files)}", file=sys.stderr)
+            if folders:
+                print(f"skipped {len(folders)} {side} subfolder(s), not searched (a folder run reads the files at the "
+                      f"top level; list nested files in a manifest): {', '.join(folders)}", file=sys.stderr)
     for side, files in unmatched.items():
         if files:
             print(f"unmatched {side} files ({len(files)}): {', '.join(files)}", file=sys.stderr)

@@ -208,9 +208,10 @@ def match_folders(reference_dir, test_dir, names=None):
 
     Returns ``(cases, unmatched, skipped)``: ``unmatched`` is ``{"reference": [...], "test": [...]}``
     listing image files without a partner in the other folder, ``skipped`` the same for the files
-    that are not images (:func:`is_image_file`: ``index.csv``, notes), which are never run as cases.
-    Hidden files are ignored. Raises :class:`BatchError` when the two folders are one (every case
-    would compare a file with itself).
+    that are not images (:func:`is_image_file`: ``index.csv``, notes) and the subfolders (named with
+    a trailing ``/``), which are never run as cases. Hidden files are ignored. Raises
+    :class:`BatchError` when the two folders are one (every case would compare a file with itself)
+    or when a folder holds two image files of one case id (``a.nii.gz`` and ``a.nrrd``).
 
     Folders holding DICOM RT Structure Sets or SEGs (at any depth) are paired by their headers instead
     (:func:`segmetrics.evaluation.dicom_batch.pair_dicom_folders`: patient and frame of reference,
@@ -233,10 +234,18 @@ def match_folders(reference_dir, test_dir, names=None):
         return cases, {"reference": [], "test": []}, skipped
     images, skipped = {}, {}
     for side, folder in folders.items():
-        files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-        readable = {p: is_image_file(p) for p in files}
-        images[side] = {case_id_from_filename(p.name): p for p in files if readable[p]}
-        skipped[side] = [p.name for p in files if not readable[p]]
+        entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+        readable = {p: p.is_file() and is_image_file(p) for p in entries}
+        by_case = {}
+        for path in (p for p in entries if readable[p]):
+            by_case.setdefault(case_id_from_filename(path.name), []).append(path.name)
+        repeated = {case_id: files for case_id, files in by_case.items() if len(files) > 1}
+        if repeated:
+            raise BatchError(f"the {side} folder {folder} holds several files of one case ("
+                             + "; ".join(f"{case_id}: {', '.join(files)}" for case_id, files in repeated.items())
+                             + "): keep one file per case, or list the pairs in a manifest (--manifest)")
+        images[side] = {case_id: folder / files[0] for case_id, files in by_case.items()}
+        skipped[side] = [p.name + ("/" if p.is_dir() else "") for p in entries if not readable[p]]
     refs, tests = images["reference"], images["test"]
     cases = [Case(cid, str(refs[cid]), str(tests[cid]), names) for cid in sorted(refs.keys() & tests.keys())]
     unmatched = {"reference": sorted(refs[c].name for c in refs.keys() - tests.keys()),
