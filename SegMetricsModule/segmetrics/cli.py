@@ -213,7 +213,8 @@ def _run_compare(args) -> int:
     dose, dose_notes = load_dose(args.dose, {"reference": args.reference, "test": args.test}) if args.dose \
         else (None, [])
     synonyms = read_synonyms(args.synonyms) if args.synonyms else None  # small files first: refused before the images
-    names = read_name_map(args.names) if args.names else None
+    if args.names:
+        read_name_map(args.names)  # refused before the images are read; compare names the file in its messages
     reference, test = load_pair(args.reference, args.test, threshold=args.threshold, input_policy=policy,
                                 image=args.image, contour_resolution_mm=args.contour_resolution,
                                 check_crops=False)  # compare refuses crops of the selected structures
@@ -221,7 +222,7 @@ def _run_compare(args) -> int:
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
                          resample_to=args.resample_to, progress=progress, input_policy=policy, synonyms=synonyms,
-                         names=names, dose=dose)
+                         names=Path(args.names) if args.names else None, dose=dose)
     result.notes[:0] = dose_notes
     result.provenance.update(command=args.command_line, inputs=_input_files(
         reference=args.reference, test=args.test, names=args.names, dose=args.dose))
