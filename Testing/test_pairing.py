@@ -91,7 +91,7 @@ def test_a_name_map_with_label_text_as_json_gives_it_names_labels_in_the_api_too
     assert [s.structure for s in result.structures] == ["Heart", "Lung"]
     with pytest.raises(ReadError, match=r"name map: label\(s\) 1 named more than once"):
         compare(reference, reference, metrics="dice", names={"1": "Heart", 1: "Lung"})
-    with pytest.raises(ReadError, match="name map: labels must be whole numbers"):
+    with pytest.raises(ReadError, match="name map: expected whole label values and names"):
         compare(reference, reference, metrics="dice", names={"Heart": "1"})
 
 

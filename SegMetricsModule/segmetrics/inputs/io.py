@@ -203,21 +203,23 @@ def read_name_map(path) -> dict:
             raise ReadError(f"{expected} ({error})") from error
         if not isinstance(pairs, list) or not all(isinstance(pair, tuple) for pair in pairs):
             raise ReadError(expected)
-    return label_names(pairs, str(path))
+    return label_names(pairs, str(path), expected)
 
 
-def label_names(names, source: str = "name map") -> dict:
+def label_names(names, source: str = "name map", expected: str | None = None) -> dict:
     """``{label value: name}`` from a dict or a sequence of ``(label, name)`` pairs whose labels are
     whole numbers or their text (``1``, ``"1"``, ``"1.0"``) and whose names are text. Raises
-    :class:`ReadError` (naming ``source``) for other labels or names, a label given twice (also as
+    :class:`ReadError` (naming ``source``; ``expected``, the form the file should have, leads the
+    message for a wrong label or name) for other labels or names, a label given twice (also as
     ``"1"`` and ``1``) and a name given to several labels."""
+    expected = expected or f'{source}: expected whole label values and names like {{1: "liver"}}'
     pairs = list(names.items()) if isinstance(names, dict) else list(names)
     try:
         labels = [_whole_number(str(key)) for key, _ in pairs]
     except (ValueError, TypeError) as error:
-        raise ReadError(f"{source}: labels must be whole numbers ({error})") from error
+        raise ReadError(f"{expected} ({error})") from error
     if not all(isinstance(name, str) and name.strip() for _, name in pairs):
-        raise ReadError(f"{source}: every name must be non-empty text, e.g. {{\"1\": \"liver\"}}")
+        raise ReadError(f"{expected} (every name is non-empty text)")
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
         raise ReadError(f"{source}: label(s) {', '.join(map(str, repeated))} named more than once")
