@@ -131,9 +131,9 @@ def _parameters(args):
         if not isinstance(values, dict) or set(values) - known:
             raise UserError(f"--params {args.params}: expected a JSON object with keys among {', '.join(sorted(known))}")
     if args.msi_preset:
-        if args.msi_il is not None or args.msi_ol is not None:
-            raise UserError(f"--msi-preset {args.msi_preset} sets the MSI levels: leave out --msi-il and --msi-ol, "
-                            "or the preset")
+        if args.msi_il is not None or args.msi_ol is not None or {"msi_il", "msi_ol"} & set(values):
+            raise UserError(f"--msi-preset {args.msi_preset} sets the MSI levels: leave out --msi-il and --msi-ol "
+                            "(and msi_il, msi_ol in --params), or the preset")
         values.update(zip(("msi_il", "msi_ol"), MSI_PRESETS[args.msi_preset]))
     values.update({field: getattr(args, flag) for flag, field in PARAMETER_FLAGS.items() if getattr(args, flag) is not None})
     if args.dose_levels is not None:
