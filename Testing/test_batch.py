@@ -12,6 +12,7 @@ from itertools import combinations
 
 import numpy as np
 import pytest
+import SimpleITK as sitk
 
 from segmetrics import Parameters, compare
 from segmetrics.evaluation.batch import BatchError, Case, match_folders, read_case_log, read_manifest, read_results, run_batch
@@ -299,6 +300,26 @@ def test_cli_lists_and_skips_non_images_and_refuses_one_folder_as_both(data_dir,
     assert main(same) == 2
     assert "the reference and test folders are the same folder" in capsys.readouterr().err
     assert not (tmp_path / "same").exists()
+
+
+def test_cli_counts_a_reference_without_test_file_as_a_case_not_run(tmp_path, capsys):
+    """A reference without a prediction was only listed as unmatched: the run and its summary said
+    '1 cases', as if the dataset held one case."""
+    box = np.zeros((6, 8, 8), np.uint8)
+    box[1:5, 2:6, 2:6] = 1
+    for side, case_ids in (("ref", ("a", "b")), ("test", ("a",))):
+        (tmp_path / side).mkdir()
+        for case_id in case_ids:
+            sitk.WriteImage(sitk.GetImageFromArray(box), str(tmp_path / side / f"{case_id}.nii.gz"))
+    argv = ["batch", "--reference-dir", str(tmp_path / "ref"), "--test-dir", str(tmp_path / "test"),
+            "-o", str(tmp_path / "out"), "--metrics", "dice", "--no-progress"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "unmatched reference files (1): b.nii.gz" in captured.err
+    assert "2 cases: 1 evaluated now, 0 already done, 0 failed, 1 not run" in captured.out
+    log = read_case_log(tmp_path / "out")
+    assert log["a"]["status"] == "ok"
+    assert log["b"]["status"] == "not run" and "no test file" in log["b"]["error"]
 
 
 def test_resuming_with_other_settings_is_refused(tmp_path, data_dir):

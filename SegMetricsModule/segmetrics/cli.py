@@ -382,7 +382,7 @@ def _add_batch_parser(subparsers) -> None:
 def _run_batch(args) -> int:
     import importlib.util
 
-    from .evaluation.batch import match_folders, read_manifest, run_batch
+    from .evaluation.batch import Case, case_id_from_filename, match_folders, read_manifest, run_batch
     from .inputs.io import read_name_map
 
     if args.names:
@@ -403,6 +403,10 @@ def _run_batch(args) -> int:
     for side, files in unmatched.items():
         if files:
             print(f"unmatched {side} files ({len(files)}): {', '.join(files)}", file=sys.stderr)
+    # a reference without a test file is a case of the dataset: counted as not run, never silently left out
+    cases = sorted(cases + [Case(case_id_from_filename(name), str(Path(args.reference_dir) / name), "", args.names,
+                                 not_run=f"no test file of this case in {args.test_dir}")
+                            for name in unmatched.get("reference", [])], key=lambda case: case.case_id)
     for case in cases:
         if case.not_run:
             print(f"not run {case.case_id}: {case.not_run}", file=sys.stderr)
