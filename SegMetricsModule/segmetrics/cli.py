@@ -154,9 +154,9 @@ def _add_compare_parser(subparsers) -> None:
                    "also match ignoring case and separators")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
     p.add_argument("--threshold", type=float, help="binarise both inputs at value >= THRESHOLD (probability maps)")
-    p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"}, '
-                   "for the input(s) without names of their own (label maps); names an RTSTRUCT, SEG or .seg.nrrd "
-                   "carries are kept")
+    p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"} '
+                   "(or a .csv of label,name rows), for the input(s) without names of their own (label maps); names "
+                   "an RTSTRUCT, SEG or .seg.nrrd carries are kept")
     p.add_argument("--metrics", help="comma-separated metric or group names, or all (default: every group but "
                                       "lesions, which --metrics lesions adds)")
     _add_parameter_arguments(p)
@@ -358,7 +358,8 @@ def _add_batch_parser(subparsers) -> None:
                         "name; folders of DICOM files (any nesting) by patient and frame of reference, on the "
                         "referenced image series")
     p.add_argument("--test-dir", metavar="DIR", help="folder of test segmentations (with --reference-dir)")
-    p.add_argument("--names", metavar="JSON", help='label value -> name map for folder mode, e.g. {"1": "liver"}')
+    p.add_argument("--names", metavar="JSON", help='label value -> name map for folder mode, e.g. {"1": "liver"} (or a .csv of '
+                   "label,name rows)")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder of the results (resumed if present)")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
     p.add_argument("--metrics", help="comma-separated metric or group names, or all (default: every group but "
