@@ -322,6 +322,20 @@ def test_cli_counts_a_reference_without_test_file_as_a_case_not_run(tmp_path, ca
     assert log["b"]["status"] == "not run" and "no test file" in log["b"]["error"]
 
 
+def test_cli_warns_of_manifest_cases_that_compare_a_file_with_itself(tmp_path, capsys):
+    """A manifest row naming one file as reference and test (./a vs a) scored Dice 1 without a word."""
+    box = np.zeros((6, 8, 8), np.uint8)
+    box[1:5, 2:6, 2:6] = 1
+    sitk.WriteImage(sitk.GetImageFromArray(box), str(tmp_path / "a.nii.gz"))
+    sitk.WriteImage(sitk.GetImageFromArray(box), str(tmp_path / "b.nii.gz"))
+    (tmp_path / "cases.csv").write_text("case_id,reference,test\nself,a.nii.gz,./a.nii.gz\npair,a.nii.gz,b.nii.gz\n")
+    argv = ["batch", "--manifest", str(tmp_path / "cases.csv"), "-o", str(tmp_path / "out"), "--metrics", "dice",
+            "--no-progress"]
+    assert main(argv) == 0
+    assert "warning: 1 case(s) compare a file with itself (reference and test are one file): self" in \
+        capsys.readouterr().err
+
+
 def test_resuming_with_other_settings_is_refused(tmp_path, data_dir):
     cases = _lidc_cases(data_dir, NODULES[:1])
     run_batch(cases, tmp_path / "out", metrics=METRICS, progress=False)

@@ -411,6 +411,10 @@ def _run_batch(args) -> int:
     for case in cases:
         if case.not_run:
             print(f"not run {case.case_id}: {case.not_run}", file=sys.stderr)
+    itself = [case.case_id for case in cases if case.reference and case.test and _same_file(case.reference, case.test)]
+    if itself:
+        print(f"warning: {len(itself)} case(s) compare a file with itself (reference and test are one file): "
+              f"{', '.join(itself[:10])}{' ...' if len(itself) > 10 else ''}", file=sys.stderr)
     if all(case.not_run for case in cases):
         raise UserError("no cases to evaluate")
     if args.scheduler and importlib.util.find_spec("distributed") is None:
@@ -439,6 +443,14 @@ def _run_batch(args) -> int:
 
         print_summary(*report_batch(summary.output, cases, args.report, penalty=penalty, job=job))
     return summary.exit_code
+
+
+def _same_file(first: str, second: str) -> bool:
+    """Whether two paths name one existing file (``./a`` and ``a``, a symbolic link and its target)."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # missing: the case fails reading it
+        return False
 
 
 def _add_demo_parser(subparsers) -> None:
