@@ -336,6 +336,22 @@ def test_cli_warns_of_manifest_cases_that_compare_a_file_with_itself(tmp_path, c
         capsys.readouterr().err
 
 
+def test_a_cases_name_map_notes_are_kept_in_its_log(tmp_path):
+    """The notes of a case's name map (which side it named, labels no image holds) were dropped."""
+    box = np.zeros((6, 8, 8), np.uint8)
+    box[1:5, 2:6, 2:6] = 1
+    for side in ("ref", "test"):
+        sitk.WriteImage(sitk.GetImageFromArray(box), str(tmp_path / f"{side}.nii.gz"))
+    (tmp_path / "names.json").write_text('{"1": "Liver", "4": "Spleen"}')
+    case = Case("a", str(tmp_path / "ref.nii.gz"), str(tmp_path / "test.nii.gz"), str(tmp_path / "names.json"))
+    run_batch([case], tmp_path / "out", metrics="dice", workers=0, progress=False)
+    (record,) = read_results(tmp_path / "out")
+    assert record["structure"] == "Liver"
+    notes = read_case_log(tmp_path / "out")["a"]["notes"]
+    assert f"{tmp_path / 'names.json'}: names given to the labels of the reference and test" in notes
+    assert any("4 ('Spleen')" in note for note in notes)
+
+
 def test_resuming_with_other_settings_is_refused(tmp_path, data_dir):
     cases = _lidc_cases(data_dir, NODULES[:1])
     run_batch(cases, tmp_path / "out", metrics=METRICS, progress=False)

@@ -300,7 +300,7 @@ def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str |
     details = []
     for record, title in worst_pairs(agg, [metric] if metric else DETAIL_METRICS)[:n]:
         case = by_id[record["case_id"]]
-        reference, test = load_case(case, job.get("threshold"), job.get("input_policy"))
+        reference, test, _ = load_case(case, job.get("threshold"), job.get("input_policy"))
         result = compare(reference, test, labels=[record["structure"]], metrics="msi,dose" if case.dose else "msi",
                          params=job.get("params"), resample_to=job.get("resample_to"),
                          input_policy=job.get("input_policy"),

@@ -255,7 +255,8 @@ def match_folders(reference_dir, test_dir, names=None):
 
 # ------------------------------------------------------------------------------------ one case
 def load_case(case: Case, threshold: float | None = None, input_policy=None):
-    """Read a case's reference and test label images (names from ``case.names`` if given).
+    """``(reference, test, notes)``: a case's label images, named from ``case.names`` if given
+    (``notes`` says which side the map named, and the labels it names that neither side holds).
 
     ``threshold`` binarises both (``value >= threshold``), e.g. 0.5 for probability maps;
     ``input_policy`` (:class:`segmetrics.inputs.io.InputPolicy`) overrides the input checks.
@@ -267,8 +268,8 @@ def load_case(case: Case, threshold: float | None = None, input_policy=None):
     reference, test = load_pair(case.reference, case.test, threshold=threshold, input_policy=input_policy,
                                 image=case.image, check_crops=False)
     if case.names:  # as `segmetrics compare --names`: the side(s) without names of their own
-        reference, test, _notes = name_unnamed(reference, test, read_name_map(case.names), str(case.names))
-    return reference, test
+        return name_unnamed(reference, test, read_name_map(case.names), str(case.names))
+    return reference, test, []
 
 
 def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, resample_to=None,
@@ -296,7 +297,7 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
         # the dose is checked against the case's files, then given to compare read
         dose, dose_notes = load_dose(case.dose, {"reference": case.reference, "test": case.test}) if case.dose \
             else (None, [])
-        reference, test = load_case(case, threshold, input_policy)
+        reference, test, name_notes = load_case(case, threshold, input_policy)
         changed = [path for side, path in files.items() if _file_version(path) != versions[side]]
         if changed:
             raise BatchError(f"{', '.join(changed)} changed while the case was read; its digest would not be that of "
@@ -309,7 +310,7 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
     diagonal = float(np.linalg.norm(np.asarray(reference.array.shape) * np.asarray(reference.spacing)))
     records = [{"case_id": case.case_id, **r} for r in result.records()]
     return CaseOutcome(case.case_id, "ok", records, diagonal_mm=diagonal, voxel_mm=float(min(reference.spacing)),
-                       seconds=time.perf_counter() - start, notes=dose_notes + list(result.notes), inputs=inputs)
+                       seconds=time.perf_counter() - start, notes=dose_notes + name_notes + list(result.notes), inputs=inputs)
 
 
 def _file_version(path) -> tuple | None:
