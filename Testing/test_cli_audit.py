@@ -24,3 +24,12 @@ def test_msi_preset_and_msi_levels_in_params_are_refused_together(box_pair, para
     assert main(["compare", *box_pair, "--metrics", "msi", "--msi-preset", "tight", "--params", params,
                  "--format", "csv"]) == 2
     assert "--msi-preset tight sets the MSI levels" in capsys.readouterr().err
+
+
+def test_the_table_header_does_not_call_preset_levels_default(box_pair, capsys):
+    """'MSI il 1 / ol 10 (default)' under --msi-preset tight read as if the levels were the defaults:
+    '(default)' named the convention."""
+    pytest.importorskip("rich")  # the terminal table
+    assert main(["compare", *box_pair, "--metrics", "msi", "--msi-preset", "tight"]) == 0
+    header = " ".join(capsys.readouterr().out.split())
+    assert "MSI il 1 / ol 10 (default convention): σ 10 mm inside / 1 mm outside" in header
