@@ -97,7 +97,7 @@ def test_a_name_map_with_label_text_as_json_gives_it_names_labels_in_the_api_too
 
 def test_a_name_map_naming_labels_no_image_holds_says_so():
     reference = LabelImage(boxes(), (1.0, 1.0, 1.0))
-    result = compare(reference, reference, metrics="dice", names={1: "Heart", 2: "Lung", 9: "Liver"})
+    result = compare(reference, reference, metrics="dice", names={0: "background", 1: "Heart", 2: "Lung", 9: "Liver"})
     assert [s.structure for s in result.structures] == ["Heart", "Lung"]
     assert ("name map: names label(s) that the reference and test do(es) not hold, so no structure has these "
             "names: 9 ('Liver')") in result.notes

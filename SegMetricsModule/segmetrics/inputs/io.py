@@ -136,7 +136,7 @@ def name_unnamed(reference: LabelImage, test: LabelImage, names, source: str = "
     a JSON file; keys may be label values or their text, ``"1"`` as JSON gives them) applied to the
     side(s) that carry no names of their own; a side whose file names its structures (RT Structure
     Set, DICOM SEG, ``.seg.nrrd``) keeps them. The inputs are not changed. A note lists the labels
-    the map names that no unnamed side holds.
+    the map names that no unnamed side holds (the background 0 aside).
 
     Raises :class:`ReadError` when both sides carry names (the map would name nothing), when the
     map names none of the labels an unnamed side holds (a map for other files), or when it is no
@@ -159,10 +159,11 @@ def name_unnamed(reference: LabelImage, test: LabelImage, names, source: str = "
     named = [side for side in sides if side not in unnamed]
     own = f" (the {named[0]} keeps the names its file carries)" if named else ""
     notes = [f"{source}: names given to the labels of the {' and '.join(unnamed)}{own}"]
-    absent = [f"{label} ({names[label]!r})" for label in sorted(set(names) - held)]
+    absent = [f"{label} ({names[label]!r})" for label in sorted(set(names) - held - {0})]  # 0: the background
     if absent:
+        more = f" and {len(absent) - 10} more" if len(absent) > 10 else ""
         notes.append(f"{source}: names label(s) that the {' and '.join(unnamed)} do(es) not hold, so no structure "
-                     f"has these names: {', '.join(absent)}")
+                     f"has these names: {', '.join(absent[:10])}{more}")
     return sides["reference"], sides["test"], notes
 
 
