@@ -139,7 +139,7 @@ def read_manifest(path) -> list:
     Relative paths are taken relative to the manifest's folder. ``names`` (also accepted as
     ``labels`` or ``label_map``) is a JSON file mapping label values to structure names; ``dose``
     an RT Dose file (the case's planned dose, for the dose metrics; may be empty). A UTF-8
-    byte-order mark (Excel's "CSV UTF-8") is accepted. Raises :class:`BatchError` (one line naming
+    byte-order mark (Excel's "CSV UTF-8") and spaces around the cells are accepted. Raises :class:`BatchError` (one line naming
     the file and row) for a folder, undecodable text, missing columns, empty fields or duplicate ids.
     """
     path = Path(path)
@@ -147,7 +147,7 @@ def read_manifest(path) -> list:
         raise BatchError(f"manifest {path} is a folder; give the CSV file (columns case_id, reference, test)")
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
+            reader = csv.DictReader(handle, skipinitialspace=True)  # "a, r.nii.gz, t.nii.gz" as typed by hand
             rows = [(reader.line_num, row) for row in reader]  # line in the file, as a spreadsheet numbers rows
             columns = reader.fieldnames or []
     except UnicodeDecodeError as error:
@@ -167,9 +167,10 @@ def read_manifest(path) -> list:
         if empty:
             raise BatchError(f"manifest {path} line {line}: empty {', '.join(empty)} "
                              "(each row needs case_id, reference and test)")
-        names = row.get("names") or row.get("labels") or row.get("label_map") or None
+        names = (row.get("names") or row.get("labels") or row.get("label_map") or "").strip() or None
         dose = (row.get("dose") or "").strip() or None
-        cases.append(Case(row["case_id"], str(path.parent / row["reference"]), str(path.parent / row["test"]),
+        case_id, reference, test = (row[column].strip() for column in ("case_id", "reference", "test"))
+        cases.append(Case(case_id, str(path.parent / reference), str(path.parent / test),
                           str(path.parent / names) if names else None, dose=str(path.parent / dose) if dose else None))
     duplicates = _duplicate_ids(cases)
     if duplicates:
