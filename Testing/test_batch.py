@@ -12,9 +12,10 @@ from itertools import combinations
 
 import numpy as np
 import pytest
+import SimpleITK as sitk
 
 from segmetrics import Parameters, compare
-from segmetrics.evaluation.batch import Case, match_folders, read_case_log, read_manifest, read_results, run_batch
+from segmetrics.evaluation.batch import BatchError, Case, match_folders, read_case_log, read_manifest, read_results, run_batch
 from segmetrics.cli import main
 from segmetrics.inputs.io import load_label_image
 
@@ -259,6 +260,26 @@ def test_folder_matching_skips_files_that_are_not_images(tmp_path):
     assert skipped == {"reference": ["README", "index.csv", "notes.txt"], "test": ["README", "index.csv", "notes.txt"]}
 
 
+def test_folder_matching_refuses_two_files_of_one_case(tmp_path):
+    """a.nii.gz and a.nrrd in one folder are one case id: neither may silently replace the other."""
+    for side in ("ref", "test"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "a.nii.gz").write_bytes(b"")
+    (tmp_path / "ref" / "a.nrrd").write_bytes(b"")
+    with pytest.raises(BatchError, match=r"reference folder .* several files of one case \(a: a.nii.gz, a.nrrd\)"):
+        match_folders(tmp_path / "ref", tmp_path / "test")
+
+
+def test_folder_matching_lists_subfolders_as_skipped(tmp_path, capsys):
+    for side in ("ref", "test"):
+        (tmp_path / side / "nested").mkdir(parents=True)
+        (tmp_path / side / "nested" / "b.nii.gz").write_bytes(b"")
+        (tmp_path / side / "a.nii.gz").write_bytes(b"")
+    cases, unmatched, skipped = match_folders(tmp_path / "ref", tmp_path / "test")
+    assert [c.case_id for c in cases] == ["a"]
+    assert skipped == {"reference": ["nested/"], "test": ["nested/"]}
+
+
 def test_cli_lists_and_skips_non_images_and_refuses_one_folder_as_both(data_dir, tmp_path, capsys):
     folder = data_dir / "lidc_idri_pylidc_multirater"
     for side, rater in (("ref", 1), ("test", 2)):
@@ -279,6 +300,56 @@ def test_cli_lists_and_skips_non_images_and_refuses_one_folder_as_both(data_dir,
     assert main(same) == 2
     assert "the reference and test folders are the same folder" in capsys.readouterr().err
     assert not (tmp_path / "same").exists()
+
+
+def test_cli_counts_a_reference_without_test_file_as_a_case_not_run(tmp_path, capsys):
+    """A reference without a prediction was only listed as unmatched: the run and its summary said
+    '1 cases', as if the dataset held one case."""
+    box = np.zeros((6, 8, 8), np.uint8)
+    box[1:5, 2:6, 2:6] = 1
+    for side, case_ids in (("ref", ("a", "b")), ("test", ("a",))):
+        (tmp_path / side).mkdir()
+        for case_id in case_ids:
+            sitk.WriteImage(sitk.GetImageFromArray(box), str(tmp_path / side / f"{case_id}.nii.gz"))
+    argv = ["batch", "--reference-dir", str(tmp_path / "ref"), "--test-dir", str(tmp_path / "test"),
+            "-o", str(tmp_path / "out"), "--metrics", "dice", "--no-progress"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "unmatched reference files (1): b.nii.gz" in captured.err
+    assert "2 cases: 1 evaluated now, 0 already done, 0 failed, 1 not run" in captured.out
+    log = read_case_log(tmp_path / "out")
+    assert log["a"]["status"] == "ok"
+    assert log["b"]["status"] == "not run" and "no test file" in log["b"]["error"]
+
+
+def test_cli_warns_of_manifest_cases_that_compare_a_file_with_itself(tmp_path, capsys):
+    """A manifest row naming one file as reference and test (./a vs a) scored Dice 1 without a word."""
+    box = np.zeros((6, 8, 8), np.uint8)
+    box[1:5, 2:6, 2:6] = 1
+    sitk.WriteImage(sitk.GetImageFromArray(box), str(tmp_path / "a.nii.gz"))
+    sitk.WriteImage(sitk.GetImageFromArray(box), str(tmp_path / "b.nii.gz"))
+    (tmp_path / "cases.csv").write_text("case_id,reference,test\nself,a.nii.gz,./a.nii.gz\npair,a.nii.gz,b.nii.gz\n")
+    argv = ["batch", "--manifest", str(tmp_path / "cases.csv"), "-o", str(tmp_path / "out"), "--metrics", "dice",
+            "--no-progress"]
+    assert main(argv) == 0
+    assert "warning: 1 case(s) compare a file with itself (reference and test are one file): self" in \
+        capsys.readouterr().err
+
+
+def test_a_cases_name_map_notes_are_kept_in_its_log(tmp_path):
+    """The notes of a case's name map (which side it named, labels no image holds) were dropped."""
+    box = np.zeros((6, 8, 8), np.uint8)
+    box[1:5, 2:6, 2:6] = 1
+    for side in ("ref", "test"):
+        sitk.WriteImage(sitk.GetImageFromArray(box), str(tmp_path / f"{side}.nii.gz"))
+    (tmp_path / "names.json").write_text('{"1": "Liver", "4": "Spleen"}')
+    case = Case("a", str(tmp_path / "ref.nii.gz"), str(tmp_path / "test.nii.gz"), str(tmp_path / "names.json"))
+    run_batch([case], tmp_path / "out", metrics="dice", workers=0, progress=False)
+    (record,) = read_results(tmp_path / "out")
+    assert record["structure"] == "Liver"
+    notes = read_case_log(tmp_path / "out")["a"]["notes"]
+    assert f"{tmp_path / 'names.json'}: names given to the labels of the reference and test" in notes
+    assert any("4 ('Spleen')" in note for note in notes)
 
 
 def test_resuming_with_other_settings_is_refused(tmp_path, data_dir):

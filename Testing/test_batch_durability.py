@@ -216,6 +216,14 @@ def test_excel_manifest_with_byte_order_mark(tmp_path):
     assert read_manifest(manifest) == cases
 
 
+def test_manifest_cells_with_spaces_around_them(tmp_path):
+    """'a, r.nii.gz, t.nii.gz ' (a manifest typed by hand) gave the case ids 'a' and 'a ' and paths
+    beginning with a space, which no file has."""
+    manifest = tmp_path / "manifest.csv"
+    manifest.write_text("case_id, reference, test\na, r.nii.gz, t.nii.gz \n")
+    assert read_manifest(manifest) == [Case("a", str(tmp_path / "r.nii.gz"), str(tmp_path / "t.nii.gz"))]
+
+
 @pytest.mark.parametrize("rows, message", [
     ("case_id,reference,test\na,r.nii.gz,t.nii.gz\n\nb,r.nii.gz\n", "line 4: empty test"),
     ("case_id,reference,test\n,r.nii.gz,t.nii.gz\n", "line 2: empty case_id"),

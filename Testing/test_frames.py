@@ -506,3 +506,12 @@ def test_frames_without_geometry_are_paired_by_shape_only(tmp_path):
     Image.fromarray(frame * 255).save(tmp_path / "pred" / "f0.png")
     result = evaluate_folders(tmp_path / "pred", tmp_path / "ref", threshold=0.5)
     assert result.summary()["mdice"].value == pytest.approx(1.0)
+
+
+def test_a_shape_mismatch_names_the_axis_order():
+    from segmetrics.evaluation.frames import frame_overlaps
+
+    with pytest.raises(ValueError, match=r"shape \(2, 3\) differs from ground truth shape \(2, 4\) \(y, x\)"):
+        frame_overlaps(np.zeros((2, 3), int), np.zeros((2, 4), int), [1])
+    with pytest.raises(ValueError, match=r"\(1, 2, 4\) \(z, y, x\)"):
+        frame_overlaps(np.zeros((1, 2, 3), int), np.zeros((1, 2, 4), int), [1])

@@ -84,6 +84,43 @@ def test_a_name_map_names_both_unnamed_label_maps_and_changes_no_input():
     assert reference.names == {}
 
 
+def test_a_name_map_with_label_text_as_json_gives_it_names_labels_in_the_api_too():
+    """names={"1": "Heart"} (a dict loaded from JSON) was refused as naming none of the labels (1, 2)."""
+    reference = LabelImage(boxes(), (1.0, 1.0, 1.0))
+    result = compare(reference, reference, metrics="dice", names={"1": "Heart", "2.0": "Lung"})
+    assert [s.structure for s in result.structures] == ["Heart", "Lung"]
+    with pytest.raises(ReadError, match=r"name map: label\(s\) 1 named more than once"):
+        compare(reference, reference, metrics="dice", names={"1": "Heart", 1: "Lung"})
+    with pytest.raises(ReadError, match="name map: expected whole label values and names"):
+        compare(reference, reference, metrics="dice", names={"Heart": "1"})
+
+
+def test_a_name_map_naming_labels_no_image_holds_says_so():
+    reference = LabelImage(boxes(), (1.0, 1.0, 1.0))
+    result = compare(reference, reference, metrics="dice", names={0: "background", 1: "Heart", 2: "Lung", 9: "Liver"})
+    assert [s.structure for s in result.structures] == ["Heart", "Lung"]
+    assert ("name map: names label(s) that the reference and test do(es) not hold, so no structure has these "
+            "names: 9 ('Liver')") in result.notes
+
+
+def test_a_csv_name_map_is_read_like_a_json_one(tmp_path):
+    reference = LabelImage(boxes(), (1.0, 1.0, 1.0))
+    (tmp_path / "names.csv").write_text("label,name\n1,Heart\n2,Tumor Bed\n")
+    result = compare(reference, reference, metrics="dice", names=tmp_path / "names.csv")
+    assert [s.structure for s in result.structures] == ["Heart", "Tumor Bed"]
+    (tmp_path / "bad.csv").write_text("1,Heart,extra\n")
+    with pytest.raises(ReadError, match=r"bad.csv: expected .*\(a row without exactly two cells\)"):
+        compare(reference, reference, metrics="dice", names=tmp_path / "bad.csv")
+
+
+@pytest.mark.needs("rich")
+def test_cli_name_map_refusals_name_the_file(rtstruct_and_label_map, tmp_path, capsys):
+    rtss, auto = rtstruct_and_label_map
+    (tmp_path / "liver.json").write_text(json.dumps({"7": "Liver"}))
+    assert main(["compare", str(rtss), str(auto), "--names", str(tmp_path / "liver.json"), "--metrics", "dice"]) == 2
+    assert f"{tmp_path / 'liver.json'}: names none of the labels of the test (1, 2)" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------- 2. contours outside the image grid
 def test_contours_the_image_grid_misses_are_refused_naming_the_structure_and_extent(tmp_path):
     """A CT whose slices (z 0..2) miss the Heart's planes (z 10..12) gave Heart 'both_empty', exit 0."""

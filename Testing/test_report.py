@@ -487,3 +487,25 @@ def test_terminal_summary_at_80_columns_shortens_names_never_numbers_or_misses()
     wide = Console(width=200, record=True)
     wide.print(summary_table(aggregate(records)))
     assert "contour_mean_distance_mm" in wide.export_text() and "…" not in wide.export_text()
+
+
+def test_worst_case_details_read_the_cases_with_the_runs_input_policy(tmp_path):
+    """A batch run with --assume-unit-spacing (MetaImage headers without a voxel size) evaluated its
+    cases, then its report stopped: the worst cases were read again without the run's input policy."""
+    from segmetrics.evaluation.aggregate import aggregate
+    from segmetrics.evaluation.batch import Case, read_results, run_batch
+    from segmetrics.inputs.io import InputPolicy
+    from segmetrics.report import worst_details
+
+    masks = {"ref": np.zeros((6, 10, 10), np.uint8), "test": np.zeros((6, 10, 10), np.uint8)}
+    masks["ref"][1:5, 2:8, 2:8] = 1
+    masks["test"][1:5, 3:9, 2:8] = 1
+    for side, mask in masks.items():  # DimSize is x, y, z; no ElementSpacing
+        header = "ObjectType = Image\nNDims = 3\nDimSize = 10 10 6\nElementType = MET_UCHAR\nElementDataFile = LOCAL\n"
+        (tmp_path / f"{side}.mha").write_bytes(header.encode() + mask.tobytes())
+    cases = [Case("a", str(tmp_path / "ref.mha"), str(tmp_path / "test.mha"))]
+    job = {"metrics": "dice,msi", "input_policy": InputPolicy(assume_unit_spacing=True)}
+    run_batch(cases, tmp_path / "out", workers=0, progress=False, **job)
+    agg = aggregate(read_results(tmp_path / "out"), case_ids=["a"])
+    ((title, reference, structure),) = worst_details(agg, cases, job, n=1)
+    assert structure.structure == "1" and structure.value("msi") < 1

@@ -131,9 +131,9 @@ def _parameters(args):
         if not isinstance(values, dict) or set(values) - known:
             raise UserError(f"--params {args.params}: expected a JSON object with keys among {', '.join(sorted(known))}")
     if args.msi_preset:
-        if args.msi_il is not None or args.msi_ol is not None:
-            raise UserError(f"--msi-preset {args.msi_preset} sets the MSI levels: leave out --msi-il and --msi-ol, "
-                            "or the preset")
+        if args.msi_il is not None or args.msi_ol is not None or {"msi_il", "msi_ol"} & set(values):
+            raise UserError(f"--msi-preset {args.msi_preset} sets the MSI levels: leave out --msi-il and --msi-ol "
+                            "(and msi_il, msi_ol in --params), or the preset")
         values.update(zip(("msi_il", "msi_ol"), MSI_PRESETS[args.msi_preset]))
     values.update({field: getattr(args, flag) for flag, field in PARAMETER_FLAGS.items() if getattr(args, flag) is not None})
     if args.dose_levels is not None:
@@ -154,9 +154,9 @@ def _add_compare_parser(subparsers) -> None:
                    "also match ignoring case and separators")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
     p.add_argument("--threshold", type=float, help="binarise both inputs at value >= THRESHOLD (probability maps)")
-    p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"}, '
-                   "for the input(s) without names of their own (label maps); names an RTSTRUCT, SEG or .seg.nrrd "
-                   "carries are kept")
+    p.add_argument("--names", metavar="JSON", help='JSON file mapping label values to names, e.g. {"1": "liver"} '
+                   "(or a .csv of label,name rows), for the input(s) without names of their own (label maps); names "
+                   "an RTSTRUCT, SEG or .seg.nrrd carries are kept")
     p.add_argument("--metrics", help="comma-separated metric or group names, or all (default: every group but "
                                       "lesions, which --metrics lesions adds)")
     _add_parameter_arguments(p)
@@ -213,7 +213,8 @@ def _run_compare(args) -> int:
     dose, dose_notes = load_dose(args.dose, {"reference": args.reference, "test": args.test}) if args.dose \
         else (None, [])
     synonyms = read_synonyms(args.synonyms) if args.synonyms else None  # small files first: refused before the images
-    names = read_name_map(args.names) if args.names else None
+    if args.names:
+        read_name_map(args.names)  # refused before the images are read; compare names the file in its messages
     reference, test = load_pair(args.reference, args.test, threshold=args.threshold, input_policy=policy,
                                 image=args.image, contour_resolution_mm=args.contour_resolution,
                                 check_crops=False)  # compare refuses crops of the selected structures
@@ -221,7 +222,7 @@ def _run_compare(args) -> int:
     with _structure_progress() as progress:
         result = compare(reference, test, labels=labels, metrics=args.metrics, params=_parameters(args),
                          resample_to=args.resample_to, progress=progress, input_policy=policy, synonyms=synonyms,
-                         names=names, dose=dose)
+                         names=Path(args.names) if args.names else None, dose=dose)
     result.notes[:0] = dose_notes
     result.provenance.update(command=args.command_line, inputs=_input_files(
         reference=args.reference, test=args.test, names=args.names, dose=args.dose))
@@ -357,7 +358,8 @@ def _add_batch_parser(subparsers) -> None:
                         "name; folders of DICOM files (any nesting) by patient and frame of reference, on the "
                         "referenced image series")
     p.add_argument("--test-dir", metavar="DIR", help="folder of test segmentations (with --reference-dir)")
-    p.add_argument("--names", metavar="JSON", help='label value -> name map for folder mode, e.g. {"1": "liver"}')
+    p.add_argument("--names", metavar="JSON", help='label value -> name map for folder mode, e.g. {"1": "liver"} (or a .csv of '
+                   "label,name rows)")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder of the results (resumed if present)")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
     p.add_argument("--metrics", help="comma-separated metric or group names, or all (default: every group but "
@@ -381,7 +383,7 @@ def _add_batch_parser(subparsers) -> None:
 def _run_batch(args) -> int:
     import importlib.util
 
-    from .evaluation.batch import match_folders, read_manifest, run_batch
+    from .evaluation.batch import Case, case_id_from_filename, match_folders, read_manifest, run_batch
     from .inputs.io import read_name_map
 
     if args.names:
@@ -392,15 +394,27 @@ def _run_batch(args) -> int:
         raise UserError("--reference-dir needs --test-dir")
     else:
         cases, unmatched, skipped = match_folders(args.reference_dir, args.test_dir, args.names)
-        for side, files in skipped.items():
+        for side, entries in skipped.items():
+            files, folders = [e for e in entries if not e.endswith("/")], [e for e in entries if e.endswith("/")]
             if files:
                 print(f"skipped {len(files)} {side} file(s) that are not images: {', '.join(files)}", file=sys.stderr)
+            if folders:
+                print(f"skipped {len(folders)} {side} subfolder(s), not searched (a folder run reads the files at the "
+                      f"top level; list nested files in a manifest): {', '.join(folders)}", file=sys.stderr)
     for side, files in unmatched.items():
         if files:
             print(f"unmatched {side} files ({len(files)}): {', '.join(files)}", file=sys.stderr)
+    # a reference without a test file is a case of the dataset: counted as not run, never silently left out
+    cases = sorted(cases + [Case(case_id_from_filename(name), str(Path(args.reference_dir) / name), "", args.names,
+                                 not_run=f"no test file of this case in {args.test_dir}")
+                            for name in unmatched.get("reference", [])], key=lambda case: case.case_id)
     for case in cases:
         if case.not_run:
             print(f"not run {case.case_id}: {case.not_run}", file=sys.stderr)
+    itself = [case.case_id for case in cases if case.reference and case.test and _same_file(case.reference, case.test)]
+    if itself:
+        print(f"warning: {len(itself)} case(s) compare a file with itself (reference and test are one file): "
+              f"{', '.join(itself[:10])}{' ...' if len(itself) > 10 else ''}", file=sys.stderr)
     if all(case.not_run for case in cases):
         raise UserError("no cases to evaluate")
     if args.scheduler and importlib.util.find_spec("distributed") is None:
@@ -429,6 +443,14 @@ def _run_batch(args) -> int:
 
         print_summary(*report_batch(summary.output, cases, args.report, penalty=penalty, job=job))
     return summary.exit_code
+
+
+def _same_file(first: str, second: str) -> bool:
+    """Whether two paths name one existing file (``./a`` and ``a``, a symbolic link and its target)."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # missing: the case fails reading it
+        return False
 
 
 def _add_demo_parser(subparsers) -> None:

@@ -139,7 +139,7 @@ def read_manifest(path) -> list:
     Relative paths are taken relative to the manifest's folder. ``names`` (also accepted as
     ``labels`` or ``label_map``) is a JSON file mapping label values to structure names; ``dose``
     an RT Dose file (the case's planned dose, for the dose metrics; may be empty). A UTF-8
-    byte-order mark (Excel's "CSV UTF-8") is accepted. Raises :class:`BatchError` (one line naming
+    byte-order mark (Excel's "CSV UTF-8") and spaces around the cells are accepted. Raises :class:`BatchError` (one line naming
     the file and row) for a folder, undecodable text, missing columns, empty fields or duplicate ids.
     """
     path = Path(path)
@@ -147,7 +147,7 @@ def read_manifest(path) -> list:
         raise BatchError(f"manifest {path} is a folder; give the CSV file (columns case_id, reference, test)")
     try:
         with open(path, newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle)
+            reader = csv.DictReader(handle, skipinitialspace=True)  # "a, r.nii.gz, t.nii.gz" as typed by hand
             rows = [(reader.line_num, row) for row in reader]  # line in the file, as a spreadsheet numbers rows
             columns = reader.fieldnames or []
     except UnicodeDecodeError as error:
@@ -167,9 +167,10 @@ def read_manifest(path) -> list:
         if empty:
             raise BatchError(f"manifest {path} line {line}: empty {', '.join(empty)} "
                              "(each row needs case_id, reference and test)")
-        names = row.get("names") or row.get("labels") or row.get("label_map") or None
+        names = (row.get("names") or row.get("labels") or row.get("label_map") or "").strip() or None
         dose = (row.get("dose") or "").strip() or None
-        cases.append(Case(row["case_id"], str(path.parent / row["reference"]), str(path.parent / row["test"]),
+        case_id, reference, test = (row[column].strip() for column in ("case_id", "reference", "test"))
+        cases.append(Case(case_id, str(path.parent / reference), str(path.parent / test),
                           str(path.parent / names) if names else None, dose=str(path.parent / dose) if dose else None))
     duplicates = _duplicate_ids(cases)
     if duplicates:
@@ -208,9 +209,10 @@ def match_folders(reference_dir, test_dir, names=None):
 
     Returns ``(cases, unmatched, skipped)``: ``unmatched`` is ``{"reference": [...], "test": [...]}``
     listing image files without a partner in the other folder, ``skipped`` the same for the files
-    that are not images (:func:`is_image_file`: ``index.csv``, notes), which are never run as cases.
-    Hidden files are ignored. Raises :class:`BatchError` when the two folders are one (every case
-    would compare a file with itself).
+    that are not images (:func:`is_image_file`: ``index.csv``, notes) and the subfolders (named with
+    a trailing ``/``), which are never run as cases. Hidden files are ignored. Raises
+    :class:`BatchError` when the two folders are one (every case would compare a file with itself)
+    or when a folder holds two image files of one case id (``a.nii.gz`` and ``a.nrrd``).
 
     Folders holding DICOM RT Structure Sets or SEGs (at any depth) are paired by their headers instead
     (:func:`segmetrics.evaluation.dicom_batch.pair_dicom_folders`: patient and frame of reference,
@@ -233,10 +235,18 @@ def match_folders(reference_dir, test_dir, names=None):
         return cases, {"reference": [], "test": []}, skipped
     images, skipped = {}, {}
     for side, folder in folders.items():
-        files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-        readable = {p: is_image_file(p) for p in files}
-        images[side] = {case_id_from_filename(p.name): p for p in files if readable[p]}
-        skipped[side] = [p.name for p in files if not readable[p]]
+        entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+        readable = {p: p.is_file() and is_image_file(p) for p in entries}
+        by_case = {}
+        for path in (p for p in entries if readable[p]):
+            by_case.setdefault(case_id_from_filename(path.name), []).append(path.name)
+        repeated = {case_id: files for case_id, files in by_case.items() if len(files) > 1}
+        if repeated:
+            raise BatchError(f"the {side} folder {folder} holds several files of one case ("
+                             + "; ".join(f"{case_id}: {', '.join(files)}" for case_id, files in repeated.items())
+                             + "): keep one file per case, or list the pairs in a manifest (--manifest)")
+        images[side] = {case_id: folder / files[0] for case_id, files in by_case.items()}
+        skipped[side] = [p.name + ("/" if p.is_dir() else "") for p in entries if not readable[p]]
     refs, tests = images["reference"], images["test"]
     cases = [Case(cid, str(refs[cid]), str(tests[cid]), names) for cid in sorted(refs.keys() & tests.keys())]
     unmatched = {"reference": sorted(refs[c].name for c in refs.keys() - tests.keys()),
@@ -246,7 +256,8 @@ def match_folders(reference_dir, test_dir, names=None):
 
 # ------------------------------------------------------------------------------------ one case
 def load_case(case: Case, threshold: float | None = None, input_policy=None):
-    """Read a case's reference and test label images (names from ``case.names`` if given).
+    """``(reference, test, notes)``: a case's label images, named from ``case.names`` if given
+    (``notes`` says which side the map named, and the labels it names that neither side holds).
 
     ``threshold`` binarises both (``value >= threshold``), e.g. 0.5 for probability maps;
     ``input_policy`` (:class:`segmetrics.inputs.io.InputPolicy`) overrides the input checks.
@@ -258,8 +269,8 @@ def load_case(case: Case, threshold: float | None = None, input_policy=None):
     reference, test = load_pair(case.reference, case.test, threshold=threshold, input_policy=input_policy,
                                 image=case.image, check_crops=False)
     if case.names:  # as `segmetrics compare --names`: the side(s) without names of their own
-        reference, test, _notes = name_unnamed(reference, test, read_name_map(case.names), str(case.names))
-    return reference, test
+        return name_unnamed(reference, test, read_name_map(case.names), str(case.names))
+    return reference, test, []
 
 
 def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, resample_to=None,
@@ -287,7 +298,7 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
         # the dose is checked against the case's files, then given to compare read
         dose, dose_notes = load_dose(case.dose, {"reference": case.reference, "test": case.test}) if case.dose \
             else (None, [])
-        reference, test = load_case(case, threshold, input_policy)
+        reference, test, name_notes = load_case(case, threshold, input_policy)
         changed = [path for side, path in files.items() if _file_version(path) != versions[side]]
         if changed:
             raise BatchError(f"{', '.join(changed)} changed while the case was read; its digest would not be that of "
@@ -300,7 +311,7 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
     diagonal = float(np.linalg.norm(np.asarray(reference.array.shape) * np.asarray(reference.spacing)))
     records = [{"case_id": case.case_id, **r} for r in result.records()]
     return CaseOutcome(case.case_id, "ok", records, diagonal_mm=diagonal, voxel_mm=float(min(reference.spacing)),
-                       seconds=time.perf_counter() - start, notes=dose_notes + list(result.notes), inputs=inputs)
+                       seconds=time.perf_counter() - start, notes=dose_notes + name_notes + list(result.notes), inputs=inputs)
 
 
 def _file_version(path) -> tuple | None:

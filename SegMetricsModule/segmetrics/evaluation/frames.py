@@ -79,7 +79,9 @@ def frame_overlaps(prediction, ground_truth, class_ids):
     """
     prediction, ground_truth = np.asarray(prediction), np.asarray(ground_truth)
     if prediction.shape != ground_truth.shape:
-        raise ValueError(f"prediction shape {prediction.shape} differs from ground truth shape {ground_truth.shape}")
+        axes = "(z, y, x)" if ground_truth.ndim == 3 else "(y, x)"
+        raise ValueError(f"prediction shape {prediction.shape} differs from ground truth shape {ground_truth.shape} "
+                         f"{axes}")
     k = len(class_ids) + 1
     joint = class_columns(prediction, class_ids) * k + class_columns(ground_truth, class_ids)
     confusion = np.bincount(joint.ravel(), minlength=k * k).reshape(k, k)  # rows: prediction

@@ -10,6 +10,7 @@ no voxel size).
 """
 from __future__ import annotations
 
+import csv
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,7 @@ from .readers import arrays, rtstruct
 from .validation import (InputPolicy, ReadError, check_evaluation_options, check_label_map, check_structure_names,
                          check_threshold, check_threshold_separates, check_unique_names)
 
-__all__ = ["InputPolicy", "ReadError", "apply_name_map", "load_label_image", "load_pair", "name_unnamed",
+__all__ = ["InputPolicy", "ReadError", "apply_name_map", "label_names", "load_label_image", "load_pair", "name_unnamed",
            "read_label_image", "read_name_map"]
 
 
@@ -136,28 +137,39 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
     return reference, test
 
 
-def name_unnamed(reference: LabelImage, test: LabelImage, names: dict, source: str = "name map") -> tuple:
+def name_unnamed(reference: LabelImage, test: LabelImage, names, source: str = "name map") -> tuple:
     """``(reference, test, notes)`` with the ``{label value: name}`` map ``names`` (from ``source``, e.g.
-    a JSON file) applied to the side(s) that carry no names of their own; a side whose file names its
-    structures (RT Structure Set, DICOM SEG, ``.seg.nrrd``) keeps them. The inputs are not changed.
+    a JSON file; keys may be label values or their text, ``"1"`` as JSON gives them) applied to the
+    side(s) that carry no names of their own; a side whose file names its structures (RT Structure
+    Set, DICOM SEG, ``.seg.nrrd``) keeps them. The inputs are not changed. A note lists the labels
+    the map names that no unnamed side holds (the background 0 aside).
 
-    Raises :class:`ReadError` when both sides carry names (the map would name nothing), or when the
-    map names none of the labels an unnamed side holds (a map for other files)."""
+    Raises :class:`ReadError` when both sides carry names (the map would name nothing), when the
+    map names none of the labels an unnamed side holds (a map for other files), or when it is no
+    valid map (:func:`label_names`)."""
+    names = label_names(names, source)
     sides = {"reference": reference, "test": test}
     unnamed = [side for side, image in sides.items() if not image.names]
     if not unnamed:
         raise ReadError(f"{source}: both inputs name their own structures, and a name map only names the labels of "
                         "a label map without names (NIfTI, NRRD, MHA, pictures); leave it out")
+    held = set()
     for side in unnamed:
         labels = sides[side].labels()
         if labels and not set(labels) & set(names):
             raise ReadError(f"{source}: names none of the labels of the {side} ({', '.join(map(str, labels[:10]))}); "
                             f"it names {', '.join(map(str, sorted(names)[:10]))}")
+        held.update(labels)
         sides[side] = replace(sides[side])
         apply_name_map(sides[side], names)
     named = [side for side in sides if side not in unnamed]
     own = f" (the {named[0]} keeps the names its file carries)" if named else ""
     notes = [f"{source}: names given to the labels of the {' and '.join(unnamed)}{own}"]
+    absent = [f"{label} ({names[label]!r})" for label in sorted(set(names) - held - {0})]  # 0: the background
+    if absent:
+        more = f" and {len(absent) - 10} more" if len(absent) > 10 else ""
+        notes.append(f"{source}: names label(s) that the {' and '.join(unnamed)} do(es) not hold, so no structure "
+                     f"has these names: {', '.join(absent[:10])}{more}")
     return sides["reference"], sides["test"], notes
 
 
@@ -172,26 +184,55 @@ def apply_name_map(image: LabelImage, names: dict) -> None:
     check_structure_names(image, "name map")
 
 
-
 def read_name_map(path) -> dict:
-    """Read a JSON object mapping label values to structure names, e.g. ``{"1": "liver"}``."""
+    """Read a map of label values to structure names: a JSON object like ``{"1": "liver"}``, or a
+    ``.csv`` file of ``label,name`` rows (a first row ``label,name`` is a header). See :func:`label_names`."""
     path = Path(path)
-    expected = f'{path}: expected a JSON object of label values and names like {{"1": "liver"}}'
+    expected = (f'{path}: expected a JSON object of label values and names like {{"1": "liver"}}, or a .csv file of '
+                "label,name rows")
     try:
-        pairs = json.loads(path.read_text(), object_pairs_hook=list)  # a list of (key, value): keeps repeated keys
-        labels = [_whole_number(key) for key, _ in pairs]
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError as error:
         raise ReadError(f"{path}: no such file") from error
+    except UnicodeDecodeError as error:
+        raise ReadError(f"{expected} ({error})") from error
+    if path.suffix.lower() == ".csv":
+        rows = [row for row in csv.reader(text.splitlines()) if any(cell.strip() for cell in row)]
+        if rows and [cell.strip().lower() for cell in rows[0]] == ["label", "name"]:
+            rows = rows[1:]
+        if not all(len(row) == 2 for row in rows):
+            raise ReadError(f"{expected} (a row without exactly two cells)")
+        pairs = [(label.strip(), name) for label, name in rows]
+    else:
+        try:
+            pairs = json.loads(text, object_pairs_hook=list)  # a list of (key, value): keeps repeated keys
+        except ValueError as error:
+            raise ReadError(f"{expected} ({error})") from error
+        if not isinstance(pairs, list) or not all(isinstance(pair, tuple) for pair in pairs):
+            raise ReadError(expected)
+    return label_names(pairs, str(path), expected)
+
+
+def label_names(names, source: str = "name map", expected: str | None = None) -> dict:
+    """``{label value: name}`` from a dict or a sequence of ``(label, name)`` pairs whose labels are
+    whole numbers or their text (``1``, ``"1"``, ``"1.0"``) and whose names are text. Raises
+    :class:`ReadError` (naming ``source``; ``expected``, the form the file should have, leads the
+    message for a wrong label or name) for other labels or names, a label given twice (also as
+    ``"1"`` and ``1``) and a name given to several labels."""
+    expected = expected or f'{source}: expected whole label values and names like {{1: "liver"}}'
+    pairs = list(names.items()) if isinstance(names, dict) else list(names)
+    try:
+        labels = [_whole_number(str(key)) for key, _ in pairs]
     except (ValueError, TypeError) as error:
         raise ReadError(f"{expected} ({error})") from error
-    if not all(isinstance(pair, tuple) and isinstance(pair[1], str) for pair in pairs):
-        raise ReadError(expected)
+    if not all(isinstance(name, str) and name.strip() for _, name in pairs):
+        raise ReadError(f"{expected} (every name is non-empty text)")
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
-        raise ReadError(f"{path}: label(s) {', '.join(map(str, repeated))} named more than once")
-    names = {label: name for label, (_, name) in zip(labels, pairs)}
-    check_unique_names(names, str(path))
-    return names
+        raise ReadError(f"{source}: label(s) {', '.join(map(str, repeated))} named more than once")
+    mapping = {label: name for label, (_, name) in zip(labels, pairs)}
+    check_unique_names(mapping, source)
+    return mapping
 
 
 def _whole_number(text: str) -> int:

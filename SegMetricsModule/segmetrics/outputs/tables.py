@@ -242,7 +242,7 @@ def _header(result, voxel_mm) -> str:
         parts += [f"surface mode {params.surface_mode}",
                   f"HD{params.hd_percentile:g} {params.hd_percentile_variant}",
                   f"NSD tolerance {params.nsd_tolerance_mm:g} mm",
-                  f"MSI il {params.msi_il:g} / ol {params.msi_ol:g} ({params.msi_convention}): "
+                  f"MSI il {params.msi_il:g} / ol {params.msi_ol:g} ({params.msi_convention} convention): "
                   + msi_sigma({"il": params.msi_il, "ol": params.msi_ol,
                                "units": "pixel" if params.msi_convention == "fda" else params.msi_units})]
     grid = result.provenance.get("grid")
