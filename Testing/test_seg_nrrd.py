@@ -234,7 +234,7 @@ REFUSALS = [
      r"Segment1_LabelValue \('two'\) must be 1 whole number"),
     (replace(r"Segment1_Name:=tumour", "Segment1_Name:=liver"), r"'liver' \(labels 1, 2\) share a name"),
     (replace(r"Segment2_Extent:=[-0-9 ]*", "Segment2_Extent:=2 21 8 11 0 6"),
-     r"segment 'vessel' has extent 2 21 8 11 0 6 outside the grid of 24 x 20 x 6 voxels"),
+     r"segment 'vessel' has extent 2 21 8 11 0 6 \(i, j, k\) outside the grid of 6 x 20 x 24 voxels \(z, y, x\)"),
     (replace(r"Segment2_Extent:=[-0-9 ]*", "Segment2_Extent:=2 21 8 11 0 4"),
      r"segment 'vessel' has 80 voxel\(s\) outside its extent 2 21 8 11 0 4, which 3D Slicer would drop"),
     (replace(r"Segment2_Extent:=[-0-9 ]*", "Segment2_Extent:=2 21 8 11"),

@@ -280,3 +280,16 @@ def test_an_unnamed_label_map_does_not_pair_with_rt_rois_by_roi_number(tmp_path)
     assert any("not paired with ROI 1 ('BODY')" in note and "--names" in note for note in result.notes)
     named = compare(tmp_path / "rt.dcm", auto, metrics="dice", names={1: "Heart"})
     assert named["Heart"].value("dice") == 1.0
+
+
+def test_an_image_grid_the_inputs_are_not_on_is_said(tmp_path):
+    """``image=`` (CLI ``--image``) was silently left unused for label images whose voxels are not its voxels."""
+    mask = np.zeros((4, 6, 6), np.uint8)
+    mask[1:3, 2:4, 2:4] = 1
+    for name, array, spacing in (("ref.nii.gz", mask, (1.0, 1.0, 1.0)), ("test.nii.gz", mask, (1.0, 1.0, 1.0)),
+                                 ("ct.nii.gz", np.zeros((3, 5, 5), np.int16), (0.7, 0.7, 2.3))):
+        image = sitk.GetImageFromArray(array)
+        image.SetSpacing(spacing)
+        sitk.WriteImage(image, str(tmp_path / name))
+    result = compare(tmp_path / "ref.nii.gz", tmp_path / "test.nii.gz", metrics="dice", image=tmp_path / "ct.nii.gz")
+    assert sum("that grid is not used" in note for note in result.notes) == 2

@@ -113,7 +113,11 @@ def load_pair(reference, test, spacing=None, threshold: float | None = None, *,
         grid, identity = readers.read_image_series(image, input_policy)
         for side in sides:  # e.g. a DICOM SEG of some of the image's planes: placed on all of them
             if geometry_differences(loaded[side], grid):
-                loaded[side] = placed_on(loaded[side], grid) or loaded[side]
+                placed = placed_on(loaded[side], grid)
+                if placed is None:
+                    loaded[side].notes = getattr(loaded[side], "notes", []) + [
+                        f"the {side}'s voxels are not voxels of the grid of {image}: that grid is not used for it"]
+                loaded[side] = placed or loaded[side]
     if structure_sets:
         if image is None and loaded:
             grid = next(iter(loaded.values()))

@@ -232,7 +232,7 @@ def contour_grid(structure_sets, resolution_mm: float = DEFAULT_CONTOUR_RESOLUTI
     if np.prod(shape, dtype=float) > MAX_CONTOUR_GRID_VOXELS:
         sources = ", ".join(s.source for s in structure_sets)
         raise ReadError(f"{sources}: a {resolution_mm:g} mm contour grid would hold {' x '.join(map(str, shape))} "
-                        f"voxels; give a coarser --contour-resolution or the image series (--image DIR)")
+                        f"voxels (z, y, x); give a coarser --contour-resolution or the image series (--image DIR)")
     return LabelImage(np.zeros(shape, np.uint8), (step, resolution_mm, resolution_mm), origin, axes.T.ravel())
 
 

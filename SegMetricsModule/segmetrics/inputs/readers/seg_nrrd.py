@@ -177,8 +177,8 @@ def _segment(path: Path, index: int, found: dict, shape: tuple) -> Segment:
     extent = tuple(zip(bounds[4::-2], bounds[5::-2]))  # (i0, i1, j0, j1, k0, k1) in array order (k, j, i)
     segment = Segment(name, label_value, layer, extent)
     if not segment.is_empty() and any(low < 0 or high >= size for (low, high), size in zip(extent, shape[1:])):
-        raise ReadError(f"{path}: segment {name!r} has extent {found['Extent']} outside the grid of "
-                        f"{' x '.join(map(str, reversed(shape[1:])))} voxels (a damaged or hand-edited header?)")
+        raise ReadError(f"{path}: segment {name!r} has extent {found['Extent']} (i, j, k) outside the grid of "
+                        f"{' x '.join(map(str, shape[1:]))} voxels (z, y, x) (a damaged or hand-edited header?)")
     return segment
 
 
