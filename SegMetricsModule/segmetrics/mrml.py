@@ -1329,25 +1329,36 @@ def run(reference_node, test_node, pairs=None, metrics=None, params=None, table_
 
 
 def show_results(app_logic, outputs: Outputs):
-    """Show the results table and the MSI chart (the DVH chart when MSI did not run; the plot
-    view's chart selector shows the other) in a layout that has both views, set explicitly
-    (Slicer's four-up view with plot and table; four-up with table when there is no chart):
-    deriving it from the current layout, as the Tables and Plots logics do, turns the one-up 3-D
-    layout into a four-up plot view without a table. Output nodes the user deleted are skipped.
-    Returns the view arrangement set, or None (no layout node, or no output left in the scene)."""
+    """Show the results table and the charts in a layout set explicitly (deriving it from the
+    current layout, as the Tables and Plots logics do, turns the one-up 3-D layout into a four-up
+    plot view without a table): with both the MSI and the DVH chart, :data:`TWO_CHARTS_LAYOUT`, each
+    chart in its own plot view, side by side (their x axes differ: slice index, Gy); with one of
+    them, Slicer's four-up view with plot and table; with none, four-up with table. Output nodes
+    the user deleted are skipped. Returns the view arrangement set, or None (no layout node, or no
+    output left in the scene)."""
     scene = outputs_scene(outputs)
     layout = scene.GetFirstNodeByClass("vtkMRMLLayoutNode") if scene is not None else None
     if layout is None:
         return None
-    chart = next((c for c in (outputs.chart, outputs.dvh_chart) if c is not None and c.GetScene() is not None), None)
-    layout.SetViewArrangement(slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView if chart is not None
-                              else slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpTableView)
+    charts = [c for c in (outputs.chart, outputs.dvh_chart) if c is not None and c.GetScene() is not None]
+    if len(charts) == 2:
+        if not layout.IsLayoutDescription(TWO_CHARTS_LAYOUT_ID):
+            layout.AddLayoutDescription(TWO_CHARTS_LAYOUT_ID, TWO_CHARTS_LAYOUT)
+        layout.SetViewArrangement(TWO_CHARTS_LAYOUT_ID)
+    else:
+        layout.SetViewArrangement(slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView if charts
+                                  else slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpTableView)
     if outputs.table.GetScene() is not None:
         outputs.table.SetUseColumnTitleAsColumnHeader(True)
         app_logic.GetSelectionNode().SetActiveTableID(outputs.table.GetID())
         app_logic.PropagateTableSelection()
-    if chart is not None:
-        app_logic.GetModuleLogic("Plots").ShowChartInLayout(chart)
+    if len(charts) == 2:
+        for view_name, chart in zip(("PlotView1", "PlotView2"), charts):
+            view = scene.GetSingletonNode(view_name, "vtkMRMLPlotViewNode")  # made by the layout logic for the layout
+            if view is not None:
+                view.SetPlotChartNodeID(chart.GetID())
+    elif charts:
+        app_logic.GetModuleLogic("Plots").ShowChartInLayout(charts[0])
     return layout.GetViewArrangement()
 
 
