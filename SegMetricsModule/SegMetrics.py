@@ -602,6 +602,31 @@ class SegMetricsTest(ScriptedLoadableModuleTest):
         shared = np.count_nonzero(reference & test)
         self.assertAlmostEqual(table.GetColumnByName("dice").GetValue(0), 2 * shared / (2 * reference.sum()), places=9)
 
+    def test_dose_of_shifted_boxes(self):
+        """A dose of x Gy at x mm: the reference box (x = 2..5 mm) has Dmean 3.5 Gy and half its
+        voxels at 3.5 Gy or more, the test box (x = 3..6 mm) 4.5 Gy and three quarters; the DVHs are
+        shown beside the MSI chart, and the notes say the dose's units were not checked."""
+        self.delayDisplay("Dose of two shifted boxes")
+        reference = np.zeros((8, 8, 10), np.uint8)
+        reference[2:6, 2:6, 2:6] = 1
+        test = np.roll(reference, 1, axis=2)
+        nodes = self._segmentations(reference, test, (1.0, 1.0, 1.0), "box")
+        grid = LabelImage(reference, (1.0, 1.0, 1.0))
+        dose = slicer.mrmlScene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", "dose")
+        slicer.util.updateVolumeFromArray(dose, np.broadcast_to(np.arange(10.0), (8, 8, 10)).astype(np.float32))  # Gy = x mm
+        dose.SetIJKToRASMatrix(mrml.ras_matrix(grid))
+        logic = SegMetricsLogic()
+        outputs = logic.run(*nodes, metrics=["overlap", "msi"], params=Parameters(dose_levels_gy=mrml.dose_levels("3.5 Gy")),
+                            doseNode=dose)
+        column = outputs.table.GetTable().GetColumnByName
+        self.assertAlmostEqual(column("dose_dmean_reference_gy").GetValue(0), 3.5, places=5)
+        self.assertAlmostEqual(column("dose_dmean_test_gy").GetValue(0), 4.5, places=5)
+        self.assertAlmostEqual(column("dose_v3.5gy_reference_percent").GetValue(0), 50.0, places=5)
+        self.assertAlmostEqual(column("dose_v3.5gy_test_percent").GetValue(0), 75.0, places=5)
+        self.assertTrue(any(note.startswith("dose units not checked") for note in logic.notes(outputs)))
+        self.assertEqual(logic.showResults(slicer.app.applicationLogic()), mrml.TWO_CHARTS_LAYOUT_ID)
+        self.delayDisplay("Test passed")
+
     def test_overlap_of_boxes(self):
         """Two boxes of known overlap: the table holds the hand-computed Dice and volumes."""
         self.delayDisplay("Overlap of two boxes")
