@@ -75,7 +75,7 @@ class SegMetrics(ScriptedLoadableModule):
             "MSI, per-slice contour metrics, roughness and, given the planned dose, dose metrics and DVHs. Both "
             "contours are coloured by the local error in the slice views (signed distance by default; on the "
             "reference, high values show what the test missed), a per-slice table steps through the slices from "
-            "the worst MSI up, and results go to a table and a per-slice MSI chart. "
+            "the worst MSI up, and results go to a table, a per-slice MSI chart and, with a dose, a DVH chart beside it. "
             "Requires Slicer {version} or later. See the <a href=\"{url}\">documentation</a>."
         ).format(version=MINIMUM_SLICER_VERSION, url=DOCUMENTATION_URL)
         self.parent.acknowledgementText = _("Built on NumPy, SciPy, SimpleITK and VTK; accelerated by numba when installed.")
@@ -439,7 +439,8 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
         by :func:`segmetrics.mrml.dose_levels`). The contours group fills the per-slice review
         table's added path length, Dice and HD."""
         groups = [group for group in METRIC_GROUPS if getattr(p, group)]
-        fields = dict(hd_percentile=p.hdPercentile, nsd_tolerance_mm=p.nsdToleranceMm, dose_levels_gy=mrml.dose_levels(p.doseLevels),
+        fields = dict(hd_percentile=p.hdPercentile, nsd_tolerance_mm=p.nsdToleranceMm,
+                      dose_levels_gy=mrml.dose_levels(p.doseLevels),
                       msi_axis=None if p.msiAxis < 0 else p.msiAxis, roughness_window_mm=p.roughnessWindowMm or None)
         if p.msiPreset == CUSTOM_MSI_LEVELS:
             return groups, Parameters(msi_il=p.msiInnerLevel, msi_ol=p.msiOuterLevel, **fields)
@@ -613,11 +614,12 @@ class SegMetricsTest(ScriptedLoadableModuleTest):
         nodes = self._segmentations(reference, test, (1.0, 1.0, 1.0), "box")
         grid = LabelImage(reference, (1.0, 1.0, 1.0))
         dose = slicer.mrmlScene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", "dose")
-        slicer.util.updateVolumeFromArray(dose, np.broadcast_to(np.arange(10.0), (8, 8, 10)).astype(np.float32))  # Gy = x mm
+        gradient = np.broadcast_to(np.arange(10.0), (8, 8, 10)).astype(np.float32)  # (z, y, x): Gy = x in mm
+        slicer.util.updateVolumeFromArray(dose, gradient)
         dose.SetIJKToRASMatrix(mrml.ras_matrix(grid))
         logic = SegMetricsLogic()
-        outputs = logic.run(*nodes, metrics=["overlap", "msi"], params=Parameters(dose_levels_gy=mrml.dose_levels("3.5 Gy")),
-                            doseNode=dose)
+        params = Parameters(dose_levels_gy=mrml.dose_levels("3.5 Gy"))
+        outputs = logic.run(*nodes, metrics=["overlap", "msi"], params=params, doseNode=dose)
         column = outputs.table.GetTable().GetColumnByName
         self.assertAlmostEqual(column("dose_dmean_reference_gy").GetValue(0), 3.5, places=5)
         self.assertAlmostEqual(column("dose_dmean_test_gy").GetValue(0), 4.5, places=5)

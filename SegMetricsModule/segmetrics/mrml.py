@@ -281,7 +281,8 @@ def dose_grid_from_volume(volume_node, file_for_instance=None, notes: list | Non
     if volume_node.GetImageData() is None or volume_node.GetImageData().GetPointData().GetScalars() is None:
         raise ValueError(f"dose volume {name!r} holds no voxels")
     hierarchy, item = _subject_hierarchy_item(volume_node)
-    units = hierarchy.GetAttributeFromItemAncestor(item, SLICERRT_DOSE_UNIT_NAME_ATTRIBUTE, "Study") if item else ""
+    study = slicer.vtkMRMLSubjectHierarchyConstants.GetDICOMLevelStudy()
+    units = hierarchy.GetAttributeFromItemAncestor(item, SLICERRT_DOSE_UNIT_NAME_ATTRIBUTE, study) if item else ""
     path = dicom_source_file(volume_node, file_for_instance)
     header = {}
     if path is not None:
@@ -964,7 +965,7 @@ def fill_results_table(table_node, result: ComparisonResult) -> None:
         sigma = sigma_of(name, [v.params for v in values if v is not None])
         columns.append((name, [math.nan if v is None else v.value for v in values], unit, description,
                         *([f"{name} ({sigma})"] if sigma else [])))
-    columns.append(("Notes", ["; ".join(result.notes)] * len(result.structures), "", "how the inputs were prepared"))
+    columns.append(("Notes", ["; ".join(result.notes)] * len(result.structures), "", "notes of the run: how the inputs were prepared, dose checks, warnings"))
     _fill_table(table_node, columns)
 
 
