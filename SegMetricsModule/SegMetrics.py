@@ -75,7 +75,7 @@ class SegMetrics(ScriptedLoadableModule):
             "MSI, per-slice contour metrics, roughness and, given the planned dose, dose metrics and DVHs. Both "
             "contours are coloured by the local error in the slice views (signed distance by default; on the "
             "reference, high values show what the test missed), a per-slice table steps through the slices from "
-            "the worst MSI up, and results go to a table and a per-slice MSI chart. "
+            "the worst MSI up, and results go to a table, a per-slice MSI chart and, with a dose, a DVH chart beside it. "
             "Requires Slicer {version} or later. See the <a href=\"{url}\">documentation</a>."
         ).format(version=MINIMUM_SLICER_VERSION, url=DOCUMENTATION_URL)
         self.parent.acknowledgementText = _("Built on NumPy, SciPy, SimpleITK and VTK; accelerated by numba when installed.")
@@ -91,6 +91,7 @@ class SegMetricsParameterNode:
     testSegmentID: str = ""
     allSegments: bool = True
     doseVolume: vtkMRMLScalarVolumeNode
+    doseLevels: str = ""  # Gy, as the command line's --dose-levels: "20, 30 Gy"
     overlap: bool = True
     distance: bool = True
     msi: bool = True
@@ -259,8 +260,9 @@ class SegMetricsWidget(ScriptedLoadableModuleWidget, VTKObservationMixin):
         dialog.value = int(100 * fraction)
 
     def showOutputs(self, outputs):
-        """Fill the results panel (summary and pair list) from a run, or clear it for None."""
+        """Fill the results panel (summary, notes and pair list) from a run, or clear it for None."""
         self.ui.resultsLabel.text = self.logic.summary(outputs) if outputs else _("No results yet.")
+        self.ui.notesTextEdit.setPlainText("\n".join(self.logic.notes(outputs)) if outputs else "")
         wasBlocked = self.ui.pairComboBox.blockSignals(True)
         self.ui.pairComboBox.clear()
         self.ui.pairComboBox.addItems([s.structure for s in outputs.result.structures] if outputs else [])
@@ -408,6 +410,10 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
             return _("Select at least one metric group.")
         if p.colorArray == "Roughness_mm" and not p.roughness:
             return _("Colouring by roughness needs the roughness group: tick it, or choose another colouring.")
+        try:
+            mrml.dose_levels(p.doseLevels)
+        except ValueError as error:
+            return _("Dose levels: {problem}").format(problem=error)
         return None
 
     @staticmethod
@@ -429,10 +435,12 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
     @staticmethod
     def metricParameters(p):
         """The chosen metric groups and :class:`segmetrics.Parameters` (the MSI levels of the chosen
-        preset, by :meth:`segmetrics.Parameters.from_msi_preset`, or the user's). The contours group
-        fills the per-slice review table's added path length, Dice and HD."""
+        preset, by :meth:`segmetrics.Parameters.from_msi_preset`, or the user's; the dose levels in Gy
+        by :func:`segmetrics.mrml.dose_levels`). The contours group fills the per-slice review
+        table's added path length, Dice and HD."""
         groups = [group for group in METRIC_GROUPS if getattr(p, group)]
         fields = dict(hd_percentile=p.hdPercentile, nsd_tolerance_mm=p.nsdToleranceMm,
+                      dose_levels_gy=mrml.dose_levels(p.doseLevels),
                       msi_axis=None if p.msiAxis < 0 else p.msiAxis, roughness_window_mm=p.roughnessWindowMm or None)
         if p.msiPreset == CUSTOM_MSI_LEVELS:
             return groups, Parameters(msi_il=p.msiInnerLevel, msi_ol=p.msiOuterLevel, **fields)
@@ -452,7 +460,8 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
     def run(self, referenceNode, testNode, referenceSegmentIDs=None, testSegmentIDs=None, metrics=None,
             params=None, tableNode=None, colorArray=mrml.SURFACE_ARRAYS[0], progress=None, doseNode=None):
         """Compare segment pairs (the given IDs, or all segments matched by name); see :func:`segmetrics.mrml.run`.
-        ``doseNode``: the planned dose volume (Gy), for the dose metrics and the DVH chart.
+        ``doseNode``: the planned dose volume (Gy), for the dose metrics and the DVH chart; its units
+        and frame of reference are checked against the DICOM files in Slicer's DICOM database.
 
         ``progress(fraction, message)`` may raise :class:`segmetrics.mrml.Cancelled`: the run then
         stops, the previous outputs stay as they were and nothing new is added to the scene.
@@ -460,25 +469,40 @@ class SegMetricsLogic(ScriptedLoadableModuleLogic):
         pairs = None
         if referenceSegmentIDs is not None or testSegmentIDs is not None:
             pairs = mrml.segment_pairs(referenceNode, testNode, referenceSegmentIDs, testSegmentIDs)
-        self.outputs = mrml.run(referenceNode, testNode, pairs, metrics, params, tableNode, colorArray, progress, doseNode)
+        self.outputs = mrml.run(referenceNode, testNode, pairs, metrics, params, tableNode, colorArray, progress, doseNode,
+                                self.fileForInstance())
         return self.outputs
+
+    @staticmethod
+    def fileForInstance():
+        """Slicer's DICOM database lookup (SOP Instance UID -> file path), or None when the DICOM
+        module has not opened one (``slicer.dicomDatabase`` is set by the DICOM module)."""
+        database = getattr(slicer, "dicomDatabase", None)
+        return database.fileForInstance if database is not None and database.isOpen else None
 
     def clearOutputs(self):
         """Forget the last run (on scene close: its nodes are gone)."""
         self.outputs = None
 
     def summary(self, outputs):
-        """A few lines for the results panel: Dice and HD95 per pair, status and notes."""
+        """A few lines for the results panel: Dice and HD95 per pair, and status (the notes are
+        shown apart: :meth:`notes`)."""
         lines = []
         for s in outputs.result.structures:
             values = {v.metric: v.value for v in s.values}
             shown = [f"{name} {values[name]:.3g}" for name in ("dice", "hd95_mm", "msi") if name in values]
             lines.append(f"{s.structure}: {', '.join(shown) or _('computed')} ({s.status})")
-        return "\n".join(lines + [_("Note: {note}").format(note=note) for note in outputs.result.notes])
+        return "\n".join(lines)
+
+    @staticmethod
+    def notes(outputs):
+        """The run's notes, each once, in order: how the inputs were prepared, the dose checks, and
+        each pair's notes (dose sampling, share outside the dose grid, summation warning)."""
+        return list(outputs.result.notes)
 
     def showResults(self, appLogic):
-        """Show the results table and the MSI chart in Slicer's four-up layout with a plot and a table
-        (:func:`segmetrics.mrml.show_results`); returns the view arrangement, or None."""
+        """Show the results table and the charts (MSI, and DVH beside it when a dose was given) with
+        the slice views (:func:`segmetrics.mrml.show_results`); returns the view arrangement, or None."""
         return mrml.show_results(appLogic, self.outputs) if self.outputs is not None else None
 
     # --- review --------------------------------------------------------------------------------
@@ -578,6 +602,32 @@ class SegMetricsTest(ScriptedLoadableModuleTest):
         self.assertTrue(0.0 < hd95 <= 3.0 + 1e-9, hd95)
         shared = np.count_nonzero(reference & test)
         self.assertAlmostEqual(table.GetColumnByName("dice").GetValue(0), 2 * shared / (2 * reference.sum()), places=9)
+
+    def test_dose_of_shifted_boxes(self):
+        """A dose of x Gy at x mm: the reference box (x = 2..5 mm) has Dmean 3.5 Gy and half its
+        voxels at 3.5 Gy or more, the test box (x = 3..6 mm) 4.5 Gy and three quarters; the DVHs are
+        shown beside the MSI chart, and the notes say the dose's units were not checked."""
+        self.delayDisplay("Dose of two shifted boxes")
+        reference = np.zeros((8, 8, 10), np.uint8)
+        reference[2:6, 2:6, 2:6] = 1
+        test = np.roll(reference, 1, axis=2)
+        nodes = self._segmentations(reference, test, (1.0, 1.0, 1.0), "box")
+        grid = LabelImage(reference, (1.0, 1.0, 1.0))
+        dose = slicer.mrmlScene.AddNewNodeByClass("vtkMRMLScalarVolumeNode", "dose")
+        gradient = np.broadcast_to(np.arange(10.0), (8, 8, 10)).astype(np.float32)  # (z, y, x): Gy = x in mm
+        slicer.util.updateVolumeFromArray(dose, gradient)
+        dose.SetIJKToRASMatrix(mrml.ras_matrix(grid))
+        logic = SegMetricsLogic()
+        params = Parameters(dose_levels_gy=mrml.dose_levels("3.5 Gy"))
+        outputs = logic.run(*nodes, metrics=["overlap", "msi"], params=params, doseNode=dose)
+        column = outputs.table.GetTable().GetColumnByName
+        self.assertAlmostEqual(column("dose_dmean_reference_gy").GetValue(0), 3.5, places=5)
+        self.assertAlmostEqual(column("dose_dmean_test_gy").GetValue(0), 4.5, places=5)
+        self.assertAlmostEqual(column("dose_v3.5gy_reference_percent").GetValue(0), 50.0, places=5)
+        self.assertAlmostEqual(column("dose_v3.5gy_test_percent").GetValue(0), 75.0, places=5)
+        self.assertTrue(any(note.startswith("dose units not checked") for note in logic.notes(outputs)))
+        self.assertEqual(logic.showResults(slicer.app.applicationLogic()), mrml.TWO_CHARTS_LAYOUT_ID)
+        self.delayDisplay("Test passed")
 
     def test_overlap_of_boxes(self):
         """Two boxes of known overlap: the table holds the hand-computed Dice and volumes."""

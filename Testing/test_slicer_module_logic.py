@@ -45,7 +45,7 @@ def monkeypatch_module():
 
 def parameters(**changes):
     values = dict(referenceSegmentation=None, referenceSegmentID="", testSegmentation=None, testSegmentID="",
-                  allSegments=True, doseVolume=None, overlap=True, distance=False, msi=False, contours=False, roughness=False,
+                  allSegments=True, doseVolume=None, doseLevels="", overlap=True, distance=False, msi=False, contours=False, roughness=False,
                   hdPercentile=90.0, nsdToleranceMm=1.0, msiPreset="custom", msiInnerLevel=2.0, msiOuterLevel=3.0,
                   msiAxis=0, roughnessWindowMm=0.0,
                   outputTable=None, colorArray="SignedDistance_mm")
@@ -66,6 +66,12 @@ def test_validation_messages(module):
     assert validate(rough).startswith("Colouring by roughness needs the roughness group")
     assert validate(parameters(referenceSegmentation=node, testSegmentation=node, colorArray="Roughness_mm",
                                roughness=True)) is None
+    levels = parameters(referenceSegmentation=node, testSegmentation=node, doseLevels="20, x Gy")
+    assert validate(levels) == "Dose levels: --dose-levels 20, x Gy: 'x Gy' is not a dose in Gy (e.g. 20,30Gy)"
+    levels.doseLevels = "-5"
+    assert validate(levels) == "Dose levels: dose_levels_gy must be a finite number > 0, got -5.0"
+    levels.doseLevels = "20, 30 Gy"
+    assert validate(levels) is None
 
 
 def test_metric_parameters_are_passed_through(module):
@@ -75,6 +81,8 @@ def test_metric_parameters_are_passed_through(module):
     assert groups == ["overlap", "msi", "contours"]  # the per-slice table's APL, Dice and HD
     assert (params.hd_percentile, params.nsd_tolerance_mm, params.msi_il, params.msi_ol) == (90.0, 1.0, 2.0, 3.0)
     assert params.roughness_window_mm is None  # 0 in the UI = the convention's default
+    assert params.dose_levels_gy == ()
+    assert module.SegMetricsLogic.metricParameters(parameters(doseLevels="20, 30Gy"))[1].dose_levels_gy == (20.0, 30.0)
 
 
 def test_msi_presets_set_both_levels(module):
@@ -107,10 +115,16 @@ def test_process_fills_the_table_and_the_parameter_node(module):
     data.GetPointData().GetScalars().Fill(2.0)
     dose.SetAndObserveImageData(data)
     dose.SetIJKToRASMatrix(mrml.ras_matrix(LabelImage(reference, (1, 1, 1))))
-    p.doseVolume = dose
+    p.doseVolume, p.doseLevels = dose, "1, 3 Gy"
     logic = module.SegMetricsLogic()
     outputs = logic.process(p)
-    assert outputs.table.GetTable().GetColumnByName("dose_dmean_test_gy").GetValue(0) == pytest.approx(2.0)
+    column = outputs.table.GetTable().GetColumnByName
+    assert column("dose_dmean_test_gy").GetValue(0) == pytest.approx(2.0)
+    assert column("dose_v1gy_test_percent").GetValue(0) == pytest.approx(100.0)  # 2 Gy everywhere
+    assert column("dose_v3gy_test_percent").GetValue(0) == 0.0
+    notes = logic.notes(outputs)
+    assert any(n.startswith("dose units not checked") for n in notes)
+    assert any("interpolated trilinearly" in n for n in notes)  # a note of the pair's comparison
     assert outputs.dvh_chart is not None
     assert p.outputTable is outputs.table
     assert outputs.table.GetTable().GetColumnByName("dice").GetValue(0) == pytest.approx(2 * 144 / 432)
@@ -425,6 +439,9 @@ class FakeWidget(SimpleNamespace):
     def blockSignals(self, block):
         return False
 
+    def setPlainText(self, text):
+        self.plainText = text
+
     def clear(self):
         self.items = []
 
@@ -454,7 +471,8 @@ def widget(module, review, monkeypatch):
     widget = object.__new__(module.SegMetricsWidget)
     widget._parameterNode, widget._currentSlice, widget._running, widget._cancelRequested = None, None, False, False
     widget.logic = review.logic
-    widget.ui = SimpleNamespace(resultsLabel=FakeWidget(text=""), pairComboBox=FakeWidget(currentText=""),
+    widget.ui = SimpleNamespace(resultsLabel=FakeWidget(text=""), notesTextEdit=FakeWidget(plainText=""),
+                                pairComboBox=FakeWidget(currentText=""),
                                 sliceTable=FakeWidget(rows=[], selected=None),
                                 **{name: FakeWidget(enabled=False) for name in
                                    ("showWorstSliceButton", "previousSliceButton", "nextSliceButton")})
@@ -469,6 +487,7 @@ def test_widget_lists_slices_worst_first_and_steps_through_them(widget, review):
     # MSI without the contours group: no column of NaN for its added length, Dice and HD
     assert widget.ui.sliceTable.headers == ["Slice", "Position (mm)", "MSI (σ 10 mm)", "Status"]
     assert widget.ui.resultsLabel.text.startswith("ball: dice")
+    assert widget.ui.notesTextEdit.plainText == "\n".join(review.outputs.result.notes) != ""
     assert widget.ui.nextSliceButton.enabled
     widget.onStep(1)  # from no slice: the worst one
     widget.onStep(1)

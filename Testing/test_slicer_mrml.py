@@ -310,7 +310,7 @@ def test_dose_volume_gives_dose_metrics_and_a_dvh_chart(headless):
     """A dose growing 0.5 Gy per voxel along x: the reference box (x = 2..5) gets a mean dose of
     0.5 * 3.5 Gy and the test box (x = 3..6) 0.5 * 4.5 Gy (the dose at the voxel centres, on the
     dose's own grid); their DVHs fall from 100 % to 0 % (half at the median dose), the reference
-    dashed, the test solid, in a DVH chart shown when MSI did not run."""
+    dashed, the test solid, in a DVH chart shown alone when MSI did not run."""
     scene = headless.scene
     images = [box_image((10, 10, 10), box, name="gtv") for box in (np.s_[2:6, 2:6, 2:6], np.s_[2:6, 2:6, 3:7])]
     nodes = [mrml.add_segmentation_from_label_image(scene, image, n) for image, n in zip(images, "rt")]
@@ -336,6 +336,158 @@ def test_dose_volume_gives_dose_metrics_and_a_dvh_chart(headless):
     again = mrml.run(*nodes, metrics=["overlap"])  # without the dose: no dose column, the DVH nodes go
     assert again.dvh_chart is None and again.table.GetColumnIndex("dose_dmean_reference_gy") < 0
     assert scene.GetNumberOfNodesByClass("vtkMRMLPlotChartNode") == 0
+
+
+def test_each_pairs_notes_reach_the_result_once_in_order(scene):
+    """A dose grid ending at x = 4 mm: the test box (x = 3..6) has half its voxels outside it. The
+    pairs' own notes (dose sampling, the outside-the-grid warning with its share) follow the run's
+    notes, each note once although two pairs give the same sampling note."""
+    images = [LabelImage(np.zeros((10, 10, 10), np.uint8), (1.0, 1.0, 1.0), names={1: "a", 2: "b"}) for _ in range(2)]
+    images[0].array[2:6, 2:6, 2:6] = 1
+    images[1].array[2:6, 2:6, 3:7] = 1
+    for image in images:
+        image.array[7:9, 2:4, 0:2] = 2  # "b": inside the dose grid on both sides
+    nodes = [mrml.add_segmentation_from_label_image(scene, image, n) for image, n in zip(images, "rt")]
+    dose = dose_volume(scene, images[0], np.ones((10, 10, 5)))
+    notes = mrml.run(*nodes, metrics=["overlap"], dose_node=dose).result.notes
+    outside = [n for n in notes if "outside the dose grid" in n]
+    assert len(outside) == 1 and "50.0% of the test" in outside[0] and outside[0].startswith("warning:")
+    sampling = [n for n in notes if "interpolated trilinearly" in n]
+    assert len(sampling) == 1
+    assert notes.index(sampling[0]) > notes.index("common grid: the reference segmentation's geometry")
+    assert len(notes) == len(set(notes))
+
+
+def _dicom_header_file(path, sop_class, **tags):
+    """A DICOM file holding only a header (``tags``: keyword -> value) of SOP class ``sop_class``."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+
+    dataset = Dataset()
+    dataset.file_meta = FileMetaDataset()
+    dataset.file_meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    dataset.file_meta.MediaStorageSOPClassUID = sop_class
+    dataset.SOPClassUID, dataset.SOPInstanceUID = sop_class, generate_uid()
+    for keyword, value in tags.items():
+        setattr(dataset, keyword, value)
+    dataset.save_as(path, enforce_file_format=True)
+    return str(dataset.SOPInstanceUID)
+
+
+def _in_study(scene, node, **study_attributes):
+    """Put ``node`` under a subject hierarchy study item with ``study_attributes``, as SlicerRT's
+    DICOM import does (the dose's units are on the study item)."""
+    hierarchy = slicer.vtkMRMLSubjectHierarchyNode.GetSubjectHierarchyNode(scene)
+    study = hierarchy.CreateStudyItem(hierarchy.GetSceneItemID(), "study")
+    item = hierarchy.CreateItem(study, node)
+    for name, value in study_attributes.items():
+        hierarchy.SetItemAttribute(study, name, value)
+    return hierarchy, item
+
+
+@pytest.fixture
+def dose_case(scene):
+    """Two boxes and a 2 Gy dose on their grid."""
+    images = [box_image((8, 8, 8), box, name="gtv") for box in (np.s_[2:6, 2:6, 2:6], np.s_[2:6, 2:6, 3:7])]
+    nodes = [mrml.add_segmentation_from_label_image(scene, image, n) for image, n in zip(images, "rt")]
+    return nodes, dose_volume(scene, images[0], np.full((8, 8, 8), 2.0))
+
+
+def test_a_dose_slicerrt_marks_as_not_in_gy_is_refused(scene, dose_case):
+    """SlicerRT keeps the RTDOSE's DoseUnits as ``DicomRtImport.DoseUnitName`` of the study item."""
+    nodes, dose = dose_case
+    dose.SetAttribute(mrml.SLICERRT_DOSE_VOLUME_ATTRIBUTE, "1")
+    hierarchy, item = _in_study(scene, dose, **{mrml.SLICERRT_DOSE_UNIT_NAME_ATTRIBUTE: "RELATIVE"})
+    with pytest.raises(ValueError, match="dose volume 'dose' is in DoseUnits 'RELATIVE', not GY"):
+        mrml.run(*nodes, metrics=["overlap"], dose_node=dose)
+    hierarchy.SetItemAttribute(hierarchy.GetItemParent(item), mrml.SLICERRT_DOSE_UNIT_NAME_ATTRIBUTE, "GY")
+    outputs = mrml.run(*nodes, metrics=["overlap"], dose_node=dose)
+    assert cell(outputs.table, 0, "dose_dmean_test_gy") == pytest.approx(2.0)
+    assert not any(n.startswith("dose units not checked") for n in outputs.result.notes)
+
+
+def test_a_dose_without_units_or_files_says_what_was_not_checked(dose_case):
+    nodes, dose = dose_case
+    notes = mrml.run(*nodes, metrics=["overlap"], dose_node=dose).result.notes
+    assert any(n.startswith("dose units not checked: the dose volume 'dose' (not marked as a dose by SlicerRT)")
+               for n in notes)
+    assert any(n.startswith("frame of reference not checked: the dose volume 'dose' has no DICOM file") for n in notes)
+
+
+def test_dose_frame_of_reference_is_checked_against_the_segmentations_dicom_sources(scene, dose_case, tmp_path):
+    """The dose's RTDOSE file (found from its instance UID, as SlicerRT's import records it, through
+    the DICOM database's lookup) against the reference's RT Structure Set file and the test's
+    ``DICOM.FrameOfReferenceUID`` (Slicer's DICOM plugins): refused when they differ, a note for a
+    segmentation whose frame is not known; the RTDOSE's DoseUnits, DoseType and DoseSummationType
+    are read from the file."""
+    from pydicom.dataset import Dataset
+    from pydicom.uid import RTDoseStorage, RTStructureSetStorage
+
+    (reference, test), dose = dose_case
+    files = {}
+
+    def add_file(name, sop_class, **tags):
+        uid = _dicom_header_file(tmp_path / name, sop_class, **tags)
+        files[uid] = str(tmp_path / name)
+        return uid
+
+    dose_uid = add_file("dose.dcm", RTDoseStorage, FrameOfReferenceUID="1.2.3", DoseUnits="GY", DoseType="PHYSICAL",
+                        DoseSummationType="BEAM")
+    hierarchy, item = _in_study(scene, dose)
+    hierarchy.SetItemUID(item, slicer.vtkMRMLSubjectHierarchyConstants.GetDICOMInstanceUIDName(), dose_uid)
+    roi = Dataset()
+    roi.ROINumber, roi.ReferencedFrameOfReferenceUID = 1, "1.2.3"
+    structures_uid = add_file("rtstruct.dcm", RTStructureSetStorage, StructureSetROISequence=[roi])
+    _hierarchy, reference_item = _in_study(scene, reference)
+    hierarchy.SetItemUID(reference_item, slicer.vtkMRMLSubjectHierarchyConstants.GetDICOMInstanceUIDName(), structures_uid)
+    lookup = lambda uid: files.get(uid, "")  # noqa: E731  (as slicer.dicomDatabase.fileForInstance)
+
+    notes = mrml.run(reference, test, metrics=["overlap"], dose_node=dose, file_for_instance=lookup).result.notes
+    assert any(n.startswith("frame of reference not checked for the test segmentation 't'") for n in notes)
+    assert not any("reference segmentation 'r'" in n or n.startswith("dose units not checked") for n in notes)
+    assert any("DoseSummationType BEAM" in n and n.startswith("warning:") for n in notes)  # read from the file
+
+    _hierarchy, test_item = _in_study(scene, test)
+    frame_attribute = slicer.vtkMRMLSubjectHierarchyConstants.GetDICOMFrameOfReferenceUIDAttributeName()
+    hierarchy.SetItemAttribute(test_item, frame_attribute, "1.2.3")
+    notes = mrml.run(reference, test, metrics=["overlap"], dose_node=dose, file_for_instance=lookup).result.notes
+    assert not any("frame of reference not checked" in n for n in notes)
+    hierarchy.SetItemAttribute(test_item, frame_attribute, "9.9.9")
+    with pytest.raises(ValueError, match="in frame of reference 1.2.3 but the test segmentation 't' is in 9.9.9"):
+        mrml.run(reference, test, metrics=["overlap"], dose_node=dose, file_for_instance=lookup)
+    add_file("relative.dcm", RTDoseStorage, FrameOfReferenceUID="1.2.3", DoseUnits="RELATIVE")
+    dose.SetAttribute(mrml.DICOM_INSTANCE_UIDS_ATTRIBUTE, next(u for u, f in files.items() if f.endswith("relative.dcm")))
+    with pytest.raises(ValueError, match="not GY"):
+        mrml.run(reference, test, metrics=["overlap"], dose_node=dose, file_for_instance=lookup)
+
+
+def test_dose_levels_are_read_as_the_command_line_reads_them():
+    assert mrml.dose_levels("20, 30 Gy") == (20.0, 30.0)
+    assert mrml.dose_levels("20,30Gy,20") == (20.0, 30.0)
+    assert mrml.dose_levels("  ") == ()
+    with pytest.raises(ValueError, match="'x' is not a dose in Gy"):
+        mrml.dose_levels("20, x")
+    with pytest.raises(ValueError, match="> 0"):
+        mrml.dose_levels("0")
+
+
+def test_msi_and_dvh_charts_are_shown_side_by_side(headless):
+    """With both charts, each gets its own plot view of a layout that has both (the layout logic
+    makes the views, as in Slicer); their x axes (slice index, Gy) differ."""
+    scene = headless.scene
+    layout_logic = slicer.vtkMRMLLayoutLogic()
+    layout_logic.SetMRMLScene(scene)
+    images = [box_image((10, 10, 10), box, name="gtv") for box in (np.s_[2:6, 2:6, 2:6], np.s_[2:6, 2:6, 3:7])]
+    nodes = [mrml.add_segmentation_from_label_image(scene, image, n) for image, n in zip(images, "rt")]
+    dose = dose_volume(scene, images[0], np.full((10, 10, 10), 2.0))
+    outputs = mrml.run(*nodes, metrics=["msi"], dose_node=dose)
+    assert mrml.show_results(headless.app_logic, outputs) == mrml.TWO_CHARTS_LAYOUT_ID
+    views = [scene.GetSingletonNode(name, "vtkMRMLPlotViewNode") for name in ("PlotView1", "PlotView2")]
+    assert [v.GetPlotChartNodeID() for v in views] == [outputs.chart.GetID(), outputs.dvh_chart.GetID()]
+    assert scene.GetSingletonNode("TableView1", "vtkMRMLTableViewNode") is not None
+    scene.RemoveNode(outputs.dvh_chart)  # one chart left: Slicer's four-up view with plot and table
+    assert mrml.show_results(headless.app_logic, outputs) == slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView
+    assert views[0].GetPlotChartNodeID() == outputs.chart.GetID()
 
 
 def test_dose_volume_under_a_transform_is_refused(scene):

@@ -26,7 +26,7 @@ MODULE_DIR = TESTING.parent / "SegMetricsModule"
 #: What Slicer 5.12 does not bundle.
 NOT_BUNDLED = ("numba", "llvmlite", "skimage", "shapely")
 #: The self-test's methods, in the order Slicer runs them.
-TEST_METHODS = ["test_distance_of_shifted_balls", "test_overlap_of_boxes", "test_slice_review"]
+TEST_METHODS = ["test_distance_of_shifted_balls", "test_dose_of_shifted_boxes", "test_overlap_of_boxes", "test_slice_review"]
 
 RUN = textwrap.dedent(
     f"""
@@ -63,8 +63,8 @@ def run_self_test(mode: str):
 
 def test_self_test_passes_as_slicers_test_run_runs_it():
     output, errors = run_self_test("ctest")
-    # the three methods, and the base class's runTest, which finds no test of its own
-    assert output.rstrip().endswith("ran 4 ok"), output[-4000:]
+    # the four methods, and the base class's runTest, which finds no test of its own
+    assert output.rstrip().endswith("ran 5 ok"), output[-4000:]
     order = [line.split(" ")[0] for line in output.splitlines() if line.startswith("test_")]
     assert order == TEST_METHODS, output
     assert "No test is defined in ScriptedLoadableModuleTest" in errors
@@ -73,4 +73,4 @@ def test_self_test_passes_as_slicers_test_run_runs_it():
 def test_self_test_passes_as_reload_and_test_runs_it():
     output, _errors = run_self_test("reload")
     lines = output.splitlines()
-    assert lines[:3] == TEST_METHODS and lines[-1] == "reload and test ok", output[-4000:]
+    assert lines[:4] == TEST_METHODS and lines[-1] == "reload and test ok", output[-4000:]

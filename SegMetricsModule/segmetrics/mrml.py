@@ -56,6 +56,50 @@ PLANAR_CONTOUR = "Planar contour"
 LEGEND_SIZE = (0.08, 0.4)
 #: Shortest time (s) between two progress reports repeated from the checkpoints of a run.
 REPORT_INTERVAL_S = 0.1
+#: SlicerRT's marks of an imported dose (``vtkSlicerRtCommon``, SlicerRT ``SlicerRtCommon/vtkSlicerRtCommon.cxx``):
+#: the dose volume's identifier attribute, and the ``DoseUnits`` (3004,0002) of its RTDOSE, kept on
+#: the subject hierarchy study item.
+SLICERRT_DOSE_VOLUME_ATTRIBUTE = "DicomRtImport.DoseVolume"
+SLICERRT_DOSE_UNIT_NAME_ATTRIBUTE = "DicomRtImport.DoseUnitName"
+#: Node attribute listing the SOP Instance UIDs a node was loaded from (Slicer's DICOM plugins).
+DICOM_INSTANCE_UIDS_ATTRIBUTE = "DICOM.instanceUIDs"
+#: Custom layout of :func:`show_results` when both charts are shown: Slicer's four-up view with
+#: plot and table, the DVH chart's plot view (``PlotView2``) beside the MSI chart's (``PlotView1``).
+TWO_CHARTS_LAYOUT_ID = 7301
+TWO_CHARTS_LAYOUT = """<layout type="vertical" split="true">
+ <item splitSize="500">
+  <layout type="vertical">
+   <item>
+    <layout type="horizontal">
+     <item><view class="vtkMRMLSliceNode" singletontag="Red">
+      <property name="orientation" action="default">Axial</property>
+      <property name="viewlabel" action="default">R</property>
+      <property name="viewcolor" action="default">#F34A33</property></view></item>
+     <item><view class="vtkMRMLPlotViewNode" singletontag="PlotView1">
+      <property name="viewlabel" action="default">P</property></view></item>
+     <item><view class="vtkMRMLPlotViewNode" singletontag="PlotView2">
+      <property name="viewlabel" action="default">P2</property></view></item>
+    </layout>
+   </item>
+   <item>
+    <layout type="horizontal">
+     <item><view class="vtkMRMLSliceNode" singletontag="Green">
+      <property name="orientation" action="default">Coronal</property>
+      <property name="viewlabel" action="default">G</property>
+      <property name="viewcolor" action="default">#6EB04B</property></view></item>
+     <item><view class="vtkMRMLSliceNode" singletontag="Yellow">
+      <property name="orientation" action="default">Sagittal</property>
+      <property name="viewlabel" action="default">Y</property>
+      <property name="viewcolor" action="default">#EDD54C</property></view></item>
+    </layout>
+   </item>
+  </layout>
+ </item>
+ <item splitSize="300">
+  <view class="vtkMRMLTableViewNode" singletontag="TableView1">
+   <property name="viewlabel" action="default">T</property></view>
+ </item>
+</layout>"""
 
 
 @dataclass
@@ -179,20 +223,123 @@ def label_image_from_volume(volume_node, names: dict | None = None) -> LabelImag
     return _label_image(array, _numpy_matrix(matrix), names)
 
 
-def dose_grid_from_volume(volume_node):
+def dose_levels(text: str) -> tuple:
+    """The dose levels (Gy) of the V metrics written as the command line's ``--dose-levels`` takes
+    them (``"20, 30 Gy"``; its parser), each checked > 0 as :class:`segmetrics.Parameters` does;
+    ``()`` for blank text. ``ValueError`` with one line for anything else."""
+    from .cli import UserError, _dose_levels
+    from .registry import Parameters
+
+    if not text.strip():
+        return ()
+    try:
+        return Parameters(dose_levels_gy=_dose_levels(text)).dose_levels_gy
+    except UserError as error:
+        raise ValueError(str(error)) from None
+
+
+def _subject_hierarchy_item(node):
+    """``(subject hierarchy node, the node's item ID)``; the ID is 0 (invalid) when there is none."""
+    scene = node.GetScene()
+    hierarchy = scene.GetFirstNodeByClass("vtkMRMLSubjectHierarchyNode") if scene is not None else None
+    return hierarchy, (hierarchy.GetItemByDataNode(node) if hierarchy is not None else 0)
+
+
+def dicom_source_file(node, file_for_instance) -> str | None:
+    """The first DICOM file a node was loaded from, or None when not known.
+
+    Its SOP Instance UIDs are the node's ``DICOM.instanceUIDs`` attribute (Slicer's DICOM plugins),
+    else its subject hierarchy item's ``DICOMInstanceUID`` UID (SlicerRT's RT import, Slicer's
+    ``DICOMPlugin.addSeriesInSubjectHierarchy``); ``file_for_instance`` maps one to its file
+    (Slicer's ``slicer.dicomDatabase.fileForInstance``: ``""`` when not in the database)."""
+    if file_for_instance is None:
+        return None
+    uids = (node.GetAttribute(DICOM_INSTANCE_UIDS_ATTRIBUTE) or "").split()
+    hierarchy, item = _subject_hierarchy_item(node)
+    if not uids and item:
+        uids = hierarchy.GetItemUID(item, slicer.vtkMRMLSubjectHierarchyConstants.GetDICOMInstanceUIDName()).split()
+    return next((path for path in map(file_for_instance, uids) if path), None)
+
+
+def dose_grid_from_volume(volume_node, file_for_instance=None, notes: list | None = None):
     """The :class:`segmetrics.inputs.readers.rtdose.DoseGrid` (Gy, LPS) of a scalar volume node
     holding a dose in Gy, e.g. an RTDOSE loaded by SlicerRT's DICOM import (which scales it to Gy).
-    ``ValueError`` for a volume under a parent transform (harden it first: the dose would be placed
-    without it) or without voxels."""
+
+    The grid's frame of reference, ``DoseType`` and ``DoseSummationType`` come from the volume's
+    RTDOSE file when :func:`dicom_source_file` finds it (else None: not checked). ``ValueError`` for
+    a dose not in Gy (SlicerRT's ``DicomRtImport.DoseUnitName`` of its study, or the file's
+    ``DoseUnits``, other than ``GY``), a ``DoseType`` ``ERROR``, a volume under a parent transform
+    (harden it first: the dose would be placed without it) or without voxels. When the units
+    cannot be checked, ``notes`` (if given) gets a note saying so."""
+    import pydicom
+
     from .inputs.readers.rtdose import DoseGrid
 
+    name = volume_node.GetName()
     if volume_node.GetParentTransformNode() is not None:
-        raise ValueError(f"dose volume {volume_node.GetName()!r} has a parent transform: harden it first")
+        raise ValueError(f"dose volume {name!r} has a parent transform: harden it first")
     if volume_node.GetImageData() is None or volume_node.GetImageData().GetPointData().GetScalars() is None:
-        raise ValueError(f"dose volume {volume_node.GetName()!r} holds no voxels")
+        raise ValueError(f"dose volume {name!r} holds no voxels")
+    hierarchy, item = _subject_hierarchy_item(volume_node)
+    study = slicer.vtkMRMLSubjectHierarchyConstants.GetDICOMLevelStudy()
+    units = hierarchy.GetAttributeFromItemAncestor(item, SLICERRT_DOSE_UNIT_NAME_ATTRIBUTE, study) if item else ""
+    path = dicom_source_file(volume_node, file_for_instance)
+    header = {}
+    if path is not None:
+        dataset = pydicom.dcmread(path, stop_before_pixels=True, force=True, specific_tags=[
+            "DoseUnits", "DoseType", "DoseSummationType", "FrameOfReferenceUID"])
+        header = {tag: str(dataset.get(tag, "")).upper() or None for tag in ("DoseUnits", "DoseType", "DoseSummationType")}
+        header["FrameOfReferenceUID"] = str(dataset.get("FrameOfReferenceUID", "")) or None
+        units = header["DoseUnits"] or units
+    if not units and notes is not None:
+        marked = volume_node.GetAttribute(SLICERRT_DOSE_VOLUME_ATTRIBUTE) is not None
+        notes.append(_("dose units not checked: the dose volume {name!r} ({marked}) has no dose unit known to SlicerRT "
+                       "nor a DICOM file known to Slicer's DICOM database; its voxels are taken as Gy").format(
+            name=name, marked=_("marked as a dose by SlicerRT") if marked else _("not marked as a dose by SlicerRT")))
+    if units and units.upper() != "GY":
+        raise ValueError(f"dose volume {name!r} is in DoseUnits {units!r}, not GY: the dose metrics need an absolute "
+                         "dose in Gy")
+    if header.get("DoseType") == "ERROR":
+        raise ValueError(f"dose volume {name!r} is DoseType ERROR, a dose error map, not a dose")
     image = label_image_from_volume(volume_node)
     return DoseGrid(image.array.astype(np.float32), image.spacing, image.origin, image.direction,
-                    source=f"dose volume {volume_node.GetName()!r}")
+                    header.get("FrameOfReferenceUID"), f"dose volume {name!r}", header.get("DoseType"),
+                    header.get("DoseSummationType"))
+
+
+def frames_of_reference(segmentation_node, file_for_instance=None) -> set:
+    """The FrameOfReferenceUIDs of a segmentation loaded from DICOM: its subject hierarchy item's
+    ``DICOM.FrameOfReferenceUID`` attribute (Slicer's DICOM plugins), else those its source file
+    (:func:`dicom_source_file`: an RT Structure Set's ROIs', a DICOM SEG's) says; empty when unknown."""
+    from .inputs.readers.rtdose import input_frames_of_reference
+
+    hierarchy, item = _subject_hierarchy_item(segmentation_node)
+    attribute = slicer.vtkMRMLSubjectHierarchyConstants.GetDICOMFrameOfReferenceUIDAttributeName()
+    frame = hierarchy.GetItemAttribute(item, attribute) if item else ""
+    if frame:
+        return {frame}
+    path = dicom_source_file(segmentation_node, file_for_instance)
+    return input_frames_of_reference(path) if path is not None else set()
+
+
+def check_dose_frame_of_reference(dose, segmentation_nodes: dict, file_for_instance=None) -> list:
+    """Refuse (``ValueError``, one line) a dose whose frame of reference differs from that of a
+    segmentation (``segmentation_nodes``: role -> node) when both are known; returns notes saying
+    which could not be checked (the dose is then placed by patient coordinates alone)."""
+    if dose.frame_of_reference is None:
+        return [_("frame of reference not checked: the {dose} has no DICOM file known to Slicer's DICOM database; it "
+                  "is placed on the segmentations by patient coordinates alone").format(dose=dose.source)]
+    notes = []
+    for role, node in segmentation_nodes.items():
+        frames = frames_of_reference(node, file_for_instance)
+        if not frames:
+            notes.append(_("frame of reference not checked for the {role} segmentation {name!r} (no DICOM source known): "
+                           "the dose is placed on it by patient coordinates alone").format(role=role, name=node.GetName()))
+        elif dose.frame_of_reference not in frames:
+            raise ValueError(f"{dose.source} is in frame of reference {dose.frame_of_reference} but the {role} "
+                             f"segmentation {node.GetName()!r} is in {', '.join(sorted(frames))}: not the same patient "
+                             "coordinates")
+    return notes
 
 
 def add_segmentation_from_label_image(scene, image: LabelImage, name: str):
@@ -611,7 +758,7 @@ def add_review_surfaces(structure, reference_mask: np.ndarray, test_mask: np.nda
 
 
 def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, params=None, progress=None,
-                          dose_node=None):
+                          dose_node=None, file_for_instance=None):
     """Compare segment pairs of two segmentation nodes with :func:`segmetrics.compare`.
 
     Both segmentations are exported onto one grid that holds every voxel of both
@@ -633,13 +780,20 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
         (:class:`Cancelled`).
     dose_node : vtkMRMLScalarVolumeNode, optional
         The planned dose in Gy (:func:`dose_grid_from_volume`) of the dose metrics and DVHs
-        (``extras["dvh"]``); the dose group then runs with the chosen ones.
+        (``extras["dvh"]``); the dose group then runs with the chosen ones. Refused when not in Gy
+        or in another frame of reference than a segmentation (:func:`check_dose_frame_of_reference`).
+    file_for_instance : callable, optional
+        SOP Instance UID -> DICOM file path (``""`` when unknown), e.g. Slicer's
+        ``slicer.dicomDatabase.fileForInstance``: finds the DICOM files the dose and the
+        segmentations were loaded from, to check their frames of reference and the dose's units.
 
     Returns
     -------
     (ComparisonResult, LabelImage)
         One structure per pair (``reference_label``/``test_label`` are segment IDs) with
-        ``notes`` saying how the inputs were prepared; and the common grid (LPS geometry). Each
+        ``notes`` saying how the inputs were prepared and what the dose checks could not check,
+        then each pair's notes from :func:`segmetrics.compare` (dose sampling, outside the dose
+        grid, summation), without repeats, in order; and the common grid (LPS geometry). Each
         structure's extras also hold ``slice_centres`` (:func:`slice_centres` of both masks along
         the MSI axis) and the review surfaces (:func:`add_review_surfaces`).
     """
@@ -647,7 +801,10 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
 
     params = as_parameters(params)
     check_evaluation_options(metrics=metrics)
-    dose = None if dose_node is None else dose_grid_from_volume(dose_node)
+    notes = []
+    dose = None if dose_node is None else dose_grid_from_volume(dose_node, file_for_instance, notes)
+    if dose is not None:
+        notes += check_dose_frame_of_reference(dose, {"reference": reference_node, "test": test_node}, file_for_instance)
     if dose is not None and metrics is not None:
         metrics = [metrics] if isinstance(metrics, str) else list(metrics)
         metrics += [] if "dose" in metrics else ["dose"]
@@ -657,7 +814,6 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
         raise NothingToCompareError("nothing to compare: no segment pair (the segmentations hold no segment, or no "
                                     "segment IDs were given)")
     reporter = _Reporter(progress)
-    notes = []
     temporary = _TemporaryNodes(scene)
 
     def checked():
@@ -673,18 +829,21 @@ def compare_segmentations(reference_node, test_node, pairs=None, metrics=None, p
             structures = []
             for index, pair in enumerate(pairs):
                 step = lambda stage, message: reporter((index * 3 + stage) / (len(pairs) * 3), f"{pair.name}: {message}")  # noqa: E731
-                structures.append(_compare_pair(temporary, reference, test, pair, grid_node, grid, metrics, params, dose,
-                                                step))
+                structure, pair_notes = _compare_pair(temporary, reference, test, pair, grid_node, grid, metrics, params,
+                                                      dose, step)
+                structures.append(structure)
+                notes += pair_notes
         reporter(1.0, _("done"))
-        return ComparisonResult(structures, notes), grid
+        return ComparisonResult(structures, list(dict.fromkeys(notes))), grid
     finally:
         temporary.remove()
 
 
 def _compare_pair(temporary: _TemporaryNodes, reference, test, pair: SegmentPair, grid_node, grid: LabelImage, metrics,
                   params, dose, step):
-    """One pair's :class:`StructureResult` with its review extras; ``step(stage, message)`` reports
-    the stages 0 (export), 1 to 2 (metrics, a fraction after each group) and 2 (review surfaces)."""
+    """One pair's :class:`StructureResult` with its review extras, and the notes of its comparison;
+    ``step(stage, message)`` reports the stages 0 (export), 1 to 2 (metrics, a fraction after each
+    group) and 2 (review surfaces)."""
     step(0, _("exporting"))
     masks = [_mask(temporary, node, segment_id, grid_node, grid)
              for node, segment_id in ((reference, pair.reference_id), (test, pair.test_id))]
@@ -692,13 +851,14 @@ def _compare_pair(temporary: _TemporaryNodes, reference, test, pair: SegmentPair
     for image in images:
         image.names = {1: pair.name}
     step(1, _("computing metrics"))
-    structure = compare(images[0], images[1], labels=[1], metrics=metrics, params=params, keep_surfaces=True, dose=dose,
-                        progress=lambda done, total, name: step(1 + done / total, _("computing metrics"))).structures[0]
+    result = compare(images[0], images[1], labels=[1], metrics=metrics, params=params, keep_surfaces=True, dose=dose,
+                     progress=lambda done, total, name: step(1 + done / total, _("computing metrics")))
+    structure = result.structures[0]
     structure.reference_label, structure.test_label = pair.reference_id, pair.test_id
     step(2, _("building the review surfaces"))
     structure.extras["slice_centres"] = slice_centres(masks[0] | masks[1], msi_axis(structure))
     add_review_surfaces(structure, masks[0], masks[1], grid.spacing, params)
-    return structure
+    return structure, result.notes
 
 
 class _Reporter:
@@ -805,7 +965,7 @@ def fill_results_table(table_node, result: ComparisonResult) -> None:
         sigma = sigma_of(name, [v.params for v in values if v is not None])
         columns.append((name, [math.nan if v is None else v.value for v in values], unit, description,
                         *([f"{name} ({sigma})"] if sigma else [])))
-    columns.append(("Notes", ["; ".join(result.notes)] * len(result.structures), "", "how the inputs were prepared"))
+    columns.append(("Notes", ["; ".join(result.notes)] * len(result.structures), "", "notes of the run: how the inputs were prepared, dose checks, warnings"))
     _fill_table(table_node, columns)
 
 
@@ -1154,14 +1314,15 @@ def write_outputs(scene, result: ComparisonResult, grid: LabelImage, table_node=
 
 
 def run(reference_node, test_node, pairs=None, metrics=None, params=None, table_node=None,
-        color_array=SURFACE_ARRAYS[0], progress=None, dose_node=None) -> Outputs:
+        color_array=SURFACE_ARRAYS[0], progress=None, dose_node=None, file_for_instance=None) -> Outputs:
     """Compare two segmentation nodes and write the outputs (see :func:`compare_segmentations`,
-    which takes ``dose_node``, the planned dose volume).
+    which takes ``dose_node``, the planned dose volume, and ``file_for_instance``).
 
     Nothing is written before every pair is computed, so a run stopped by :class:`Cancelled`
     (raised by ``progress``, or because the scene was closed meanwhile) leaves the scene as it was.
     """
-    result, grid = compare_segmentations(reference_node, test_node, pairs, metrics, params, progress, dose_node)
+    result, grid = compare_segmentations(reference_node, test_node, pairs, metrics, params, progress, dose_node,
+                                         file_for_instance)
     scene = reference_node.GetScene()
     if scene is None:
         raise Cancelled("the scene was closed during the run")
@@ -1169,25 +1330,36 @@ def run(reference_node, test_node, pairs=None, metrics=None, params=None, table_
 
 
 def show_results(app_logic, outputs: Outputs):
-    """Show the results table and the MSI chart (the DVH chart when MSI did not run; the plot
-    view's chart selector shows the other) in a layout that has both views, set explicitly
-    (Slicer's four-up view with plot and table; four-up with table when there is no chart):
-    deriving it from the current layout, as the Tables and Plots logics do, turns the one-up 3-D
-    layout into a four-up plot view without a table. Output nodes the user deleted are skipped.
-    Returns the view arrangement set, or None (no layout node, or no output left in the scene)."""
+    """Show the results table and the charts in a layout set explicitly (deriving it from the
+    current layout, as the Tables and Plots logics do, turns the one-up 3-D layout into a four-up
+    plot view without a table): with both the MSI and the DVH chart, :data:`TWO_CHARTS_LAYOUT`, each
+    chart in its own plot view, side by side (their x axes differ: slice index, Gy); with one of
+    them, Slicer's four-up view with plot and table; with none, four-up with table. Output nodes
+    the user deleted are skipped. Returns the view arrangement set, or None (no layout node, or no
+    output left in the scene)."""
     scene = outputs_scene(outputs)
     layout = scene.GetFirstNodeByClass("vtkMRMLLayoutNode") if scene is not None else None
     if layout is None:
         return None
-    chart = next((c for c in (outputs.chart, outputs.dvh_chart) if c is not None and c.GetScene() is not None), None)
-    layout.SetViewArrangement(slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView if chart is not None
-                              else slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpTableView)
+    charts = [c for c in (outputs.chart, outputs.dvh_chart) if c is not None and c.GetScene() is not None]
+    if len(charts) == 2:
+        if not layout.IsLayoutDescription(TWO_CHARTS_LAYOUT_ID):
+            layout.AddLayoutDescription(TWO_CHARTS_LAYOUT_ID, TWO_CHARTS_LAYOUT)
+        layout.SetViewArrangement(TWO_CHARTS_LAYOUT_ID)
+    else:
+        layout.SetViewArrangement(slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpPlotTableView if charts
+                                  else slicer.vtkMRMLLayoutNode.SlicerLayoutFourUpTableView)
     if outputs.table.GetScene() is not None:
         outputs.table.SetUseColumnTitleAsColumnHeader(True)
         app_logic.GetSelectionNode().SetActiveTableID(outputs.table.GetID())
         app_logic.PropagateTableSelection()
-    if chart is not None:
-        app_logic.GetModuleLogic("Plots").ShowChartInLayout(chart)
+    if len(charts) == 2:
+        for view_name, chart in zip(("PlotView1", "PlotView2"), charts):
+            view = scene.GetSingletonNode(view_name, "vtkMRMLPlotViewNode")  # made by the layout logic for the layout
+            if view is not None:
+                view.SetPlotChartNodeID(chart.GetID())
+    elif charts:
+        app_logic.GetModuleLogic("Plots").ShowChartInLayout(charts[0])
     return layout.GetViewArrangement()
 
 
