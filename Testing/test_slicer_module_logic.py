@@ -67,7 +67,7 @@ def test_validation_messages(module):
     assert validate(parameters(referenceSegmentation=node, testSegmentation=node, colorArray="Roughness_mm",
                                roughness=True)) is None
     levels = parameters(referenceSegmentation=node, testSegmentation=node, doseLevels="20, x Gy")
-    assert validate(levels) == "Dose levels: --dose-levels 20, x Gy: 'x Gy' is not a dose in Gy (e.g. 20,30Gy)"
+    assert validate(levels) == "Dose levels: 'x Gy' is not a dose in Gy (e.g. 20,30Gy)"
     levels.doseLevels = "-5"
     assert validate(levels) == "Dose levels: dose_levels_gy must be a finite number > 0, got -5.0"
     levels.doseLevels = "20, 30 Gy"

@@ -73,18 +73,6 @@ def _add_parameter_arguments(p) -> None:
                    help="doses of the V metrics of the dose group (volume receiving at least each), e.g. 20,30Gy")
 
 
-def _dose_levels(text: str) -> tuple:
-    """``--dose-levels``: comma-separated doses in Gy, any of them written with its unit (``20,30Gy``)."""
-    levels = []
-    for item in text.split(","):
-        number = item.strip()[:-2] if item.strip().lower().endswith("gy") else item
-        try:
-            levels.append(float(number))
-        except ValueError:
-            raise UserError(f"--dose-levels {text}: {item.strip()!r} is not a dose in Gy (e.g. 20,30Gy)") from None
-    return tuple(levels)
-
-
 def _add_input_arguments(p) -> None:
     """Overrides of the input checks (``segmetrics.inputs.io.InputPolicy``), shared by compare, frames and batch."""
     p.add_argument("--allow-lossy", action="store_true",
@@ -118,7 +106,7 @@ def _parameters(args):
     import json
     from dataclasses import fields
 
-    from .registry import MSI_PRESETS, Parameters
+    from .registry import MSI_PRESETS, ParameterError, Parameters, parse_dose_levels
 
     values = {}
     if args.params:
@@ -137,7 +125,10 @@ def _parameters(args):
         values.update(zip(("msi_il", "msi_ol"), MSI_PRESETS[args.msi_preset]))
     values.update({field: getattr(args, flag) for flag, field in PARAMETER_FLAGS.items() if getattr(args, flag) is not None})
     if args.dose_levels is not None:
-        values["dose_levels_gy"] = _dose_levels(args.dose_levels)
+        try:
+            values["dose_levels_gy"] = parse_dose_levels(args.dose_levels)
+        except ParameterError as error:
+            raise UserError(f"--dose-levels {args.dose_levels}: {error}") from None
     return Parameters(**values)
 
 

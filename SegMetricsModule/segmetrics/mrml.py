@@ -225,17 +225,13 @@ def label_image_from_volume(volume_node, names: dict | None = None) -> LabelImag
 
 def dose_levels(text: str) -> tuple:
     """The dose levels (Gy) of the V metrics written as the command line's ``--dose-levels`` takes
-    them (``"20, 30 Gy"``; its parser), each checked > 0 as :class:`segmetrics.Parameters` does;
+    them (``"20, 30 Gy"``, :func:`segmetrics.registry.parse_dose_levels`), each checked > 0 as :class:`segmetrics.Parameters` does;
     ``()`` for blank text. ``ValueError`` with one line for anything else."""
-    from .cli import UserError, _dose_levels
-    from .registry import Parameters
+    from .registry import Parameters, parse_dose_levels
 
     if not text.strip():
         return ()
-    try:
-        return Parameters(dose_levels_gy=_dose_levels(text)).dose_levels_gy
-    except UserError as error:
-        raise ValueError(str(error)) from None
+    return Parameters(dose_levels_gy=parse_dose_levels(text)).dose_levels_gy
 
 
 def _subject_hierarchy_item(node):

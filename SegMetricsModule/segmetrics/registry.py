@@ -182,6 +182,20 @@ def as_parameters(params) -> Parameters:
     return Parameters(**params)
 
 
+def parse_dose_levels(text: str) -> tuple:
+    """Dose levels (Gy) written as text: comma-separated doses, any of them with its unit
+    (``"20, 30Gy"``), as ``--dose-levels`` and the Slicer module take them; :class:`ParameterError`
+    names an item that is not a dose."""
+    levels = []
+    for item in text.split(","):
+        number = item.strip()[:-2] if item.strip().lower().endswith("gy") else item
+        try:
+            levels.append(float(number))
+        except ValueError:
+            raise ParameterError(f"{item.strip()!r} is not a dose in Gy (e.g. 20,30Gy)") from None
+    return tuple(levels)
+
+
 def positive_number(name: str, value, maximum: float = math.inf) -> float:
     """``value`` as a float when it is a finite real number in (0, ``maximum``]; otherwise
     :class:`ParameterError` naming the parameter ``name``."""
