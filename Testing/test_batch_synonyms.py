@@ -86,9 +86,11 @@ def test_without_the_synonyms_the_structures_stay_unpaired(folders, tmp_path):
     cases, _unmatched, _skipped = match_folders(ref, test)
     summary = run_batch(cases, tmp_path / "out", metrics="dice", workers=0, progress=False)
     assert summary.failed == {}
-    records = dice_records(tmp_path / "out")
-    assert paired(tmp_path / "out") == {}
-    assert {key for key in records if key[1] in ("Heart", "Esophagus")} == set(truth())
+    statuses = {key: status for key, (_value, status) in dice_records(tmp_path / "out").items()}
+    assert statuses == {**{key: "test_empty" for key in truth()},
+                        **{(patient, name): "reference_empty" for patient in TESTS for name in TEST_NAMES}}
+    notes = json.loads((tmp_path / "out" / "cases.jsonl").read_text().splitlines()[0])["notes"]
+    assert "unmatched structures, test only: 'Coeur', 'Oeso'" in notes
 
 
 def test_a_resumed_run_with_other_synonyms_redoes_every_case(folders, tmp_path):
