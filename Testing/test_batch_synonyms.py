@@ -141,3 +141,28 @@ def test_a_child_process_gives_the_records_of_this_process(folders, tmp_path):
         assert summary.failed == {}
     assert paired(tmp_path / "workers0") == pytest.approx(truth(), abs=1e-12)
     assert (tmp_path / "workers1" / "results.jsonl").read_bytes() == (tmp_path / "workers0" / "results.jsonl").read_bytes()
+
+
+def test_dask_workers_give_the_records_of_this_process(folders, tmp_path):
+    pytest.importorskip("distributed")
+    ref, test, synonyms = folders
+    cases, _unmatched, _skipped = match_folders(ref, test)
+    summary = run_batch(cases, tmp_path / "dask", metrics="dice", workers=1, scheduler="local", progress=False,
+                        synonyms=synonyms)
+    assert summary.failed == {} and paired(tmp_path / "dask") == pytest.approx(truth(), abs=1e-12)
+
+
+def test_the_report_recomputes_the_worst_pair_with_the_synonyms(folders, tmp_path):
+    """The report's detailed worst cases are compared again: with the run's synonyms, or the pair is not found."""
+    from segmetrics.evaluation.aggregate import aggregate
+    from segmetrics.evaluation.batch import read_results
+    from segmetrics.inputs.structure_names import read_synonyms
+    from segmetrics.report import worst_details
+
+    ref, test, synonyms = folders
+    cases, _unmatched, _skipped = match_folders(ref, test)
+    run_batch(cases, tmp_path / "out", metrics="dice", workers=0, progress=False, synonyms=synonyms)
+    agg = aggregate(read_results(tmp_path / "out"), case_ids=[case.case_id for case in cases])
+    details = worst_details(agg, cases, {"synonyms": read_synonyms(synonyms)}, n=1, metric="dice")
+    (title, _reference, structure), = details
+    assert title.startswith("P2 / Heart") and structure.structure == "Heart" and structure.extras["msi_slices"]
