@@ -77,7 +77,8 @@ def test_the_command_pairs_every_case_by_the_synonyms_and_describes_the_file(fol
     run = json.loads((out / "run.json").read_text())
     assert run["synonyms"] == {"heart": "Heart", "coeur": "Heart", "esophagus": "Esophagus", "oeso": "Esophagus"}
     assert run["provenance"]["inputs"]["synonyms"]["sha256"] == hashlib.sha256(synonyms.read_bytes()).hexdigest()
-    notes = {entry["case_id"]: entry["notes"] for entry in map(json.loads, (out / "cases.jsonl").read_text().splitlines())}
+    log = [json.loads(line) for line in (out / "cases.jsonl").read_text().splitlines()]
+    notes = {entry["case_id"]: entry["notes"] for entry in log}
     assert "test structure 'Coeur' paired with reference 'Heart' (synonyms)" in notes["P1"]
 
 
@@ -140,7 +141,8 @@ def test_a_child_process_gives_the_records_of_this_process(folders, tmp_path):
                             synonyms=synonyms)
         assert summary.failed == {}
     assert paired(tmp_path / "workers0") == pytest.approx(truth(), abs=1e-12)
-    assert (tmp_path / "workers1" / "results.jsonl").read_bytes() == (tmp_path / "workers0" / "results.jsonl").read_bytes()
+    child, this = (tmp_path / f"workers{workers}" / "results.jsonl" for workers in (1, 0))
+    assert child.read_bytes() == this.read_bytes()
 
 
 def test_dask_workers_give_the_records_of_this_process(folders, tmp_path):

@@ -617,7 +617,8 @@ def _settings(job: dict) -> dict:
     its ``synonyms``: those are stored beside them and may change (:func:`_fingerprint`, :func:`_check_settings`)."""
     metrics, labels = job["metrics"], job["labels"]
     settings = {key: value for key, value in job.items() if key != "synonyms"}
-    return json.loads(json.dumps({**settings, "params": asdict(job["params"]), "input_policy": asdict(job["input_policy"]),
+    return json.loads(json.dumps({**settings, "params": asdict(job["params"]),
+                                  "input_policy": asdict(job["input_policy"]),
                                   "metrics": metrics if isinstance(metrics, (str, type(None))) else sorted(metrics),
                                   "labels": None if labels is None else [str(x) for x in labels]}))
 
