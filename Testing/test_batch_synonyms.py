@@ -9,7 +9,7 @@ import json
 import pytest
 
 from segmetrics.cli import main
-from segmetrics.evaluation.batch import match_folders, run_batch
+from segmetrics.evaluation.batch import BatchError, match_folders, run_batch
 from segmetrics.inputs.validation import ReadError
 
 pytest.importorskip("pydicom")
@@ -131,6 +131,15 @@ def test_a_bad_synonyms_file_is_refused_before_any_case_runs(folders, tmp_path, 
     with pytest.raises(ReadError, match=message):
         run_batch(cases, tmp_path / "python", workers=0, progress=False, synonyms=bad)
     assert not (tmp_path / "python").exists()
+
+
+def test_the_groups_of_a_synonyms_file_given_as_a_dict_are_refused(folders, tmp_path):
+    """``{"Heart": ["Coeur"]}`` as a dict would pair nothing: what read_synonyms returns, or the file, is needed."""
+    ref, test, _synonyms = folders
+    cases, _unmatched, _skipped = match_folders(ref, test)
+    with pytest.raises(BatchError, match="as read_synonyms returns"):
+        run_batch(cases, tmp_path / "out", workers=0, progress=False, synonyms=SYNONYMS)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_child_process_gives_the_records_of_this_process(folders, tmp_path):

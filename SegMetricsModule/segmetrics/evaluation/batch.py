@@ -10,7 +10,7 @@ inputs and settings); ``run.json`` holds the settings and the provenance (manife
 Durability: a case that kills its process (segmentation fault, out-of-memory kill) is logged
 ``failed`` with the signal and the run goes on (:mod:`segmetrics.evaluation.workers`). Re-running the same
 command skips the cases logged ``ok`` whose records are all present and whose input files (path,
-size, times, inode: :func:`_fingerprint`) and settings are
+size, times, inode: :func:`_fingerprint`), settings and structure-name synonyms are
 unchanged; every other case is (re)done. Result files are
 only ever replaced whole (temporary file, fsync, ``os.replace``), so a kill at any moment loses at
 most the cases still running. When the run ends the result files are rewritten in case order, so
@@ -838,7 +838,8 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
         :func:`segmetrics.inputs.structure_names.read_synonyms` returns. Stored in ``run.json`` and in
         each case's fingerprint: a resumed run with other synonyms redoes every case.
 
-    Raises :class:`BatchError` when ``output`` is a file or holds a run with other settings, and
+    Raises :class:`BatchError` when ``output`` is a file, holds a run with other settings or
+    ``synonyms`` is a dict of lists (the file's content, not what ``read_synonyms`` returns), and
     :class:`~segmetrics.inputs.validation.ReadError` for an unreadable synonyms file.
     """
     from ..inputs.io import InputPolicy
@@ -849,6 +850,9 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
                              input_policy=input_policy)
     if synonyms is not None and not isinstance(synonyms, dict):
         inputs, synonyms = {**(inputs or {}), "synonyms": synonyms}, read_synonyms(synonyms)
+    if synonyms and not all(isinstance(name, str) for name in synonyms.values()):  # e.g. the file's groups
+        raise BatchError("synonyms: expected {normalised synonym: canonical name} as read_synonyms returns, or "
+                         'the path of a JSON file like {"Lung_L": ["Lt Lung"]}')
     if workers < 0:
         raise BatchError(f"workers must be 0 (this process) or more, got {workers}")
     job = {"metrics": metrics, "params": as_parameters(params), "resample_to": resample_to, "labels": labels,
