@@ -351,6 +351,9 @@ def _add_batch_parser(subparsers) -> None:
     p.add_argument("--test-dir", metavar="DIR", help="folder of test segmentations (with --reference-dir)")
     p.add_argument("--names", metavar="JSON", help='label value -> name map for folder mode, e.g. {"1": "liver"} (or a .csv of '
                    "label,name rows)")
+    p.add_argument("--synonyms", metavar="JSON", help='structure name synonyms for every case, e.g. {"Lung_L": '
+                   '["Lt Lung"]}: pair reference and test structures before the built-in TG-263 rules; other '
+                   "synonyms when resuming redo every case")
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="folder of the results (resumed if present)")
     p.add_argument("--labels", help="comma-separated label values or structure names (default: all)")
     p.add_argument("--metrics", help="comma-separated metric or group names, or all (default: every group but "
@@ -376,9 +379,11 @@ def _run_batch(args) -> int:
 
     from .evaluation.batch import Case, case_id_from_filename, match_folders, read_manifest, run_batch
     from .inputs.io import read_name_map
+    from .inputs.structure_names import read_synonyms
 
     if args.names:
         read_name_map(args.names)  # a bad name map is refused before any case runs
+    synonyms = read_synonyms(args.synonyms) if args.synonyms else None  # as is a bad synonyms file
     if args.manifest:
         cases, unmatched = read_manifest(args.manifest), {}
     elif not args.test_dir:
@@ -414,9 +419,10 @@ def _run_batch(args) -> int:
     params = _parameters(args)
     labels = _labels(args)
     job = {"metrics": args.metrics, "params": params, "resample_to": args.resample_to, "threshold": args.threshold,
-           "input_policy": _input_policy(args)}
+           "input_policy": _input_policy(args), "synonyms": synonyms}
     sources = {"manifest": args.manifest} if args.manifest else {
         "reference_dir": args.reference_dir, "test_dir": args.test_dir, "names": args.names}
+    sources["synonyms"] = args.synonyms
     summary = run_batch(cases, args.output, labels=labels, workers=args.workers, scheduler=args.scheduler,
                         progress=not args.no_progress, unmatched=unmatched, inputs=sources, **job)
     evaluated = [case_id for case_id in summary.computed if case_id not in summary.failed]
@@ -514,7 +520,7 @@ OUTPUTS = {
 INPUTS = {
     "compare": ("reference", "test", "image", "resample_to", "names", "synonyms", "params", "dose"),
     "frames": ("reference_dir", "test_dir", "reference", "test", "classes", "scores", "instance_dirs"),
-    "batch": ("reference_dir", "test_dir", "manifest"),
+    "batch": ("reference_dir", "test_dir", "manifest", "synonyms"),
 }
 
 

@@ -286,7 +286,8 @@ def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str |
     The pairs of :func:`worst_pairs` for :data:`DETAIL_METRICS` (or only ``metric``), ``n`` at most
     (missed structures have no surface; the summary lists them). ``cases`` are
     :class:`~segmetrics.evaluation.batch.Case` objects; ``job`` holds ``params``, ``resample_to``,
-    ``threshold`` and ``input_policy`` as given to the batch. Returns ``[(title, reference_image, StructureResult)]``;
+    ``threshold``, ``input_policy`` and ``synonyms`` as given to the batch.
+    Returns ``[(title, reference_image, StructureResult)]``;
     empty when the ``msi`` group (per-slice MSI, coloured test surface) is not available.
     """
     from .evaluation.batch import load_case
@@ -303,7 +304,7 @@ def worst_details(agg: Aggregate, cases, job: dict, *, n: int = 3, metric: str |
         reference, test, _ = load_case(case, job.get("threshold"), job.get("input_policy"))
         result = compare(reference, test, labels=[record["structure"]], metrics="msi,dose" if case.dose else "msi",
                          params=job.get("params"), resample_to=job.get("resample_to"),
-                         input_policy=job.get("input_policy"),
+                         input_policy=job.get("input_policy"), synonyms=job.get("synonyms"),
                          dose=load_dose(case.dose, {})[0] if case.dose else None)  # its frame checked by the batch
         details += [(title, reference, s) for s in result.structures if s.structure == record["structure"]]
     return details
@@ -603,7 +604,8 @@ def report_batch(output, cases, report_dir, *, penalty="none", job=None, n_detai
     """Aggregate a batch output folder and write its report; returns ``(Aggregate, html_path)``.
 
     ``output`` is the folder given to :func:`segmetrics.evaluation.batch.run_batch`, ``cases`` its cases,
-    ``job`` the ``params``/``resample_to``/``threshold``/``input_policy`` of that run (to recompute the worst cases).
+    ``job`` the ``params``/``resample_to``/``threshold``/``input_policy``/``synonyms`` of that run (to recompute
+    the worst cases).
     """
     from .evaluation.aggregate import aggregate
     from .evaluation.batch import read_case_log, read_results, value_from_json

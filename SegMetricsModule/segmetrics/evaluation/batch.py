@@ -10,7 +10,7 @@ inputs and settings); ``run.json`` holds the settings and the provenance (manife
 Durability: a case that kills its process (segmentation fault, out-of-memory kill) is logged
 ``failed`` with the signal and the run goes on (:mod:`segmetrics.evaluation.workers`). Re-running the same
 command skips the cases logged ``ok`` whose records are all present and whose input files (path,
-size, times, inode: :func:`_fingerprint`) and settings are
+size, times, inode: :func:`_fingerprint`), settings and structure-name synonyms are
 unchanged; every other case is (re)done. Result files are
 only ever replaced whole (temporary file, fsync, ``os.replace``), so a kill at any moment loses at
 most the cases still running. When the run ends the result files are rewritten in case order, so
@@ -274,8 +274,12 @@ def load_case(case: Case, threshold: float | None = None, input_policy=None):
 
 
 def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, resample_to=None,
-                  labels=None, threshold: float | None = None, input_policy=None) -> CaseOutcome:
+                  labels=None, threshold: float | None = None, input_policy=None,
+                  synonyms: dict | None = None) -> CaseOutcome:
     """Compare one case; any exception (unreadable file, grid mismatch, MemoryError) is caught.
+
+    ``synonyms`` (``{normalised synonym: canonical name}``,
+    :func:`segmetrics.inputs.structure_names.read_synonyms`) pair structures as in :func:`segmetrics.compare`.
 
     Runs in worker processes too, so it only takes and returns picklable objects. Records carry
     ``case_id`` plus the fields of :meth:`ComparisonResult.records`. The outcome's ``inputs`` hold
@@ -304,7 +308,7 @@ def evaluate_case(case: Case, metrics=None, params: Parameters | None = None, re
             raise BatchError(f"{', '.join(changed)} changed while the case was read; its digest would not be that of "
                              "the bytes evaluated, run the case again")
         result = compare(reference, test, labels=labels, metrics=metrics, params=params,
-                         resample_to=resample_to, input_policy=input_policy, dose=dose)
+                         resample_to=resample_to, input_policy=input_policy, dose=dose, synonyms=synonyms)
     except Exception as error:  # MemoryError included: a failed case is data, not a crash of the run
         message = f"{type(error).__name__}: {str(error).strip() or 'no message'}"
         return CaseOutcome(case.case_id, "failed", error=message, seconds=time.perf_counter() - start, inputs=inputs)
@@ -609,18 +613,22 @@ class _ResultWriter:
 
 
 def _settings(job: dict) -> dict:
-    """The job as plain JSON-able settings (stored in ``run.json``)."""
+    """The job as plain JSON-able settings (stored in ``run.json``, a resumed run must have the same), without
+    its ``synonyms``: those are stored beside them and may change (:func:`_fingerprint`, :func:`_check_settings`)."""
     metrics, labels = job["metrics"], job["labels"]
-    return json.loads(json.dumps({**job, "params": asdict(job["params"]), "input_policy": asdict(job["input_policy"]),
+    settings = {key: value for key, value in job.items() if key != "synonyms"}
+    return json.loads(json.dumps({**settings, "params": asdict(job["params"]),
+                                  "input_policy": asdict(job["input_policy"]),
                                   "metrics": metrics if isinstance(metrics, (str, type(None))) else sorted(metrics),
                                   "labels": None if labels is None else [str(x) for x in labels]}))
 
 
-def _check_settings(output: Path, settings: dict, inputs: dict, not_run: dict) -> None:
+def _check_settings(output: Path, settings: dict, inputs: dict, not_run: dict, synonyms: dict | None) -> None:
     """Refuse to resume a run made with other settings (mixed results would be meaningless), then
-    write ``run.json``: the settings and the ``provenance`` of this run (version, start time,
-    command, ``inputs``, the cases ``not_run`` with their reasons), which is not compared and is
-    replaced by each run that resumes the folder."""
+    write ``run.json``: the settings, the structure-name ``synonyms`` (when given) and the
+    ``provenance`` of this run (version, start time, command, ``inputs``, the cases ``not_run`` with
+    their reasons). Synonyms and provenance are not compared and are replaced by each run that
+    resumes the folder: other synonyms change every case's fingerprint, so every case is redone."""
     import shlex
     import sys
 
@@ -630,29 +638,33 @@ def _check_settings(output: Path, settings: dict, inputs: dict, not_run: dict) -
     if path.is_file():
         stored = json.loads(path.read_text())
         stored.pop("provenance", None)
+        stored.pop("synonyms", None)
         if stored != settings:
             raise BatchError(f"{output} holds a batch run with other settings ({path}); "
                              "use another output folder or delete that one")
     case_digests = f"{(output / CASE_LOG).resolve()} (field inputs of each case)"
     described = provenance(inputs, command=shlex.join(sys.argv), case_digests=case_digests)
-    document = {**settings, "provenance": {**described, **({"not_run": not_run} if not_run else {})}}
+    document = {**settings, **({"synonyms": synonyms} if synonyms else {}),
+                "provenance": {**described, **({"not_run": not_run} if not_run else {})}}
     _write_atomic(path, lambda handle: handle.write(json.dumps(document, indent=2, sort_keys=True, default=str)))
 
 
 def _describe_sources(inputs: dict | None, n_cases: int) -> dict:
     """The ``inputs`` of a run's provenance: each source file with its size and SHA-256, a folder by
-    its absolute path; without sources, the number of cases given in Python."""
+    its absolute path; without a source of the cases (only a synonyms file, or nothing), also the
+    number of cases given in Python."""
     from .provenance import describe_input
 
-    if not inputs:
-        return {"cases": f"{n_cases} cases given to run_batch"}
-    return {name: {"path": str(Path(path).resolve())} if Path(path).is_dir() else describe_input(path)
-            for name, path in inputs.items() if path is not None}
+    described = {name: {"path": str(Path(path).resolve())} if Path(path).is_dir() else describe_input(path)
+                 for name, path in (inputs or {}).items() if path is not None}
+    if not described.keys() - {"synonyms"}:
+        described["cases"] = f"{n_cases} cases given to run_batch"
+    return described
 
 
-def _fingerprint(case: Case, settings: dict) -> str:
-    """Hash of the run settings and of each input file's absolute path and version
-    (:func:`segmetrics.inputs.validation.file_version`: size, times, inode, device).
+def _fingerprint(case: Case, settings: dict, synonyms: dict | None = None) -> str:
+    """Hash of the run settings, the structure-name synonyms (when given) and each input file's
+    absolute path and version (:func:`segmetrics.inputs.validation.file_version`: size, times, inode, device).
 
     A resumed case whose fingerprint changed is redone. For a header-only image (``.mhd``,
     ``.nhdr``) only the header file is checked, for a DICOM series folder (``image``) the folder.
@@ -663,7 +675,8 @@ def _fingerprint(case: Case, settings: dict) -> str:
         absolute = os.path.abspath(path) if path else None
         version = _file_version(absolute) if absolute else None  # None when missing: redone, fails reading
         files.append([absolute, *(version or ())])
-    return hashlib.sha256(json.dumps([settings, files], sort_keys=True).encode()).hexdigest()[:20]
+    hashed = [settings, files] + ([synonyms] if synonyms else [])  # without: the fingerprint a case had before them
+    return hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:20]
 
 
 def _output_folder(output) -> Path:
@@ -774,7 +787,7 @@ def _resume(output: Path, fingerprints: dict) -> tuple:
 def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, resample_to=None,
               labels=None, threshold: float | None = None, workers: int = 1, scheduler: str | None = None,
               progress: bool = True, unmatched: dict | None = None, input_policy=None, evaluate=None,
-              inputs: dict | None = None) -> BatchSummary:
+              inputs: dict | None = None, synonyms=None) -> BatchSummary:
     """Evaluate every case and write the results into the folder ``output``.
 
     Parameters
@@ -811,32 +824,46 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
         :func:`segmetrics.inputs.validation.check_evaluation_options`) are refused before any case runs.
     evaluate : callable, optional
         ``evaluate(case, **job) -> CaseOutcome`` in place of :func:`evaluate_case`, with ``job``
-        the keyword arguments ``metrics, params, resample_to, labels, threshold, input_policy``; it
+        the keyword arguments ``metrics, params, resample_to, labels, threshold, input_policy, synonyms``; it
         must be a module-level function (child processes import it by name).
     inputs : dict, optional
         Where the cases came from, for the provenance in ``run.json``: name -> path (a manifest, the
         two folders, a name map); files are described with their SHA-256
         (:func:`segmetrics.evaluation.provenance.describe_input`), folders by path. Default: the
         number of cases given. Each case's own input digests are in ``cases.jsonl``.
+    synonyms : dict or path, optional
+        Structure-name synonyms that pair reference and test structures before the built-in rules,
+        as for :func:`segmetrics.compare`: a JSON file ``{"Lung_L": ["Lt Lung", ...]}`` (read before
+        any case runs, described in ``run.json``'s ``inputs`` with its SHA-256) or the dict
+        :func:`segmetrics.inputs.structure_names.read_synonyms` returns. Stored in ``run.json`` and in
+        each case's fingerprint: a resumed run with other synonyms redoes every case.
 
-    Raises :class:`BatchError` when ``output`` is a file or holds a run with other settings.
+    Raises :class:`BatchError` when ``output`` is a file, holds a run with other settings or
+    ``synonyms`` is a dict of lists (the file's content, not what ``read_synonyms`` returns), and
+    :class:`~segmetrics.inputs.validation.ReadError` for an unreadable synonyms file.
     """
     from ..inputs.io import InputPolicy
+    from ..inputs.structure_names import read_synonyms
     from ..inputs.validation import check_evaluation_options
 
     check_evaluation_options(metrics=metrics, labels=labels, threshold=threshold, resample_to=resample_to,
                              input_policy=input_policy)
+    if synonyms is not None and not isinstance(synonyms, dict):
+        inputs, synonyms = {**(inputs or {}), "synonyms": synonyms}, read_synonyms(synonyms)
+    if synonyms and not all(isinstance(name, str) for name in synonyms.values()):  # e.g. the file's groups
+        raise BatchError("synonyms: expected {normalised synonym: canonical name} as read_synonyms returns, or "
+                         'the path of a JSON file like {"Lung_L": ["Lt Lung"]}')
     if workers < 0:
         raise BatchError(f"workers must be 0 (this process) or more, got {workers}")
     job = {"metrics": metrics, "params": as_parameters(params), "resample_to": resample_to, "labels": labels,
-           "threshold": threshold, "input_policy": input_policy or InputPolicy()}
+           "threshold": threshold, "input_policy": input_policy or InputPolicy(), "synonyms": synonyms or None}
     settings = _settings(job)
-    fingerprints = {case.case_id: _fingerprint(case, settings) for case in cases}
+    fingerprints = {case.case_id: _fingerprint(case, settings, job["synonyms"]) for case in cases}
     if len(fingerprints) != len(cases):
         raise BatchError(f"duplicate case ids {_duplicate_ids(cases)}")
     output = _output_folder(output)
     not_run = {case.case_id: case.not_run for case in cases if case.not_run}
-    _check_settings(output, settings, _describe_sources(inputs, len(cases)), not_run)
+    _check_settings(output, settings, _describe_sources(inputs, len(cases)), not_run, job["synonyms"])
     skipped, not_in_manifest = _resume(output, fingerprints)
     done = set(skipped)
     todo = [case for case in cases if case.case_id not in done and not case.not_run]
