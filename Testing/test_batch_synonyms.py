@@ -6,11 +6,15 @@ of the pixel masks the rectangles cover (pixel centres inside), counted by hand.
 import hashlib
 import json
 
+import numpy as np
 import pytest
 
+from segmetrics import compare
 from segmetrics.cli import main
-from segmetrics.evaluation.batch import BatchError, match_folders, run_batch
+from segmetrics.evaluation.batch import match_folders, run_batch
+from segmetrics.inputs.structure_names import synonym_map
 from segmetrics.inputs.validation import ReadError
+from segmetrics.spatial.geometry import LabelImage
 
 pytest.importorskip("pydicom")
 from pydicom.uid import generate_uid  # noqa: E402
@@ -133,13 +137,25 @@ def test_a_bad_synonyms_file_is_refused_before_any_case_runs(folders, tmp_path, 
     assert not (tmp_path / "python").exists()
 
 
-def test_the_groups_of_a_synonyms_file_given_as_a_dict_are_refused(folders, tmp_path):
-    """``{"Heart": ["Coeur"]}`` as a dict would pair nothing: what read_synonyms returns, or the file, is needed."""
-    ref, test, _synonyms = folders
+def test_the_file_its_content_and_its_map_pair_alike(folders, tmp_path):
+    """``{"Heart": ["Coeur"]}`` given as a dict was refused (or, to compare, paired nothing): the file's
+    content, the file and :func:`synonym_map`'s map are one set of synonyms; a malformed dict is one line."""
+    ref, test, synonyms = folders
     cases, _unmatched, _skipped = match_folders(ref, test)
-    with pytest.raises(BatchError, match="as read_synonyms returns"):
-        run_batch(cases, tmp_path / "out", workers=0, progress=False, synonyms=SYNONYMS)
-    assert not (tmp_path / "out").exists()
+    records = {}
+    for name, given in (("file", synonyms), ("content", SYNONYMS), ("map", synonym_map(SYNONYMS))):
+        run_batch(cases, tmp_path / name, metrics="dice", workers=0, progress=False, synonyms=given)
+        records[name] = dice_records(tmp_path / name)
+    assert records["file"] == records["content"] == records["map"] and len(paired(tmp_path / "file")) == len(truth())
+    with pytest.raises(ReadError, match=r"synonyms: expected a JSON object of names and their synonyms"):
+        run_batch(cases, tmp_path / "bad", workers=0, progress=False, synonyms={"Heart": 3})
+    assert not (tmp_path / "bad").exists()
+    mask = np.zeros((3, 4, 4), np.uint8)
+    mask[1, 1:3, 1:3] = 1
+    heart, coeur = LabelImage(mask, (1.0, 1.0, 1.0), names={1: "Heart"}), LabelImage(mask, (1.0, 1.0, 1.0), names={1: "Coeur"})
+    for given in (SYNONYMS, synonyms):
+        (structure,) = compare(heart, coeur, metrics="dice", synonyms=given).structures
+        assert structure.get("dice").value == 1.0
 
 
 def test_a_child_process_gives_the_records_of_this_process(folders, tmp_path):

@@ -834,25 +834,22 @@ def run_batch(cases, output, *, metrics=None, params: Parameters | None = None, 
     synonyms : dict or path, optional
         Structure-name synonyms that pair reference and test structures before the built-in rules,
         as for :func:`segmetrics.compare`: a JSON file ``{"Lung_L": ["Lt Lung", ...]}`` (read before
-        any case runs, described in ``run.json``'s ``inputs`` with its SHA-256) or the dict
-        :func:`segmetrics.inputs.structure_names.read_synonyms` returns. Stored in ``run.json`` and in
-        each case's fingerprint: a resumed run with other synonyms redoes every case.
+        any case runs, described in ``run.json``'s ``inputs`` with its SHA-256), the dict of its
+        content, or :func:`segmetrics.inputs.structure_names.synonym_map`'s. Stored in ``run.json`` and
+        in each case's fingerprint: a resumed run with other synonyms redoes every case.
 
-    Raises :class:`BatchError` when ``output`` is a file, holds a run with other settings or
-    ``synonyms`` is a dict of lists (the file's content, not what ``read_synonyms`` returns), and
-    :class:`~segmetrics.inputs.validation.ReadError` for an unreadable synonyms file.
+    Raises :class:`BatchError` when ``output`` is a file or holds a run with other settings, and
+    :class:`~segmetrics.inputs.validation.ReadError` for synonyms that are not a synonyms file or its content.
     """
     from ..inputs.io import InputPolicy
-    from ..inputs.structure_names import read_synonyms
+    from ..inputs.structure_names import synonym_map
     from ..inputs.validation import check_evaluation_options
 
     check_evaluation_options(metrics=metrics, labels=labels, threshold=threshold, resample_to=resample_to,
                              input_policy=input_policy)
     if synonyms is not None and not isinstance(synonyms, dict):
-        inputs, synonyms = {**(inputs or {}), "synonyms": synonyms}, read_synonyms(synonyms)
-    if synonyms and not all(isinstance(name, str) for name in synonyms.values()):  # e.g. the file's groups
-        raise BatchError("synonyms: expected {normalised synonym: canonical name} as read_synonyms returns, or "
-                         'the path of a JSON file like {"Lung_L": ["Lt Lung"]}')
+        inputs = {**(inputs or {}), "synonyms": synonyms}
+    synonyms = synonym_map(synonyms)
     if workers < 0:
         raise BatchError(f"workers must be 0 (this process) or more, got {workers}")
     job = {"metrics": metrics, "params": as_parameters(params), "resample_to": resample_to, "labels": labels,

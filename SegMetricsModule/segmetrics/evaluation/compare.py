@@ -12,7 +12,7 @@ from ..spatial.orientation import Reorientation, canonical
 from ..registry import (MetricValue, Parameters, Status, StructurePair, all_groups, as_parameters,
                        resolve_selection)
 from ..inputs.readers.rtdose import load_dose
-from ..inputs.structure_names import match_structures
+from ..inputs.structure_names import match_structures, synonym_map
 from ..inputs.validation import NothingToCompareError, check_evaluation_options
 
 
@@ -354,9 +354,9 @@ def compare(
         Overrides of the input checks of :mod:`segmetrics.inputs.validation` (lossy pictures, many
         labels, external data files); by default inputs that cannot be trusted are refused with
         :class:`segmetrics.inputs.io.ReadError`.
-    synonyms : dict, optional
-        ``{normalised synonym: canonical name}`` (:func:`segmetrics.inputs.structure_names.read_synonyms`)
-        for pairing differently named structures.
+    synonyms : path or dict, optional
+        Structure-name synonyms tried before the built-in rules: a JSON file ``{"Lung_L": ["Lt Lung"]}``,
+        the dict of its content, or :func:`segmetrics.inputs.structure_names.synonym_map`'s map.
     image : path, optional
         DICOM series folder (or image file) whose grid RT Structure Sets are rasterised on; see
         :func:`segmetrics.inputs.io.load_pair` for the default grids.
@@ -396,6 +396,7 @@ def compare(
     params = as_parameters(params)
     check_evaluation_options(metrics=metrics, labels=labels, resample_to=resample_to)  # load_pair checks the others
     selection = selected_groups(metrics, dose is not None)
+    synonyms = synonym_map(synonyms)  # a file is read before the images
     inputs = {"reference": describe_input(reference), "test": describe_input(test)}
     dose_notes = []
     if dose is not None:

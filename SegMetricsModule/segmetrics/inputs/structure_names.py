@@ -140,18 +140,38 @@ def _tg263(name) -> str:
 def read_synonyms(path) -> dict:
     """``{normalised synonym: canonical name}`` from a JSON file ``{"Lung_L": ["Lt Lung", ...]}``."""
     path = Path(path)
-    expected = f'{path}: expected a JSON object of names and their synonyms like {{"Lung_L": ["Lt Lung"]}}'
     try:
         groups = json.loads(path.read_text())
     except FileNotFoundError as error:
         raise ReadError(f"{path}: no such file") from error
     except ValueError as error:
-        raise ReadError(f"{expected} ({error})") from error
+        raise ReadError(f"{path}: {_SYNONYMS_SHAPE} ({error})") from error
+    return _from_groups(groups, str(path))
+
+
+#: What a synonyms file (or the dict of its content) holds.
+_SYNONYMS_SHAPE = 'expected a JSON object of names and their synonyms like {"Lung_L": ["Lt Lung"]}'
+
+
+def _from_groups(groups, source: str) -> dict:
     if not isinstance(groups, dict) or not all(isinstance(v, list) and all(isinstance(s, str) for s in v)
                                                for v in groups.values()):
-        raise ReadError(expected)
+        raise ReadError(f"{source}: {_SYNONYMS_SHAPE}")
     return {normalise_name(synonym): canonical for canonical, synonyms in groups.items()
             for synonym in [canonical, *synonyms]}
+
+
+def synonym_map(synonyms) -> dict | None:
+    """``{normalised synonym: canonical name}`` from what a user gives: the path of a synonyms file,
+    the dict of its content (``{"Lung_L": ["Lt Lung"]}``), or such a map already (:func:`read_synonyms`);
+    None for None. :class:`ReadError` (one line) for anything else."""
+    if synonyms is None or (isinstance(synonyms, dict) and not synonyms):
+        return None
+    if not isinstance(synonyms, dict):
+        return read_synonyms(synonyms)
+    if all(isinstance(name, str) for name in synonyms.values()):
+        return {normalise_name(synonym): canonical for synonym, canonical in synonyms.items()}
+    return _from_groups(synonyms, "synonyms")
 
 
 def match_key(name, synonyms: dict | None = None) -> str:
