@@ -267,9 +267,7 @@ def dose_grid_from_volume(volume_node, file_for_instance=None, notes: list | Non
     ``DoseUnits``, other than ``GY``), a ``DoseType`` ``ERROR``, a volume under a parent transform
     (harden it first: the dose would be placed without it) or without voxels. When the units
     cannot be checked, ``notes`` (if given) gets a note saying so."""
-    import pydicom
-
-    from .inputs.readers.rtdose import DoseGrid
+    from .inputs.readers.rtdose import DoseGrid, read_dose_header
 
     name = volume_node.GetName()
     if volume_node.GetParentTransformNode() is not None:
@@ -280,13 +278,8 @@ def dose_grid_from_volume(volume_node, file_for_instance=None, notes: list | Non
     study = slicer.vtkMRMLSubjectHierarchyConstants.GetDICOMLevelStudy()
     units = hierarchy.GetAttributeFromItemAncestor(item, SLICERRT_DOSE_UNIT_NAME_ATTRIBUTE, study) if item else ""
     path = dicom_source_file(volume_node, file_for_instance)
-    header = {}
-    if path is not None:
-        dataset = pydicom.dcmread(path, stop_before_pixels=True, force=True, specific_tags=[
-            "DoseUnits", "DoseType", "DoseSummationType", "FrameOfReferenceUID"])
-        header = {tag: str(dataset.get(tag, "")).upper() or None for tag in ("DoseUnits", "DoseType", "DoseSummationType")}
-        header["FrameOfReferenceUID"] = str(dataset.get("FrameOfReferenceUID", "")) or None
-        units = header["DoseUnits"] or units
+    header = read_dose_header(path) if path is not None else {}
+    units = header.get("DoseUnits") or units
     if not units and notes is not None:
         marked = volume_node.GetAttribute(SLICERRT_DOSE_VOLUME_ATTRIBUTE) is not None
         notes.append(_("dose units not checked: the dose volume {name!r} ({marked}) has no dose unit known to SlicerRT "

@@ -116,14 +116,12 @@ def read_rtdose(path) -> DoseGrid:
     if sop_class != RTDoseStorage:
         kind = sop_class.name if sop_class else "object without SOP Class UID"
         raise ReadError(f"{path}: is a DICOM {kind}, not an RT Dose")
-    units = str(dataset.get("DoseUnits", "")).upper()
+    header = _dose_header(dataset)
+    units, dose_type, summation, frame_of_reference = (header[key] for key in DOSE_HEADER)
     if units != "GY":
         raise ReadError(f"{path}: DoseUnits is {units or 'missing'!r}, not GY: the dose metrics need an absolute dose in Gy")
-    dose_type = str(dataset.get("DoseType", "")).upper() or None
     if dose_type == "ERROR":
         raise ReadError(f"{path}: DoseType ERROR is a dose error map, not a dose")
-    summation = str(dataset.get("DoseSummationType", "")).upper() or None
-    frame_of_reference = str(dataset.get("FrameOfReferenceUID", "")) or None
     if frame_of_reference is None:
         raise ReadError(f"{path}: has no FrameOfReferenceUID: its position cannot be checked against the structures'")
     scaling = _header_number(path, dataset, "DoseGridScaling")
@@ -137,6 +135,25 @@ def read_rtdose(path) -> DoseGrid:
     dose = pixels.astype(np.float32)  # 7 significant digits, far below any dose uncertainty; half the memory
     dose *= np.float32(scaling)
     return _placed(path, dataset, dose, frame_of_reference, dose_type, summation)
+
+
+#: The RTDOSE header fields that say what a dose is and where it lies.
+DOSE_HEADER = ("DoseUnits", "DoseType", "DoseSummationType", "FrameOfReferenceUID")
+
+
+def read_dose_header(path) -> dict:
+    """``{field: value}`` of :data:`DOSE_HEADER` in an RTDOSE file, without its pixels (codes in upper
+    case; None when absent), for a dose read by another program (3D Slicer's DICOM import) whose
+    file is known; unchecked."""
+    import pydicom
+
+    return _dose_header(pydicom.dcmread(path, stop_before_pixels=True, force=True, specific_tags=list(DOSE_HEADER)))
+
+
+def _dose_header(dataset) -> dict:
+    header = {key: str(dataset.get(key, "")).upper() or None for key in DOSE_HEADER[:3]}
+    header["FrameOfReferenceUID"] = str(dataset.get("FrameOfReferenceUID", "")) or None
+    return header
 
 
 def _placed(path: Path, dataset, dose: np.ndarray, frame_of_reference: str, dose_type, summation) -> DoseGrid:
