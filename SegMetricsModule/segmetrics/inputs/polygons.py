@@ -27,13 +27,18 @@ def plane_axes(polygons) -> np.ndarray:
     """
     largest = max(polygons, key=len)
     centred = largest - largest.mean(axis=0)
-    normal = np.linalg.svd(centred, full_matrices=False)[2][2]
-    normal = normal * np.sign(normal[np.argmax(np.abs(normal))])
+    normal = oriented_normal(np.linalg.svd(centred, full_matrices=False)[2][2])
     first, _ = sorted(set(range(3)) - {int(np.argmax(np.abs(normal)))})
     u = np.eye(3)[first] - normal[first] * normal
     u /= np.linalg.norm(u)
     return np.array([u, np.cross(normal, u), normal])
 
+
+def oriented_normal(normal) -> np.ndarray:
+    """A plane normal turned so that its largest component is positive (z up for axial planes): the
+    one direction in which plane positions are given, for contours and mask slices alike."""
+    normal = np.asarray(normal, dtype=float)
+    return normal * np.sign(normal[np.argmax(np.abs(normal))])
 
 
 def distinct_planes(values) -> np.ndarray:

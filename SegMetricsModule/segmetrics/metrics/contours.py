@@ -56,7 +56,7 @@ import numpy as np
 from scipy.spatial import cKDTree
 
 from .msi import compared_planes, contour_planes, pair_slice_axis
-from ..inputs.polygons import intersection_area
+from ..inputs.polygons import intersection_area, oriented_normal
 from ..spatial.geometry import LabelImage
 from ..spatial.orientation import Reorientation
 from ..registry import (MetricGroup, MetricSpec, MetricValue, Parameters, Status, StructurePair, emptiness_status,
@@ -578,11 +578,10 @@ def _planes(pair: StructurePair, params: Parameters) -> tuple:
 
 def slice_location_mm(image, axis: int, index: int) -> float:
     """The patient coordinate (mm) of slice ``index`` along array ``axis`` of a 3-D ``image``: its
-    position along the slice normal, the normal's largest component positive as for contour planes
-    (:func:`segmetrics.inputs.polygons.plane_axes`), so z (LPS) for axial slices, as a planning
+    position along the slice normal oriented as for contour planes
+    (:func:`segmetrics.inputs.polygons.oriented_normal`), so z (LPS) for axial slices, as a planning
     system shows it."""
-    along = np.asarray(image.direction, dtype=float).reshape(3, 3)[:, 2 - axis]  # array axis -> ITK column
-    normal = along * np.sign(along[np.argmax(np.abs(along))])
+    normal = oriented_normal(np.asarray(image.direction, dtype=float).reshape(3, 3)[:, 2 - axis])  # ITK column
     return float(image.index_to_physical(np.eye(3)[axis] * index) @ normal)
 
 
