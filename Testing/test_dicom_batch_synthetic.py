@@ -152,7 +152,7 @@ def test_patients_series_and_frames_in_any_nesting_and_every_unpaired_case_with_
                                                   f"{uid['F1b']}")
     assert by_id["P2_rs_none"].not_run.startswith(f"frame of reference mismatch: no test of patient P2 in frame "
                                                   f"{uid['F2']}")
-    assert by_id["P2_none_P2"].not_run.startswith(f"frame of reference mismatch: no reference of patient P2")
+    assert by_id["P2_none_P2"].not_run.startswith("frame of reference mismatch: no reference of patient P2")
     assert by_id["P3"].not_run == "no test segmentation for patient P3"
     assert by_id["P4"].not_run == "no reference segmentation for patient P4"
     assert len(cases) == 6 and unmatched == {"reference": [], "test": []}

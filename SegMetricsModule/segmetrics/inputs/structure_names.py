@@ -137,6 +137,10 @@ def _tg263(name) -> str:
     return f"{name_side}:{_lateral(found).split(':', 1)[1]}" if found else key
 
 
+#: What a synonyms file (or the dict of its content) holds.
+_SYNONYMS_SHAPE = 'expected a JSON object of names and their synonyms like {"Lung_L": ["Lt Lung"]}'
+
+
 def read_synonyms(path) -> dict:
     """``{normalised synonym: canonical name}`` from a JSON file ``{"Lung_L": ["Lt Lung", ...]}``."""
     path = Path(path)
@@ -147,10 +151,6 @@ def read_synonyms(path) -> dict:
     except ValueError as error:
         raise ReadError(f"{path}: {_SYNONYMS_SHAPE} ({error})") from error
     return _from_groups(groups, str(path))
-
-
-#: What a synonyms file (or the dict of its content) holds.
-_SYNONYMS_SHAPE = 'expected a JSON object of names and their synonyms like {"Lung_L": ["Lt Lung"]}'
 
 
 def _from_groups(groups, source: str) -> dict:
